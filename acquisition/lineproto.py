@@ -1,0 +1,267 @@
+"""InfluxDB line protocol: a pure encoder (Point → text) and a strict decoder (text → Point).
+
+Format: ``measurement[,tag=value...] field=value[,field=value...] timestamp_ns``.
+
+Escaping, as InfluxDB 1.x/2.x/3.x parse it:
+- measurement: comma, space and backslash are backslash-escaped;
+- tag keys, tag values, field keys: comma, equals sign, space and backslash;
+- newline, carriage return and tab, anywhere (also in string fields), become the two-character
+  escapes ``\\n``, ``\\r``, ``\\t`` so one point stays one line;
+- string field values are double-quoted, with ``"`` and ``\\`` escaped.
+Integers get the ``i`` suffix, booleans are ``true``/``false``, floats use ``repr`` (shortest
+round-trip form). NaN and ±inf, an empty field set, empty names and a measurement starting with
+``#`` (a comment line) are rejected with :class:`LineProtocolError`. Tags with an empty value are
+left out (InfluxDB rejects them). Tag keys are sorted, as InfluxDB recommends.
+
+The encoder caches the escaped ``measurement,tags`` prefix of each series and the escaped form of
+each field key, which is what makes it several times faster than building lines from scratch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from acquisition.errors import LineProtocolError
+from acquisition.point import FieldValue, Point
+
+__all__ = ["LineEncoder", "decode_line", "encode_lines", "encode_point"]
+
+_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESC_MEASUREMENT = str.maketrans({"\\": "\\\\", ",": "\\,", " ": "\\ ", **_CONTROL})
+_ESC_KEY = str.maketrans({"\\": "\\\\", ",": "\\,", "=": "\\=", " ": "\\ ", **_CONTROL})
+_ESC_STRING = str.maketrans({"\\": "\\\\", '"': '\\"', **_CONTROL})
+_UNESCAPE_CONTROL = {"n": "\n", "r": "\r", "t": "\t"}
+
+_MAX_CACHE = 65_536
+
+
+def _escape_measurement(name: str) -> str:
+    if not name:
+        raise LineProtocolError("measurement name is empty")
+    if name[0] == "#":
+        raise LineProtocolError(f"measurement {name!r} starts with '#', which marks a comment line")
+    return name.translate(_ESC_MEASUREMENT)
+
+
+def _escape_key(key: str, what: str) -> str:
+    if not key:
+        raise LineProtocolError(f"{what} is empty")
+    return key.translate(_ESC_KEY)
+
+
+def _encode_value(key: str, value: FieldValue) -> str:
+    kind = type(value)
+    if kind is float:
+        if not math.isfinite(value):  # type: ignore[arg-type]
+            raise LineProtocolError(f"field {key!r} is {value!r}; NaN and infinity cannot be written")
+        return repr(value)
+    if kind is int:
+        return f"{value}i"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is str:
+        return '"' + value.translate(_ESC_STRING) + '"'  # type: ignore[union-attr]
+    # Subclasses (numpy scalars, IntEnum...) take the slow path.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{int(value)}i"
+    if isinstance(value, float):
+        return _encode_value(key, float(value))
+    if isinstance(value, str):
+        return _encode_value(key, str(value))
+    raise LineProtocolError(f"field {key!r} has unsupported type {kind.__name__}")
+
+
+class LineEncoder:
+    """Encodes points to line protocol, caching each series' escaped prefix.
+
+    ``default_tags`` (``host``, ``experiment``, ``run``...) are added to every point that does not
+    carry the same tag itself.
+    """
+
+    def __init__(self, default_tags: Mapping[str, str] | None = None) -> None:
+        self._default_tags = {k: v for k, v in (default_tags or {}).items() if v}
+        self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+        self._field_keys: dict[str, str] = {}
+
+    def _prefix(self, measurement: str, tags: Mapping[str, str]) -> str:
+        merged = dict(self._default_tags)
+        merged.update(tags)
+        parts = [_escape_measurement(measurement)]
+        for k in sorted(merged):
+            v = merged[k]
+            if v == "" or v is None:
+                continue
+            if not isinstance(v, str):
+                raise LineProtocolError(f"tag {k!r} of {measurement!r} is not a string: {v!r}")
+            parts.append(f"{_escape_key(k, 'tag key')}={v.translate(_ESC_KEY)}")
+        return ",".join(parts)
+
+    def encode(self, point: Point) -> str:
+        """One line, without the trailing newline."""
+        key = (point.measurement, tuple(point.tags.items()))
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            prefix = self._prefix(point.measurement, point.tags)
+            if len(self._prefixes) >= _MAX_CACHE:
+                self._prefixes.clear()
+            self._prefixes[key] = prefix
+        fields = point.fields
+        if not fields:
+            raise LineProtocolError(f"point of {point.measurement!r} has no fields")
+        keys = self._field_keys
+        parts = []
+        append = parts.append
+        for k, v in fields.items():
+            ek = keys.get(k)
+            if ek is None:
+                ek = _escape_key(k, "field key")
+                if len(keys) < _MAX_CACHE:
+                    keys[k] = ek
+            kind = type(v)
+            if kind is float and v - v == 0.0:  # finite (NaN and inf fail this)
+                append(f"{ek}={v!r}")
+            elif kind is int:
+                append(f"{ek}={v}i")
+            else:
+                append(f"{ek}={_encode_value(k, v)}")
+        t = point.time_ns
+        if type(t) is not int:
+            raise LineProtocolError(f"timestamp of {point.measurement!r} is not an int: {t!r}")
+        return f"{prefix} {','.join(parts)} {t}"
+
+    def encode_many(self, points: Iterable[Point]) -> str:
+        """Newline-terminated lines for a batch."""
+        enc = self.encode
+        return "".join([enc(p) + "\n" for p in points])
+
+
+_default_encoder = LineEncoder()
+
+
+def encode_point(point: Point) -> str:
+    """One line for ``point`` (module-level encoder, no default tags)."""
+    return _default_encoder.encode(point)
+
+
+def encode_lines(points: Iterable[Point]) -> str:
+    """Newline-terminated lines for ``points``."""
+    return _default_encoder.encode_many(points)
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+
+def _split_unescaped(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` where it is neither escaped nor inside a double-quoted string."""
+    out: list[str] = []
+    cur: list[str] = []
+    i, n, quoted = 0, len(text), False
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n:
+            cur.append(text[i : i + 2])
+            i += 2
+            continue
+        if c == '"':
+            quoted = not quoted
+        elif c == sep and not quoted:
+            out.append("".join(cur))
+            cur = []
+            i += 1
+            continue
+        cur.append(c)
+        i += 1
+    if quoted:
+        raise LineProtocolError("unterminated string field")
+    out.append("".join(cur))
+    return out
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n:
+            nxt = text[i + 1]
+            out.append(_UNESCAPE_CONTROL.get(nxt, nxt))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _split_pair(item: str, what: str) -> tuple[str, str]:
+    parts = _split_unescaped(item, "=")
+    if len(parts) < 2 or not parts[0]:
+        raise LineProtocolError(f"{what} {item!r} is not key=value")
+    return parts[0], "=".join(parts[1:])
+
+
+def _decode_value(raw: str) -> FieldValue:
+    if not raw:
+        raise LineProtocolError("empty field value")
+    if raw[0] == '"':
+        if len(raw) < 2 or raw[-1] != '"':
+            raise LineProtocolError(f"bad string field {raw!r}")
+        return _unescape(raw[1:-1])
+    if raw[-1] in "iu" and len(raw) > 1:
+        try:
+            return int(raw[:-1])
+        except ValueError as exc:
+            raise LineProtocolError(f"bad integer field {raw!r}") from exc
+    low = raw.lower()
+    if low in ("t", "true"):
+        return True
+    if low in ("f", "false"):
+        return False
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise LineProtocolError(f"bad field value {raw!r}") from exc
+    if not math.isfinite(value):
+        raise LineProtocolError(f"non-finite field value {raw!r}")
+    return value
+
+
+def decode_line(line: str, *, default_time_ns: int | None = None) -> Point:
+    """Parse one line of line protocol into a Point.
+
+    A line without a timestamp takes ``default_time_ns``; without that it is an error.
+    """
+    line = line.rstrip("\r\n")
+    if not line or line.startswith("#"):
+        raise LineProtocolError("empty or comment line")
+    sections = _split_unescaped(line, " ")
+    if len(sections) not in (2, 3) or not all(sections):
+        raise LineProtocolError(f"expected 'series fields [timestamp]', got {len(sections)} parts")
+    series = _split_unescaped(sections[0], ",")
+    measurement = _unescape(series[0])
+    if not measurement:
+        raise LineProtocolError("empty measurement")
+    tags: dict[str, str] = {}
+    for item in series[1:]:
+        k, v = _split_pair(item, "tag")
+        if not v:
+            raise LineProtocolError(f"tag {k!r} has an empty value")
+        tags[_unescape(k)] = _unescape(v)
+    fields: dict[str, FieldValue] = {}
+    for item in _split_unescaped(sections[1], ","):
+        k, v = _split_pair(item, "field")
+        fields[_unescape(k)] = _decode_value(v)
+    if len(sections) == 3:
+        try:
+            time_ns = int(sections[2])
+        except ValueError as exc:
+            raise LineProtocolError(f"bad timestamp {sections[2]!r}") from exc
+    elif default_time_ns is not None:
+        time_ns = default_time_ns
+    else:
+        raise LineProtocolError("line has no timestamp")
+    return Point(measurement, tags, fields, time_ns)
