@@ -54,7 +54,9 @@ def _encode_value(key: str, value: FieldValue) -> str:
     kind = type(value)
     if kind is float:
         if not math.isfinite(value):  # type: ignore[arg-type]
-            raise LineProtocolError(f"field {key!r} is {value!r}; NaN and infinity cannot be written")
+            raise LineProtocolError(
+                f"field {key!r} is {value!r}; NaN and infinity cannot be written"
+            )
         return repr(value)
     if kind is int:
         return f"{value}i"
@@ -112,7 +114,7 @@ class LineEncoder:
         if not fields:
             raise LineProtocolError(f"point of {point.measurement!r} has no fields")
         keys = self._field_keys
-        parts = []
+        parts: list[str] = []
         append = parts.append
         for k, v in fields.items():
             ek = keys.get(k)
@@ -121,7 +123,7 @@ class LineEncoder:
                 if len(keys) < _MAX_CACHE:
                     keys[k] = ek
             kind = type(v)
-            if kind is float and v - v == 0.0:  # finite (NaN and inf fail this)
+            if kind is float and v - v == 0.0:  # type: ignore[operator]  # finite: NaN, inf fail
                 append(f"{ek}={v!r}")
             elif kind is int:
                 append(f"{ek}={v}i")

@@ -1,0 +1,345 @@
+"""The nrg-collect agent: builds plugins from the config, runs them on one asyncio loop, and
+shuts down cleanly (stop collectors, drain the bus, flush every sink before a deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acquisition.api import PluginContext
+from acquisition.bus import Bus, ProcessorStats
+from acquisition.config import Config, PluginSpec
+from acquisition.errors import ConfigError, NoData
+from acquisition.paths import data_dir, runtime_dir, state_dir
+from acquisition.point import Point
+from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin
+from acquisition.running import Clock, CollectorRunner, SinkRunner, StreamRunner, SystemClock
+
+__all__ = ["Agent", "Unavailable", "default_config", "plugin_label"]
+
+log = logging.getLogger("nrg.agent")
+
+
+def default_config(config: Config) -> Config:
+    """The embedded default: every collector that works here, the file sink, both processors."""
+    if not config.collectors:
+        config.collectors = [PluginSpec("collectors", n, {}, explicit=False) for n in COLLECTORS]
+    if not config.sinks:
+        config.sinks = [PluginSpec("sinks", "file", {}, explicit=False)]
+    if not config.processors:
+        config.processors = [PluginSpec("processors", n, {}, explicit=False) for n in PROCESSORS]
+    return config
+
+
+def plugin_label(spec: PluginSpec) -> str:
+    """``procfs``, or ``procfs-1`` for a second instance."""
+    return spec.name if spec.index == 0 else f"{spec.name}-{spec.index}"
+
+
+@dataclass
+class Unavailable:
+    label: str
+    reason: str
+
+
+@dataclass
+class _Collected:
+    label: str
+    runner: CollectorRunner | StreamRunner
+    instance: Any
+
+
+@dataclass
+class AgentState:
+    started_ns: int = 0
+    unavailable: list[Unavailable] = field(default_factory=list)
+
+
+class Agent:
+    """Owns the bus, the runners and the plugin instances."""
+
+    def __init__(self, config: Config, *, clock: Clock | None = None) -> None:
+        self.config = config
+        agent = config.agent
+        self.clock: Clock = clock or SystemClock(precise=agent.precise_wakeup)
+        self.tags = agent.global_tags()
+        self.context = PluginContext(
+            host=self.tags["host"],
+            interval_s=agent.interval,
+            state_dir=Path(agent.state_dir).expanduser() if agent.state_dir else state_dir(),
+            data_dir=Path(agent.data_dir).expanduser() if agent.data_dir else data_dir(),
+            runtime_dir=runtime_dir(),
+            tags=self.tags,
+        )
+        self.bus = Bus()
+        self.collectors: list[_Collected] = []
+        self.sinks: list[SinkRunner] = []
+        self.processors: list[tuple[str, ProcessorStats]] = []
+        self.state = AgentState()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sink_tasks: list[asyncio.Task[None]] = []
+        self._open_collectors: list[Any] = []
+
+    # -- building -----------------------------------------------------------------------------
+
+    def _build(self, spec: PluginSpec) -> Any | None:
+        """Build one plugin; None (recorded as unavailable) when the embedded default meets a
+        plugin that cannot load here."""
+        try:
+            return build_plugin(spec, self.context)
+        except ConfigError:
+            raise
+        except NoData as exc:
+            self.state.unavailable.append(Unavailable(plugin_label(spec), str(exc)))
+        except ImportError as exc:
+            if spec.explicit:
+                raise ConfigError(
+                    f"[{spec.where}] cannot load: {exc} (install the matching extra, e.g. "
+                    f"pip install 'nrg[{_EXTRAS.get(spec.name, spec.name)}]')"
+                ) from exc
+            self.state.unavailable.append(
+                Unavailable(plugin_label(spec), f"unavailable: cannot import ({exc})")
+            )
+        return None
+
+    async def open_sinks(self) -> None:
+        agent = self.config.agent
+        for spec in self.config.sinks:
+            sink = self._build(spec)
+            if sink is None:
+                continue
+            await sink.open()
+            runner = SinkRunner(
+                plugin_label(spec),
+                sink,
+                batch_size=spec.batch_size or agent.batch_size,
+                flush_interval_s=spec.flush_interval or agent.flush_interval,
+                buffer_limit=spec.buffer_limit or agent.buffer_limit,
+            )
+            self.sinks.append(runner)
+            self.bus.add_sink(runner.offer)
+        if not self.sinks:
+            raise ConfigError("no sink could be opened: nothing would be recorded")
+
+    def open_processors(self) -> None:
+        for spec in self.config.processors:
+            proc = self._build(spec)
+            if proc is not None:
+                label = plugin_label(spec)
+                self.processors.append((label, self.bus.add_processor(label, proc)))
+
+    async def open_collectors(self, *, streams: bool = True) -> None:
+        agent = self.config.agent
+        for spec in self.config.collectors:
+            label = plugin_label(spec)
+            instance = self._build(spec)
+            if instance is None:
+                continue
+            is_stream = hasattr(instance, "run") and not hasattr(instance, "collect")
+            if is_stream and not streams:
+                continue
+            try:
+                await instance.open()
+            except NoData as exc:
+                self.state.unavailable.append(Unavailable(label, str(exc)))
+                log.log(
+                    logging.WARNING if spec.explicit else logging.INFO,
+                    "collector %s unavailable: %s",
+                    label,
+                    exc,
+                )
+                continue
+            except ConfigError:
+                raise
+            except Exception as exc:
+                if spec.explicit:
+                    raise ConfigError(f"[{spec.where}] failed to open: {exc!r}") from exc
+                self.state.unavailable.append(Unavailable(label, f"failed to open: {exc!r}"))
+                continue
+            self._open_collectors.append(instance)
+            runner: CollectorRunner | StreamRunner
+            if is_stream:
+                runner = StreamRunner(label, instance, self.bus.emit)
+            else:
+                runner = CollectorRunner(
+                    label,
+                    instance,
+                    self.bus.emit,
+                    interval_s=spec.interval or agent.interval,
+                    timeout_s=spec.timeout,
+                    align=agent.align,
+                    clock=self.clock,
+                )
+            self.collectors.append(_Collected(label, runner, instance))
+
+    async def start(self) -> None:
+        """Open sinks, processors and collectors, and start their tasks."""
+        self.state.started_ns = time.time_ns()
+        await self.open_sinks()
+        self.open_processors()
+        await self.open_collectors()
+        for runner in self.sinks:
+            self._sink_tasks.append(asyncio.create_task(runner.run(), name=f"sink {runner.name}"))
+        for c in self.collectors:
+            self._tasks.append(asyncio.create_task(c.runner.run(), name=f"collector {c.label}"))
+        self._tasks.append(asyncio.create_task(self._stats_loop(), name="self-stats"))
+        where = ", ".join(f"{r.name}" for r in self.sinks)
+        log.info(
+            "collecting from %s into %s",
+            ", ".join(c.label for c in self.collectors) or "nothing",
+            where,
+        )
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def _stats_loop(self) -> None:
+        interval = self.config.agent.stats_interval
+        if interval <= 0:
+            return
+        while True:
+            await asyncio.sleep(interval)
+            self.emit_self_stats()
+
+    def self_stats(self, now_ns: int | None = None) -> list[Point]:
+        """``nrg_collect`` points: one per collector, sink, processor, and one for the bus."""
+        now = now_ns or self.clock.time_ns()
+        points = []
+        for c in self.collectors:
+            s = c.runner.stats
+            fields: dict[str, float | int | bool | str] = {
+                "runs": s.runs,
+                "errors": s.errors,
+                "timeouts": s.timeouts,
+                "skipped_ticks": s.skipped_ticks,
+                "points": s.points,
+                "duration_seconds": (s.duration_ns_total / s.runs / 1e9) if s.runs else 0.0,
+                "duration_max_seconds": s.duration_ns_max / 1e9,
+                "lateness_max_seconds": s.lateness_ns_max / 1e9,
+            }
+            fields.update(_plugin_stats(c.instance))
+            points.append(
+                Point("nrg_collect", {"plugin": c.label, "kind": "collector"}, fields, now)
+            )
+        for r in self.sinks:
+            ss = r.stats
+            fields = {
+                "points_in": ss.points_in,
+                "points_written": ss.points_written,
+                "dropped_points": ss.dropped_points,
+                "spilled_points": ss.spilled_points,
+                "rejected_points": ss.rejected_points,
+                "write_errors": ss.write_errors,
+                "retries": ss.retries,
+                "queue_points": len(r.queue),
+                "queue_max_points": ss.queue_max,
+                "duration_seconds": (ss.write_ns_total / ss.batches_written / 1e9)
+                if ss.batches_written
+                else 0.0,
+            }
+            fields.update(_plugin_stats(r.sink))
+            points.append(Point("nrg_collect", {"plugin": r.name, "kind": "sink"}, fields, now))
+        for label, ps in self.processors:
+            points.append(
+                Point(
+                    "nrg_collect",
+                    {"plugin": label, "kind": "processor"},
+                    {"points_in": ps.points_in, "points_out": ps.points_out, "errors": ps.errors},
+                    now,
+                )
+            )
+        dropped = sum(r.stats.dropped_points for r in self.sinks)
+        points.append(
+            Point(
+                "nrg_collect",
+                {"plugin": "agent", "kind": "agent"},
+                {
+                    "points": self.bus.points,
+                    "dropped_points": dropped,
+                    "uptime_seconds": (now - self.state.started_ns) / 1e9,
+                    "collectors": len(self.collectors),
+                    "unavailable_collectors": len(self.state.unavailable),
+                },
+                now,
+            )
+        )
+        return points
+
+    def emit_self_stats(self) -> None:
+        for p in self.self_stats():
+            self.bus.emit(p)
+
+    def status_line(self, window_points: int, window_s: float) -> str:
+        rate = window_points / window_s if window_s > 0 else 0.0
+        sinks = " · ".join(
+            f"{r.name}: {r.status()}" + (f" → {_where(r.sink)}" if _where(r.sink) else "")
+            for r in self.sinks
+        )
+        return f"nrg ▸ {rate:,.0f} pts/s · {len(self.collectors)} collectors · {sinks}"
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Start, wait for ``stop``, then shut down."""
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop collectors, emit final self-stats, flush every sink before the deadline."""
+        deadline = time.monotonic() + self.config.agent.shutdown_timeout
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for inst in self._open_collectors:
+            try:
+                await inst.aclose()
+            except Exception as exc:
+                log.warning("closing collector %s failed: %r", getattr(inst, "name", inst), exc)
+        self._open_collectors.clear()
+        self.emit_self_stats()
+        for t in self._sink_tasks:
+            t.cancel()
+        for t in self._sink_tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for r in self.sinks:
+            await r.close(deadline)
+            try:
+                await r.sink.aclose()
+            except Exception as exc:
+                log.warning("closing sink %s failed: %r", r.name, exc)
+        dropped = sum(r.stats.dropped_points for r in self.sinks)
+        if dropped:
+            log.error("%d point(s) were dropped during this run (see nrg_collect)", dropped)
+
+
+_EXTRAS = {"influxdb": "influx", "nvml": "nvml", "emonpi": "serial"}
+
+
+def _plugin_stats(instance: Any) -> dict[str, float | int | bool | str]:
+    stats = getattr(instance, "stats", None)
+    if not callable(stats):
+        return {}
+    try:
+        values = stats()
+    except Exception:
+        return {}
+    return {str(k): v for k, v in dict(values).items() if isinstance(v, int | float | bool | str)}
+
+
+def _where(sink: Any) -> str:
+    where = getattr(sink, "where", None)
+    if callable(where):
+        try:
+            return str(where())
+        except Exception:
+            return ""
+    return ""

@@ -1,0 +1,550 @@
+"""Energy attribution: joules per training step and per module, joined from the bus.
+
+Source: the agent's bus, nothing else. Power sources read from it:
+
+- ``rapl`` points (tags ``socket``, ``domain``, optional ``die``): cumulative ``energy_joules`` (J);
+- ``gpu`` points (tag ``gpu``): cumulative ``energy_joules`` (J), else ``power_watts`` (W);
+- ``emonpi`` points (tag ``node``), the wall meter: ``energy_joules`` (J), else the configured
+  power field (``power1_watts``, W).
+
+Training-job points (sent by ``acquisition.torch`` through ``collectors/hooks.py``): ``nrg_step``
+(``start_time_ns``/``end_time_ns``, Unix-epoch ns), ``nrg_module`` (``exclusive_seconds``,
+optional ``gpu_seconds``, s) and ``nrg_run`` (``event`` start/end).
+
+Emits ``nrg_energy`` points (tags ``experiment``, ``run``, ``rank``, ``source``, ``scope``, and
+``module``/``phase`` for ``scope=module``; fields ``step``, ``epoch``, ``energy_joules``,
+``duration_seconds``, ``mean_power_watts``), stamped with the step's end time.
+
+Model, per step interval [start, end] and per source:
+
+- step energy: an energy counter is interpolated linearly between the samples that bracket each
+  edge and differenced; a source with power samples only is integrated by trapezoids, with the
+  power interpolated at the edges. A source whose samples do not bracket the step is left out;
+- module energy: the step's mean power times the module's exclusive (self) time, GPU time on GPU
+  sources (GPU sources get no module split when no module reports GPU time). When the summed
+  times exceed the step's duration, the shares are scaled down to the sum so none goes negative;
+- unattributed = step energy − Σ module energy, computed by subtraction so the two add up to the
+  step energy exactly (conservation);
+- rest of the system = wall − Σ RAPL (package and dram: core and uncore sit inside package, psys
+  covers the platform) − Σ GPU, when a wall meter and a RAPL package domain bracket the step.
+
+A step is emitted once its data is complete: every known source has a sample at or after the
+step's end (or can never bracket it), and its module points are in (a later step or the run's
+``end`` event arrived for the same experiment/run/rank, or ``grace`` passed on the data clock since
+the step point arrived). Modules may arrive before or after their step. The data clock is the
+newest timestamp seen on the bus, so the processor needs no timer and replays deterministically.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from acquisition.api import Emit, PluginContext
+from acquisition.point import FieldValue, Point
+
+__all__ = [
+    "AttributionConfig",
+    "EnergyAttribution",
+    "SourceSample",
+    "counter_energy",
+    "interpolate",
+    "parse_source",
+    "split_energy",
+    "trapezoid_energy",
+]
+
+log = logging.getLogger(__name__)
+
+_NS = 1_000_000_000
+_MODULE_SCOPE = "module"
+# RAPL domains that add up without overlap: core and uncore are parts of package, psys is the
+# whole platform.
+_RAPL_DISJOINT = ("package", "dram")
+
+
+@dataclass
+class AttributionConfig:
+    """``[[processors.attribution]]`` keys."""
+
+    grace: float = field(default=2.0, metadata={"duration": True})
+    """How long (data clock) after a step point to wait for late module points and lagging sources."""
+    history: float = field(default=600.0, metadata={"duration": True})
+    """How much source history to keep; older steps cannot be attributed."""
+    wall_power_field: str = "power1_watts"
+    """The ``emonpi`` field integrated when the node sends no ``energy_joules`` counter."""
+    max_pending_steps: int = 10_000
+    """Steps waiting for data beyond this many are dropped oldest first (and counted)."""
+
+
+# --- pure functions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSample:
+    """One reading of a power source, as :func:`parse_source` finds it on a point."""
+
+    source: str
+    """``rapl:package-0``, ``rapl:dram-0``, ``rapl:package-0-die-1``, ``gpu:0``, ``emonpi:5``."""
+    kind: str
+    """``rapl``, ``gpu`` or ``wall``."""
+    domain: str
+    """RAPL domain (``package``, ``dram``...), else ``""``."""
+    counter: bool
+    """True: ``value`` is a cumulative energy counter in J; False: a power in W."""
+    value: float
+
+
+def parse_source(point: Point, wall_power_field: str = "power1_watts") -> SourceSample | None:
+    """The power-source reading ``point`` carries, or None when it carries none."""
+    tags, fields = point.tags, point.fields
+    m = point.measurement
+    if m == "rapl":
+        domain = tags.get("domain", "")
+        name = f"rapl:{domain}-{tags.get('socket', '0')}"
+        if tags.get("die"):
+            name += f"-die-{tags['die']}"
+        return _reading(name, "rapl", domain, fields, None)
+    if m == "gpu":
+        return _reading(f"gpu:{tags.get('gpu', '0')}", "gpu", "", fields, "power_watts")
+    if m == "emonpi":
+        return _reading(f"emonpi:{tags.get('node', '0')}", "wall", "", fields, wall_power_field)
+    return None
+
+
+def _reading(
+    name: str, kind: str, domain: str, fields: Mapping[str, FieldValue], power_field: str | None
+) -> SourceSample | None:
+    energy = fields.get("energy_joules")
+    if _is_number(energy):
+        return SourceSample(name, kind, domain, True, float(energy))  # type: ignore[arg-type]
+    if power_field is not None:
+        power = fields.get(power_field)
+        if _is_number(power):
+            return SourceSample(name, kind, domain, False, float(power))  # type: ignore[arg-type]
+    return None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def interpolate(times: list[int], values: list[float], t: int) -> float | None:
+    """``values`` linearly interpolated at ``t``; None outside ``[times[0], times[-1]]``.
+
+    ``times`` is strictly increasing (ns).
+    """
+    if not times or t < times[0] or t > times[-1]:
+        return None
+    i = bisect.bisect_left(times, t)
+    if times[i] == t:
+        return values[i]
+    t0, t1 = times[i - 1], times[i]
+    v0, v1 = values[i - 1], values[i]
+    return v0 + (v1 - v0) * ((t - t0) / (t1 - t0))
+
+
+def counter_energy(times: list[int], joules: list[float], start: int, end: int) -> float | None:
+    """Energy (J) a cumulative counter gained over [start, end]; None unless samples bracket it."""
+    e0 = interpolate(times, joules, start)
+    e1 = interpolate(times, joules, end)
+    if e0 is None or e1 is None:
+        return None
+    return e1 - e0
+
+
+def trapezoid_energy(times: list[int], watts: list[float], start: int, end: int) -> float | None:
+    """Energy (J) of a power series over [start, end] by trapezoids; None unless bracketed."""
+    p0 = interpolate(times, watts, start)
+    p1 = interpolate(times, watts, end)
+    if p0 is None or p1 is None:
+        return None
+    lo = bisect.bisect_right(times, start)
+    hi = bisect.bisect_left(times, end)
+    total = 0.0
+    prev_t, prev_p = start, p0
+    for i in range(lo, hi):
+        total += (times[i] - prev_t) * (prev_p + watts[i]) / 2
+        prev_t, prev_p = times[i], watts[i]
+    total += (end - prev_t) * (prev_p + p1) / 2
+    return total / _NS
+
+
+def split_energy(
+    energy: float, duration_s: float, weights: Mapping[tuple[str, str], float]
+) -> tuple[dict[tuple[str, str], float], float]:
+    """Split a step's ``energy`` over modules by their time ``weights`` (s).
+
+    Each module gets ``energy × weight / max(duration_s, Σ weights)`` (the step's mean power times
+    its time); the remainder is what is left, by subtraction, so modules + remainder == energy.
+    """
+    total = sum(weights.values())
+    denom = max(duration_s, total)
+    if denom <= 0.0:
+        return {}, energy
+    shares = {key: energy * w / denom for key, w in weights.items()}
+    return shares, energy - sum(shares.values())
+
+
+# --- state -------------------------------------------------------------------------------------
+
+
+class _Series:
+    """Time-ordered samples of one quantity of one source."""
+
+    __slots__ = ("times", "values")
+
+    def __init__(self) -> None:
+        self.times: list[int] = []
+        self.values: list[float] = []
+
+    def add(self, t: int, v: float) -> bool:
+        """Append; False (and nothing added) for a sample out of order."""
+        if self.times and t <= self.times[-1]:
+            if t == self.times[-1]:
+                self.values[-1] = v
+                return True
+            return False
+        self.times.append(t)
+        self.values.append(v)
+        return True
+
+    def prune(self, before: int) -> None:
+        """Drop samples older than ``before``, keeping the last one at or before it."""
+        i = bisect.bisect_right(self.times, before) - 1
+        if i > 0:
+            del self.times[:i]
+            del self.values[:i]
+
+
+@dataclass
+class _Source:
+    name: str
+    kind: str
+    domain: str
+    counter: _Series = field(default_factory=_Series)
+    power: _Series = field(default_factory=_Series)
+
+    def first(self) -> int | None:
+        series = self.counter if self.counter.times else self.power
+        return series.times[0] if series.times else None
+
+    def last(self) -> int | None:
+        series = self.counter if self.counter.times else self.power
+        return series.times[-1] if series.times else None
+
+    def energy(self, start: int, end: int) -> float | None:
+        if self.counter.times:
+            return counter_energy(self.counter.times, self.counter.values, start, end)
+        return trapezoid_energy(self.power.times, self.power.values, start, end)
+
+
+RunKey = tuple[str, str, str]
+_EmitOne = Callable[[str, Mapping[str, str], float, float], None]
+StepKey = tuple[str, str, str, int]
+
+
+@dataclass
+class _Step:
+    run: RunKey
+    step: int
+    epoch: int = 0
+    start_ns: int | None = None
+    end_ns: int | None = None
+    arrived_ns: int = 0
+    seen_ns: int = 0
+    modules: dict[tuple[str, str], tuple[float, float | None]] = field(default_factory=dict)
+
+
+class _Done:
+    """Steps of one run already attributed: a bounded set above a floor (all below it are done)."""
+
+    __slots__ = ("floor", "steps")
+    keep: ClassVar[int] = 4096
+
+    def __init__(self) -> None:
+        self.floor = -1
+        self.steps: set[int] = set()
+
+    def __contains__(self, step: int) -> bool:
+        return step <= self.floor or step in self.steps
+
+    def add(self, step: int) -> None:
+        self.steps.add(step)
+        if len(self.steps) > 2 * self.keep:
+            self.floor = max(self.floor, max(self.steps) - self.keep)
+            self.steps = {s for s in self.steps if s > self.floor}
+
+
+def _run_key(tags: Mapping[str, str]) -> RunKey:
+    return (tags.get("experiment", ""), tags.get("run", ""), tags.get("rank", ""))
+
+
+def _int_field(fields: Mapping[str, FieldValue], key: str) -> int | None:
+    value = fields.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _float_field(fields: Mapping[str, FieldValue], key: str) -> float | None:
+    value = fields.get(key)
+    return float(value) if _is_number(value) else None  # type: ignore[arg-type]
+
+
+class EnergyAttribution:
+    """Bus processor: joins training steps and modules with power sources into ``nrg_energy``."""
+
+    name: ClassVar[str] = "attribution"
+    config_class: ClassVar[type] = AttributionConfig
+
+    def __init__(self, config: AttributionConfig, context: PluginContext) -> None:
+        self._config = config
+        self._context = context
+        self._grace_ns = int(config.grace * _NS)
+        self._history_ns = int(config.history * _NS)
+        self._sources: dict[str, _Source] = {}
+        self._steps: dict[StepKey, _Step] = {}
+        self._latest_step: dict[RunKey, int] = {}
+        self._ended: set[RunKey] = set()
+        self._done: dict[RunKey, _Done] = {}
+        self._clock = 0
+        self._last_prune = 0
+        self._counts: dict[str, int] = {
+            "steps_attributed": 0,
+            "steps_without_source": 0,
+            "steps_dropped": 0,
+            "steps_duplicate": 0,
+            "modules_late": 0,
+            "samples_out_of_order": 0,
+            "counter_resets": 0,
+            "points_emitted": 0,
+        }
+
+    # -- processor protocol --
+
+    def process(self, point: Point, emit: Emit) -> None:
+        """Take one bus point; emit ``nrg_energy`` for every step whose data is complete."""
+        if point.time_ns > self._clock:
+            self._clock = point.time_ns
+        m = point.measurement
+        if m == "nrg_module":
+            self._on_module(point)
+        elif m == "nrg_step":
+            self._on_step(point)
+        elif m == "nrg_run":
+            self._on_run(point, emit)
+        elif m in ("rapl", "gpu", "emonpi"):
+            self._on_source(point)
+        else:
+            if self._steps and self._clock - self._last_prune > self._grace_ns:
+                self._flush(emit)
+            return
+        if self._steps:
+            self._flush(emit)
+
+    def flush(self, emit: Emit) -> None:
+        """Emit every step that has a step point, with the data there is (at shutdown)."""
+        self._flush(emit, force=True)
+
+    def stats(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = dict(self._counts)
+        out["steps_pending"] = len(self._steps)
+        out["sources"] = len(self._sources)
+        return out
+
+    def describe(self) -> str:
+        names = ", ".join(sorted(self._sources)) or "none yet"
+        return f"energy per step and module from {names}"
+
+    # -- intake --
+
+    def _on_source(self, point: Point) -> None:
+        sample = parse_source(point, self._config.wall_power_field)
+        if sample is None:
+            return
+        src = self._sources.get(sample.source)
+        if src is None:
+            src = self._sources[sample.source] = _Source(sample.source, sample.kind, sample.domain)
+        series = src.counter if sample.counter else src.power
+        if sample.counter and series.values and sample.value < series.values[-1]:
+            # The collector restarted (counters count from its open): the old base is gone.
+            self._counts["counter_resets"] += 1
+            series.times.clear()
+            series.values.clear()
+        if not series.add(point.time_ns, sample.value):
+            self._counts["samples_out_of_order"] += 1
+        if len(series.times) > 64 and series.times[-1] - series.times[0] > 2 * self._history_ns:
+            series.prune(series.times[-1] - self._history_ns)
+
+    def _step_for(self, run: RunKey, step: int) -> _Step | None:
+        done = self._done.get(run)
+        if done is not None and step in done:
+            return None
+        key = (*run, step)
+        entry = self._steps.get(key)
+        if entry is None:
+            entry = self._steps[key] = _Step(run, step, seen_ns=self._clock)
+            if len(self._steps) > self._config.max_pending_steps:
+                oldest = next(iter(self._steps))
+                del self._steps[oldest]
+                self._counts["steps_dropped"] += 1
+        return entry
+
+    def _note_step(self, run: RunKey, step: int) -> None:
+        if step > self._latest_step.get(run, -1):
+            self._latest_step[run] = step
+
+    def _on_module(self, point: Point) -> None:
+        f = point.fields
+        step = _int_field(f, "step")
+        excl = _float_field(f, "exclusive_seconds")
+        if step is None or excl is None:
+            return
+        run = _run_key(point.tags)
+        self._note_step(run, step)
+        entry = self._step_for(run, step)
+        if entry is None:
+            self._counts["modules_late"] += 1
+            return
+        key = (point.tags.get("module", ""), point.tags.get("phase", ""))
+        entry.modules[key] = (excl, _float_field(f, "gpu_seconds"))
+
+    def _on_step(self, point: Point) -> None:
+        f = point.fields
+        step = _int_field(f, "step")
+        start = _int_field(f, "start_time_ns")
+        end = _int_field(f, "end_time_ns")
+        if step is None or start is None or end is None or end < start:
+            return
+        run = _run_key(point.tags)
+        self._note_step(run, step)
+        entry = self._step_for(run, step)
+        if entry is None:
+            self._counts["steps_duplicate"] += 1
+            return
+        if entry.end_ns is not None:
+            self._counts["steps_duplicate"] += 1
+        entry.epoch = _int_field(f, "epoch") or 0
+        entry.start_ns, entry.end_ns = start, end
+        entry.arrived_ns = self._clock
+
+    def _on_run(self, point: Point, emit: Emit) -> None:
+        run = _run_key(point.tags)
+        event = point.fields.get("event")
+        if event == "end":
+            self._ended.add(run)
+        elif event == "start" and run in self._latest_step:
+            # A restarted run counts its steps from 0 again: finish the old incarnation first.
+            self._ended.add(run)
+            self._flush(emit)
+            self._ended.discard(run)
+            self._latest_step.pop(run, None)
+            self._done.pop(run, None)
+
+    # -- emission --
+
+    def _complete(self, entry: _Step) -> bool:
+        return entry.run in self._ended or self._latest_step.get(entry.run, -1) > entry.step
+
+    def _covered(self, start: int, end: int) -> bool:
+        for src in self._sources.values():
+            first, last = src.first(), src.last()
+            if first is None or last is None or first > start:
+                continue  # can never bracket this step
+            if last < end:
+                return False
+        return True
+
+    def _flush(self, emit: Emit, force: bool = False) -> None:
+        self._last_prune = self._clock
+        for key, entry in list(self._steps.items()):
+            if entry.start_ns is None or entry.end_ns is None:
+                if self._clock - entry.seen_ns > self._history_ns:
+                    del self._steps[key]  # modules whose step never came
+                    self._counts["steps_dropped"] += 1
+                continue
+            overdue = self._clock - entry.arrived_ns >= self._grace_ns
+            ready = self._complete(entry) and self._covered(entry.start_ns, entry.end_ns)
+            if force or overdue or ready:
+                del self._steps[key]
+                self._done.setdefault(entry.run, _Done()).add(entry.step)
+                self._attribute(entry, emit)
+
+    def _attribute(self, entry: _Step, emit: Emit) -> None:
+        assert entry.start_ns is not None and entry.end_ns is not None
+        start, end = entry.start_ns, entry.end_ns
+        duration = (end - start) / _NS
+        experiment, run, rank = entry.run
+        base_tags = {"experiment": experiment, "run": run, "rank": rank}
+        base_tags = {k: v for k, v in base_tags.items() if v}
+        per_source: dict[str, float] = {}
+        for src in self._sources.values():
+            energy = src.energy(start, end)
+            if energy is None:
+                continue
+            per_source[src.name] = energy
+            if src.kind == "gpu":
+                weights = {k: g for k, (_, g) in entry.modules.items() if g is not None}
+            else:
+                weights = {k: excl for k, (excl, _) in entry.modules.items()}
+            shares, rest = split_energy(energy, duration, weights)
+            emit_one = self._emitter(emit, base_tags, src.name, entry, end)
+            emit_one("step", {}, energy, duration)
+            for (module, phase), joules in shares.items():
+                emit_one(
+                    _MODULE_SCOPE,
+                    {"module": module, "phase": phase},
+                    joules,
+                    weights[(module, phase)],
+                )
+            emit_one("unattributed", {}, rest, max(duration - sum(weights.values()), 0.0))
+        if not per_source:
+            self._counts["steps_without_source"] += 1
+            return
+        self._counts["steps_attributed"] += 1
+        for wall in self._sources.values():
+            if wall.kind != "wall" or wall.name not in per_source:
+                continue
+            rapl = [
+                per_source[s.name]
+                for s in self._sources.values()
+                if s.kind == "rapl" and s.domain in _RAPL_DISJOINT and s.name in per_source
+            ]
+            if not any(
+                s.kind == "rapl" and s.domain == "package" and s.name in per_source
+                for s in self._sources.values()
+            ):
+                continue
+            gpus = [
+                per_source[s.name]
+                for s in self._sources.values()
+                if s.kind == "gpu" and s.name in per_source
+            ]
+            rest_j = per_source[wall.name] - sum(rapl) - sum(gpus)
+            self._emitter(emit, base_tags, wall.name, entry, end)(
+                "rest_of_system", {}, rest_j, duration
+            )
+
+    def _emitter(
+        self, emit: Emit, base_tags: Mapping[str, str], source: str, entry: _Step, time_ns: int
+    ) -> _EmitOne:
+        def emit_one(scope: str, extra: Mapping[str, str], joules: float, seconds: float) -> None:
+            tags = {**base_tags, "source": source, "scope": scope, **extra}
+            fields: dict[str, FieldValue] = {
+                "step": entry.step,
+                "epoch": entry.epoch,
+                "energy_joules": joules,
+                "duration_seconds": seconds,
+            }
+            if seconds > 0.0:
+                fields["mean_power_watts"] = joules / seconds
+            emit(Point("nrg_energy", tags, fields, time_ns))
+            self._counts["points_emitted"] += 1
+
+        return emit_one

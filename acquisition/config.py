@@ -1,0 +1,383 @@
+"""TOML configuration: ``[agent]``, ``[[collectors.NAME]]``, ``[[sinks.NAME]]``, ``[[processors.NAME]]``.
+
+Defaults live in dataclasses (``AgentConfig`` here, each plugin's ``config_class``). Unknown keys are
+a startup error naming the table and key. ``${ENV}`` and ``${ENV:-default}`` in strings are expanded
+from the environment. Durations accept numbers (seconds) or strings such as ``"500ms"``, ``"2s"``,
+``"1m"``; sizes accept numbers (bytes) or ``"64MiB"``-style strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from acquisition.errors import ConfigError
+
+__all__ = [
+    "COLLECTOR_KEYS",
+    "SINK_KEYS",
+    "AgentConfig",
+    "Config",
+    "PluginSpec",
+    "build_dataclass",
+    "duration",
+    "expand_env",
+    "load_config",
+    "parse_config",
+    "parse_duration",
+    "parse_size",
+    "size",
+]
+
+T = TypeVar("T")
+
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+}
+_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def parse_duration(value: object, where: str = "duration") -> float:
+    """Seconds from ``1.5``, ``"500ms"``, ``"2s"``, ``"1m"``, ``"250us"``."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected a duration, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        m = _DURATION_RE.match(value)
+        if not m or m.group(2) not in _DURATION_UNITS:
+            raise ConfigError(
+                f"{where}: {value!r} is not a duration (use e.g. 500ms, 2s, 1m, or a number of seconds)"
+            )
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
+    else:
+        raise ConfigError(f"{where}: expected a duration, got {value!r}")
+    if seconds < 0:
+        raise ConfigError(f"{where}: duration must not be negative, got {value!r}")
+    return seconds
+
+
+def parse_size(value: object, where: str = "size") -> int:
+    """Bytes from ``1048576``, ``"64MiB"``, ``"1GB"``."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected a size, got {value!r}")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str):
+        m = re.match(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$", value)
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ConfigError(f"{where}: {value!r} is not a size (use e.g. 512MiB, 2GB, or bytes)")
+        n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    else:
+        raise ConfigError(f"{where}: expected a size, got {value!r}")
+    if n < 0:
+        raise ConfigError(f"{where}: size must not be negative")
+    return n
+
+
+def duration(default: float, doc: str = "") -> Any:
+    """A dataclass field holding seconds that users may write as ``"500ms"``."""
+    return field(default=default, metadata={"duration": True, "doc": doc})
+
+
+def size(default: int, doc: str = "") -> Any:
+    """A dataclass field holding bytes that users may write as ``"64MiB"``."""
+    return field(default=default, metadata={"size": True, "doc": doc})
+
+
+def expand_env(value: Any, where: str, env: Mapping[str, str] | None = None) -> Any:
+    """Replace ``${NAME}`` / ``${NAME:-default}`` in every string of ``value``."""
+    env = os.environ if env is None else env
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+
+        return _ENV_RE.sub(sub, value)
+    if isinstance(value, list):
+        return [expand_env(v, f"{where}[{i}]", env) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{where}.{k}", env) for k, v in value.items()}
+    return value
+
+
+def _check_type(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is Any or hint is object:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_type(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if hint is Path:
+        if isinstance(value, str):
+            return Path(value).expanduser()
+        raise ConfigError(f"{where}: expected a path string, got {value!r}")
+    if origin is list or hint is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        item = args[0] if args else Any
+        return [_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): _check_type(v, vt, f"{where}.{k}") for k, v in value.items()}
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise ConfigError(f"{where}: expected one of {', '.join(map(repr, args))}, got {value!r}")
+    return value
+
+
+def build_dataclass(cls: type[T], table: Mapping[str, Any], where: str) -> T:
+    """Build ``cls`` from a TOML table; unknown keys and wrong types are ConfigErrors."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs: dict[str, Any] = {}
+    for key, value in table.items():
+        f = fields.get(key)
+        if f is None:
+            known = ", ".join(sorted(fields)) or "(none)"
+            raise ConfigError(f"[{where}] unknown key {key!r}; known keys: {known}")
+        at = f"[{where}] {key}"
+        if f.metadata.get("duration"):
+            kwargs[key] = parse_duration(value, at)
+        elif f.metadata.get("size"):
+            kwargs[key] = parse_size(value, at)
+        else:
+            kwargs[key] = _check_type(value, hints[key], at)
+    try:
+        obj = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"[{where}] {exc}") from exc
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except ValueError as exc:
+            raise ConfigError(f"[{where}] {exc}") from exc
+    return obj
+
+
+@dataclass
+class AgentConfig:
+    """The ``[agent]`` table."""
+
+    interval: float = duration(1.0, "default collection interval of every collector")
+    align: bool = False
+    """Align ticks to wall-clock multiples of the interval (e.g. :00, :01 ...)."""
+    flush_interval: float = duration(1.0, "how often sinks are flushed")
+    batch_size: int = 5000
+    buffer_limit: int = 100_000
+    """Points held in memory per sink before spilling to disk (or dropping, counted)."""
+    stats_interval: float = duration(10.0, "how often nrg_collect self-stats are emitted")
+    shutdown_timeout: float = duration(10.0, "deadline for the final flush on SIGINT/SIGTERM")
+    precise_wakeup: bool = True
+    """Finish each sleep with a short precise sleep so ticks are < 1 ms late."""
+    host: str = ""
+    """Value of the ``host`` tag (default: this machine's hostname)."""
+    experiment: str = ""
+    run: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+    state_dir: str = ""
+    """Spools and other state (default: the per-user state dir, e.g. ~/.local/state/nrg)."""
+    data_dir: str = ""
+    """Default place for the file sink's output (default: ~/.local/share/nrg)."""
+    log_level: str = "info"
+
+    def validate(self) -> None:
+        if self.interval <= 0:
+            raise ValueError("interval must be > 0")
+        if self.flush_interval <= 0:
+            raise ValueError("flush_interval must be > 0")
+        if self.batch_size < 1 or self.buffer_limit < self.batch_size:
+            raise ValueError("need batch_size >= 1 and buffer_limit >= batch_size")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise ValueError(f"log_level {self.log_level!r} is not debug, info, warning or error")
+
+    def global_tags(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """``host`` always; ``experiment`` and ``run`` from config, else NRG_EXPERIMENT / NRG_RUN."""
+        env = os.environ if env is None else env
+        tags = dict(self.tags)
+        tags["host"] = self.host or socket.gethostname()
+        experiment = self.experiment or env.get("NRG_EXPERIMENT", "")
+        run = self.run or env.get("NRG_RUN", "")
+        if experiment:
+            tags["experiment"] = experiment
+        if run:
+            tags["run"] = run
+        return tags
+
+
+COLLECTOR_KEYS = {"interval", "timeout"}
+"""Keys of a ``[[collectors.X]]`` table that the core handles itself."""
+SINK_KEYS = {"batch_size", "flush_interval", "buffer_limit"}
+"""Keys of a ``[[sinks.X]]`` table that the core handles itself."""
+
+
+@dataclass
+class PluginSpec:
+    """One ``[[collectors.X]]`` / ``[[sinks.X]]`` / ``[[processors.X]]`` table, not yet built."""
+
+    kind: str
+    name: str
+    options: dict[str, Any]
+    index: int = 0
+    interval: float | None = None
+    timeout: float | None = None
+    batch_size: int | None = None
+    flush_interval: float | None = None
+    buffer_limit: int | None = None
+    explicit: bool = True
+    """False for the embedded default, where an unavailable collector is silently skipped."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.kind}.{self.name}[{self.index}]"
+
+
+@dataclass
+class Config:
+    agent: AgentConfig
+    collectors: list[PluginSpec]
+    sinks: list[PluginSpec]
+    processors: list[PluginSpec]
+    source: str = "<embedded default>"
+
+
+def _specs(kind: str, table: object, env: Mapping[str, str] | None) -> list[PluginSpec]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"[{kind}] must be a table of [[{kind}.NAME]] arrays")
+    out: list[PluginSpec] = []
+    for name, entries in table.items():
+        if isinstance(entries, dict):
+            entries = [entries]
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise ConfigError(
+                f"[{kind}.{name}] must be written [[{kind}.{name}]] (array of tables)"
+            )
+        for i, raw in enumerate(entries):
+            where = f"{kind}.{name}[{i}]"
+            options = expand_env(dict(raw), where, env)
+            spec = PluginSpec(kind, name, options, i)
+            if kind == "collectors":
+                if "interval" in options:
+                    spec.interval = parse_duration(options.pop("interval"), f"[{where}] interval")
+                    if spec.interval <= 0:
+                        raise ConfigError(f"[{where}] interval must be > 0")
+                if "timeout" in options:
+                    spec.timeout = parse_duration(options.pop("timeout"), f"[{where}] timeout")
+            elif kind == "sinks":
+                if "flush_interval" in options:
+                    spec.flush_interval = parse_duration(
+                        options.pop("flush_interval"), f"[{where}] flush_interval"
+                    )
+                for key in ("batch_size", "buffer_limit"):
+                    if key in options:
+                        v = options.pop(key)
+                        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                            raise ConfigError(f"[{where}] {key}: expected a positive integer")
+                        setattr(spec, key, v)
+            out.append(spec)
+    return out
+
+
+def parse_config(
+    text: str, source: str = "<string>", env: Mapping[str, str] | None = None
+) -> Config:
+    """Parse TOML text into a Config (plugin options are validated when plugins are built)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    known = {"agent", "collectors", "sinks", "processors"}
+    for key in data:
+        if key not in known:
+            raise ConfigError(
+                f"{source}: unknown top-level table or key {key!r}; "
+                "known: [agent], [[collectors.NAME]], [[sinks.NAME]], [[processors.NAME]]"
+            )
+    agent_table = expand_env(data.get("agent", {}), "agent", env)
+    if not isinstance(agent_table, dict):
+        raise ConfigError("[agent] must be a table")
+    agent = build_dataclass(AgentConfig, agent_table, "agent")
+    return Config(
+        agent=agent,
+        collectors=_specs("collectors", data.get("collectors", {}), env),
+        sinks=_specs("sinks", data.get("sinks", {}), env),
+        processors=_specs("processors", data.get("processors", {}), env),
+        source=source,
+    )
+
+
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+    """Read and parse a TOML config file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror or exc}") from exc
+    return parse_config(text, str(p), env)

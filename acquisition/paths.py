@@ -1,0 +1,37 @@
+"""Per-user directories of nrg (shared by the agent and the training-side library).
+
+``NRG_STATE_DIR``, ``NRG_DATA_DIR`` and ``NRG_RUNTIME_DIR`` override the platform defaults
+(``~/.local/state/nrg``, ``~/.local/share/nrg``, ``$XDG_RUNTIME_DIR/nrg``). Where there is no
+``XDG_RUNTIME_DIR`` (containers, ssh sessions) the runtime dir is ``/tmp/nrg-<uid>``, created 0700.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import platformdirs
+
+__all__ = ["data_dir", "runtime_dir", "state_dir"]
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("NRG_STATE_DIR") or platformdirs.user_state_dir("nrg"))
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("NRG_DATA_DIR") or platformdirs.user_data_dir("nrg"))
+
+
+def runtime_dir() -> Path:
+    """Where the hooks socket lives; private to the user."""
+    override = os.environ.get("NRG_RUNTIME_DIR")
+    if override:
+        return Path(override)
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return Path(platformdirs.user_runtime_dir("nrg"))
+    return Path(tempfile.gettempdir()) / f"nrg-{os.getuid()}"

@@ -1,0 +1,1 @@
+"""Sources: one module per collector (procfs, rapl, nvml, emonpi, hooks)."""

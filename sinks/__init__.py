@@ -1,0 +1,1 @@
+"""Destinations: one module per sink (file, stdout, influxdb) and the durable spool."""
