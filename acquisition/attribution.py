@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from acquisition.api import Emit, PluginContext
+from acquisition.config import duration
 from acquisition.point import FieldValue, Point
 
 __all__ = [
@@ -70,14 +71,20 @@ _RAPL_DISJOINT = ("package", "dram")
 class AttributionConfig:
     """``[[processors.attribution]]`` keys."""
 
-    grace: float = field(default=2.0, metadata={"duration": True})
-    """How long (data clock) after a step point to wait for late module points and lagging sources."""
-    history: float = field(default=600.0, metadata={"duration": True})
-    """How much source history to keep; older steps cannot be attributed."""
+    grace: float = duration(
+        2.0, "wait this long (data clock) after a step point for late modules and sources"
+    )
+    history: float = duration(600.0, "source history kept; older steps cannot be attributed")
     wall_power_field: str = "power1_watts"
     """The ``emonpi`` field integrated when the node sends no ``energy_joules`` counter."""
     max_pending_steps: int = 10_000
     """Steps waiting for data beyond this many are dropped oldest first (and counted)."""
+
+    def validate(self) -> None:
+        if self.history <= self.grace:
+            raise ValueError("history must be longer than grace")
+        if self.max_pending_steps < 1:
+            raise ValueError("max_pending_steps must be >= 1")
 
 
 # --- pure functions ----------------------------------------------------------------------------

@@ -1,0 +1,410 @@
+"""Training-job listener: line protocol from ``acquisition.torch`` over a local Unix socket.
+
+Source: a SOCK_STREAM Unix socket, by default ``platformdirs.user_runtime_dir("nrg")/hooks.sock``
+(e.g. ``/run/user/1000/nrg/hooks.sock``); the ``socket_path`` key, else env ``NRG_SOCKET``, moves
+it. The socket file is created mode 0600 in a 0700 directory, and each connection's peer is
+checked with ``SO_PEERCRED``: only the agent's own user (and root) may send.
+
+Each ``\\n``-terminated UTF-8 line is parsed as InfluxDB line protocol (timestamps Unix-epoch ns;
+a line without one gets the arrival time). Only measurements starting with ``nrg_`` are accepted
+(``nrg_step``, ``nrg_module``, ``nrg_model``, ``nrg_run``...); the listener stamps the ``host``
+tag and adds each peer's pid to ``context.status["tracked_pids"]`` so the procfs collector follows
+the training process. Lines longer than ``max_line_bytes``, undecodable or unparsable lines,
+foreign measurements, connections beyond ``max_connections`` and other users' connections are
+rejected and counted by reason (``stats()``, published in ``nrg_collect``).
+
+On shutdown the listener stops reading new connections, drains what the peers already sent, and
+removes the socket file if it is still the one it created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import stat
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from acquisition.api import Emit, PluginContext
+from acquisition.config import size
+from acquisition.errors import ConfigError, LineProtocolError, NoData
+from acquisition.lineproto import decode_line
+from acquisition.point import Point
+
+__all__ = [
+    "REJECT_REASONS",
+    "HookLineRejected",
+    "HooksCollector",
+    "HooksConfig",
+    "default_socket_path",
+    "parse_hook_line",
+    "split_lines",
+]
+
+log = logging.getLogger(__name__)
+
+SOCKET_ENV = "NRG_SOCKET"
+MEASUREMENT_PREFIX = "nrg_"
+REJECT_REASONS = ("too_long", "encoding", "syntax", "measurement", "truncated")
+"""Why a line is rejected; each is counted as ``rejected_<reason>``."""
+
+_MAX_UNIX_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
+_READ_CHUNK = 256 * 1024
+_DRAIN_TIMEOUT_S = 5.0
+_PEERCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
+
+
+@dataclass
+class HooksConfig:
+    """``[[collectors.hooks]]`` keys."""
+
+    socket_path: str = ""
+    """Where to listen (default: env NRG_SOCKET, else <user runtime dir>/nrg/hooks.sock)."""
+    max_line_bytes: int = size(65_536, "longer lines are rejected (counted as too_long)")
+    max_connections: int = 64
+    """Connections beyond this many are closed at once (counted)."""
+    allowed_uids: list[int] = field(default_factory=list)
+    """Other users allowed to send besides the agent's own user and root (peer credentials are
+    checked; the socket file stays 0600, so they also need a way in, e.g. ACLs on it)."""
+    track_pids: bool = True
+    """Add each peer's pid to the shared tracked_pids so procfs reports the training process."""
+
+    def validate(self) -> None:
+        if self.max_line_bytes < 64:
+            raise ValueError("max_line_bytes must be at least 64")
+        if self.max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
+
+
+def default_socket_path(runtime_dir: Path, environ: dict[str, str] | None = None) -> Path:
+    """The wire contract's default: env ``NRG_SOCKET``, else ``<runtime_dir>/hooks.sock``."""
+    env = os.environ if environ is None else environ
+    override = env.get(SOCKET_ENV, "")
+    return Path(override).expanduser() if override else runtime_dir / "hooks.sock"
+
+
+# --- pure parsing ------------------------------------------------------------------------------
+
+
+class HookLineRejected(ValueError):
+    """A line the listener does not accept; ``reason`` is one of :data:`REJECT_REASONS`."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def parse_hook_line(raw: bytes, *, host: str, now_ns: int, max_bytes: int) -> Point | None:
+    """One received line (without its ``\\n``) → a Point stamped with ``host``.
+
+    Returns None for a blank or comment line; raises :class:`HookLineRejected` otherwise.
+    """
+    if len(raw) > max_bytes:
+        raise HookLineRejected("too_long", f"{len(raw)} bytes > {max_bytes}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HookLineRejected("encoding", str(exc)) from None
+    stripped = text.strip()
+    if not stripped or stripped.startswith("#"):
+        return None
+    try:
+        point = decode_line(stripped, default_time_ns=now_ns)
+    except LineProtocolError as exc:
+        raise HookLineRejected("syntax", str(exc)) from None
+    if not point.measurement.startswith(MEASUREMENT_PREFIX):
+        raise HookLineRejected(
+            "measurement", f"{point.measurement!r} does not start with {MEASUREMENT_PREFIX!r}"
+        )
+    tags = dict(point.tags)
+    tags["host"] = host
+    return Point(point.measurement, tags, point.fields, point.time_ns)
+
+
+@dataclass
+class _LineBuffer:
+    """Bytes received on one connection that do not yet end in a newline."""
+
+    data: bytearray = field(default_factory=bytearray)
+    discarding: bool = False
+    """True while skipping the rest of a line already rejected as too long."""
+
+
+def split_lines(buf: _LineBuffer, chunk: bytes, max_bytes: int) -> Iterator[bytes | None]:
+    """Feed ``chunk``; yield each complete line, and None once for each line over ``max_bytes``.
+
+    Memory stays bounded by ``max_bytes``: an overlong line is dropped as it arrives.
+    """
+    data = buf.data
+    data += chunk
+    start = 0
+    while True:
+        nl = data.find(b"\n", start)
+        if nl < 0:
+            break
+        if buf.discarding:
+            buf.discarding = False
+        elif nl - start > max_bytes:
+            yield None
+        else:
+            yield bytes(data[start:nl])
+        start = nl + 1
+    del data[:start]
+    if len(data) > max_bytes:
+        if not buf.discarding:
+            buf.discarding = True
+            yield None
+        data.clear()
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
+    """(pid, uid, gid) of a Unix-socket peer, or None where SO_PEERCRED is unavailable."""
+    opt = getattr(socket, "SO_PEERCRED", None)
+    if opt is None:
+        return None
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, opt, _PEERCRED.size)
+    except OSError:
+        return None
+    pid, uid, gid = _PEERCRED.unpack(raw)
+    return pid, uid, gid
+
+
+# --- the collector ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Connection:
+    writer: asyncio.StreamWriter
+    pid: int
+
+
+class HooksCollector:
+    """Stream collector: a Unix-socket listener for the training job's ``nrg_*`` lines."""
+
+    name: ClassVar[str] = "hooks"
+    config_class: ClassVar[type] = HooksConfig
+
+    def __init__(self, config: HooksConfig, context: PluginContext) -> None:
+        self._config = config
+        self._context = context
+        self.path = (
+            Path(config.socket_path).expanduser()
+            if config.socket_path
+            else default_socket_path(context.runtime_dir)
+        )
+        self._server: asyncio.base_events.Server | None = None
+        self._inode: tuple[int, int] | None = None
+        self._emit: Emit | None = None
+        self._connections: dict[asyncio.Task[Any], _Connection] = {}
+        self._added_pids: dict[int, int] = {}
+        self._allowed_uids = {os.geteuid(), 0, *config.allowed_uids}
+        self._logged: set[str] = set()
+        self._counts: dict[str, int] = {
+            "lines_accepted": 0,
+            **{f"rejected_{r}": 0 for r in REJECT_REASONS},
+            "connections_total": 0,
+            "connections_refused_limit": 0,
+            "connections_refused_uid": 0,
+        }
+
+    # -- lifecycle --
+
+    async def open(self) -> None:
+        """Bind the socket (0600); NoData when another live agent already listens there."""
+        path = self.path
+        if len(os.fsencode(path)) > _MAX_UNIX_PATH:
+            raise ConfigError(
+                f"[collectors.hooks] socket_path {str(path)!r} is longer than "
+                f"{_MAX_UNIX_PATH} bytes, the limit of a Unix socket address"
+            )
+        if not path.parent.exists():
+            path.parent.mkdir(mode=0o700, parents=True)
+        self._remove_stale(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            # Linux gives the socket file the mode of the socket's inode (less the umask): set it
+            # before bind so the file is never reachable by others, then chmod to be sure.
+            os.fchmod(sock.fileno(), 0o600)
+            sock.bind(os.fsencode(path))
+            os.chmod(path, 0o600)
+            sock.listen(min(self._config.max_connections, socket.SOMAXCONN))
+            sock.setblocking(False)
+            st = os.stat(path)
+            self._inode = (st.st_dev, st.st_ino)
+            self._server = await asyncio.start_unix_server(
+                self._serve, sock=sock, start_serving=False
+            )
+        except BaseException:
+            sock.close()
+            raise
+
+    @staticmethod
+    def _remove_stale(path: Path) -> None:
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ConfigError(f"[collectors.hooks] {path} exists and is not a socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(os.fsencode(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            path.unlink(missing_ok=True)  # left behind by an agent that died
+            return
+        except OSError:
+            pass  # e.g. EACCES: someone else's live socket
+        finally:
+            probe.close()
+        raise NoData(f"another agent already listens on {path}")
+
+    async def run(self, emit: Emit) -> None:
+        """Serve connections until cancelled."""
+        if self._server is None:
+            raise RuntimeError("open() first")
+        self._emit = emit
+        await self._server.start_serving()
+        await asyncio.Event().wait()
+
+    async def aclose(self) -> None:
+        """Stop listening, drain what peers already sent, remove our socket file."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for conn in self._connections.values():
+            sock = conn.writer.get_extra_info("socket")
+            with contextlib.suppress(OSError):
+                # Reads still return what is queued, then EOF; the peer's next send fails and
+                # its library falls back to its spool file.
+                sock.shutdown(socket.SHUT_RD)
+        tasks = list(self._connections)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=_DRAIN_TIMEOUT_S)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._unlink_own_socket()
+
+    def _unlink_own_socket(self) -> None:
+        if self._inode is None:
+            return
+        try:
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) == self._inode:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self._inode = None
+
+    # -- connections --
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._counts["connections_total"] += 1
+        task = asyncio.current_task()
+        assert task is not None
+        cred = peer_credentials(writer.get_extra_info("socket"))
+        pid = cred[0] if cred else 0
+        if cred is not None and cred[1] not in self._allowed_uids:
+            self._refuse(writer, "uid", f"uid {cred[1]} (pid {pid}) is not allowed to send")
+            return
+        if len(self._connections) >= self._config.max_connections:
+            self._refuse(writer, "limit", f"{self._config.max_connections} connections open")
+            return
+        self._connections[task] = _Connection(writer, pid)
+        self._track(pid)
+        try:
+            await self._read(reader)
+        except (ConnectionError, OSError) as exc:
+            log.debug("hooks connection from pid %d ended: %r", pid, exc)
+        finally:
+            del self._connections[task]
+            self._untrack(pid)
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    def _refuse(self, writer: asyncio.StreamWriter, reason: str, detail: str) -> None:
+        self._counts[f"connections_refused_{reason}"] += 1
+        self._log_once(f"refused_{reason}", "hooks: refused a connection: %s", detail)
+        writer.close()
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        buf = _LineBuffer()
+        limit = self._config.max_line_bytes
+        host = self._context.host
+        while True:
+            chunk = await reader.read(_READ_CHUNK)
+            if not chunk:
+                break
+            now = time.time_ns()
+            for line in split_lines(buf, chunk, limit):
+                if line is None:
+                    self._reject("too_long", f"a line longer than {limit} bytes")
+                    continue
+                try:
+                    point = parse_hook_line(line, host=host, now_ns=now, max_bytes=limit)
+                except HookLineRejected as exc:
+                    self._reject(exc.reason, str(exc))
+                    continue
+                if point is not None:
+                    self._counts["lines_accepted"] += 1
+                    assert self._emit is not None
+                    self._emit(point)
+        if buf.data.strip() and not buf.discarding:
+            self._reject("truncated", f"{len(buf.data)} bytes without a final newline")
+
+    def _reject(self, reason: str, detail: str) -> None:
+        self._counts[f"rejected_{reason}"] += 1
+        self._log_once(
+            reason, "hooks: rejected a line (%s); further rejects are only counted", detail
+        )
+
+    def _log_once(self, key: str, msg: str, *args: object) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(msg, *args)
+
+    def _track(self, pid: int) -> None:
+        if not (self._config.track_pids and pid > 0):
+            return
+        pids: set[int] = self._context.status.setdefault("tracked_pids", set())
+        if pid in self._added_pids:
+            self._added_pids[pid] += 1
+        elif pid not in pids:
+            pids.add(pid)
+            self._added_pids[pid] = 1
+
+    def _untrack(self, pid: int) -> None:
+        n = self._added_pids.get(pid)
+        if n is None:
+            return
+        if n > 1:
+            self._added_pids[pid] = n - 1
+            return
+        del self._added_pids[pid]
+        self._context.status.get("tracked_pids", set()).discard(pid)
+
+    # -- reporting --
+
+    def stats(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = dict(self._counts)
+        out["connections_open"] = len(self._connections)
+        return out
+
+    def status(self) -> str:
+        rejected = sum(self._counts[f"rejected_{r}"] for r in REJECT_REASONS)
+        return f"{len(self._connections)} job(s), {self._counts['lines_accepted']} lines" + (
+            f", {rejected} rejected" if rejected else ""
+        )
+
+    def describe(self) -> str:
+        return f"training-job events on {self.path}"
