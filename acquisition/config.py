@@ -75,7 +75,7 @@ def parse_duration(value: object, where: str = "duration") -> float:
         seconds = float(value)
     elif isinstance(value, str):
         m = _DURATION_RE.match(value)
-        if not m or m.group(2) not in _DURATION_UNITS:
+        if not m or (m.group(2) and m.group(2) not in _DURATION_UNITS):
             raise ConfigError(
                 f"{where}: {value!r} is not a duration (use e.g. 500ms, 2s, 1m, or a number of seconds)"
             )

@@ -156,8 +156,9 @@ def encode_lines(points: Iterable[Point]) -> str:
 # --- decoding ---------------------------------------------------------------------------------
 
 
-def _split_unescaped(text: str, sep: str) -> list[str]:
-    """Split on ``sep`` where it is neither escaped nor inside a double-quoted string."""
+def _split_unescaped(text: str, sep: str, *, strings: bool = False) -> list[str]:
+    """Split on ``sep`` where it is not backslash-escaped; with ``strings``, also not inside a
+    double-quoted field value (a quote right after an unescaped ``=``)."""
     out: list[str] = []
     cur: list[str] = []
     i, n, quoted = 0, len(text), False
@@ -167,7 +168,7 @@ def _split_unescaped(text: str, sep: str) -> list[str]:
             cur.append(text[i : i + 2])
             i += 2
             continue
-        if c == '"':
+        if strings and c == '"' and (quoted or (cur and cur[-1] == "=")):
             quoted = not quoted
         elif c == sep and not quoted:
             out.append("".join(cur))
@@ -180,6 +181,15 @@ def _split_unescaped(text: str, sep: str) -> list[str]:
         raise LineProtocolError("unterminated string field")
     out.append("".join(cur))
     return out
+
+
+def _split_sections(line: str) -> list[str]:
+    """``series``, ``fields`` and the optional timestamp: the first unescaped space ends the
+    series (quotes mean nothing there); in the fields, spaces inside string values do not count."""
+    series = _split_unescaped(line, " ")
+    head = series[0]
+    rest = " ".join(series[1:])
+    return [head, *_split_unescaped(rest, " ", strings=True)] if len(series) > 1 else [head]
 
 
 def _unescape(text: str) -> str:
@@ -240,7 +250,7 @@ def decode_line(line: str, *, default_time_ns: int | None = None) -> Point:
     line = line.rstrip("\r\n")
     if not line or line.startswith("#"):
         raise LineProtocolError("empty or comment line")
-    sections = _split_unescaped(line, " ")
+    sections = _split_sections(line)
     if len(sections) not in (2, 3) or not all(sections):
         raise LineProtocolError(f"expected 'series fields [timestamp]', got {len(sections)} parts")
     series = _split_unescaped(sections[0], ",")
@@ -254,7 +264,7 @@ def decode_line(line: str, *, default_time_ns: int | None = None) -> Point:
             raise LineProtocolError(f"tag {k!r} has an empty value")
         tags[_unescape(k)] = _unescape(v)
     fields: dict[str, FieldValue] = {}
-    for item in _split_unescaped(sections[1], ","):
+    for item in _split_unescaped(sections[1], ",", strings=True):
         k, v = _split_pair(item, "field")
         fields[_unescape(k)] = _decode_value(v)
     if len(sections) == 3:

@@ -100,7 +100,7 @@ class FileSink:
     async def _open_file(self) -> None:
         path = self._new_path()
         try:
-            self._file = await aiofiles.open(path, "ab")
+            self._file = await aiofiles.open(path, "ab", buffering=0)
         except OSError as exc:
             raise ConfigError(f"[sinks.file] cannot open {path}: {exc.strerror}") from exc
         self.current = path
@@ -140,8 +140,10 @@ class FileSink:
             await self._rotate()
         start = self._size
         try:
-            await self._file.write(data)
-            await self._file.flush()
+            view = memoryview(data)
+            while view:  # unbuffered: a write may be partial
+                n = await self._file.write(view)
+                view = view[n:]
             self._size += len(data)
             await self._maybe_fsync()
         except OSError as exc:
@@ -173,7 +175,6 @@ class FileSink:
         if self._file is None:
             return
         try:
-            await self._file.flush()
             if fsync and self.config.fsync != "never":
                 await asyncio.to_thread(os.fsync, self._file.fileno())
         finally:

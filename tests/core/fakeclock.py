@@ -1,0 +1,41 @@
+"""A fake clock for the scheduler: time moves only when the test (or a collector) moves it."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+
+
+class FakeClock:
+    def __init__(self, wall_start_ns: int = 1_700_000_000_000_000_000) -> None:
+        self.mono = 10_000_000_000
+        self.wall_offset = wall_start_ns - self.mono
+        self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._ids = itertools.count()
+
+    def monotonic_ns(self) -> int:
+        return self.mono
+
+    def time_ns(self) -> int:
+        return self.mono + self.wall_offset
+
+    async def sleep_until(self, deadline_ns: int) -> None:
+        if deadline_ns <= self.mono:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (deadline_ns, next(self._ids), fut))
+        await fut
+
+    async def run_until(self, t_ns: int) -> None:
+        """Advance to ``t_ns``, waking each sleeper exactly at its deadline, in order."""
+        while True:
+            for _ in range(5):
+                await asyncio.sleep(0)
+            if not self._sleepers or self._sleepers[0][0] > t_ns:
+                break
+            deadline, _, fut = heapq.heappop(self._sleepers)
+            self.mono = max(self.mono, deadline)
+            if not fut.done():
+                fut.set_result(None)
+        self.mono = max(self.mono, t_ns)

@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from acquisition.api import Emit
+from acquisition.point import Point
+from acquisition.running import CollectorRunner, FailureLog, backoff_delay
+from tests.core.fakeclock import FakeClock
+
+MS = 1_000_000
+
+
+class Recorder:
+    """A collector whose collect takes ``busy_ns`` of fake time and may fail on chosen ticks."""
+
+    name = "rec"
+
+    def __init__(self, clock: FakeClock, busy_ns: int = 0, fail_on: set[int] | None = None):
+        self.clock = clock
+        self.busy_ns = busy_ns
+        self.fail_on = fail_on or set()
+        self.starts: list[int] = []
+        self.stamps: list[int] = []
+
+    async def open(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def collect(self, emit: Emit, now_ns: int) -> None:
+        n = len(self.starts)
+        self.starts.append(self.clock.mono)
+        self.stamps.append(now_ns)
+        self.clock.mono += self.busy_ns
+        if n in self.fail_on:
+            raise OSError(5, "Input/output error")
+        emit(Point("m", {}, {"n": n}, now_ns))
+
+
+def _runner(clock: FakeClock, rec: Recorder, interval_s: float, **kw: object) -> CollectorRunner:
+    out: list[Point] = []
+    return CollectorRunner("rec", rec, out.append, interval_s=interval_s, clock=clock, **kw)  # type: ignore[arg-type]
+
+
+async def test_ticks_stay_on_absolute_deadlines_without_drift() -> None:
+    clock = FakeClock()
+    rec = Recorder(clock, busy_ns=3 * MS)  # every collect costs 3 ms of a 10 ms interval
+    runner = _runner(clock, rec, 0.01)
+    t0 = clock.mono
+    task = asyncio.create_task(runner.run())
+    await clock.run_until(t0 + 1000 * MS)
+    task.cancel()
+    assert len(rec.starts) == 101
+    assert rec.starts == [t0 + k * 10 * MS for k in range(101)]  # no accumulated 3 ms drift
+    assert runner.stats.skipped_ticks == 0
+    assert runner.stats.points == 101
+
+
+async def test_overrunning_collect_skips_missed_ticks_and_counts_them() -> None:
+    clock = FakeClock()
+    rec = Recorder(clock, busy_ns=25 * MS)  # longer than two 10 ms intervals
+    runner = _runner(clock, rec, 0.01, timeout_s=1.0)
+    t0 = clock.mono
+    task = asyncio.create_task(runner.run())
+    await clock.run_until(t0 + 90 * MS)
+    task.cancel()
+    # starts at 0, 30, 60, 90 ms; each overran to +25 ms, so ticks 10,20 / 40,50 / 70,80 /
+    # 100,110 (inside the last collect) were skipped
+    assert rec.starts == [t0, t0 + 30 * MS, t0 + 60 * MS, t0 + 90 * MS]
+    assert runner.stats.skipped_ticks == 8
+
+
+async def test_alignment_to_wall_clock_multiples() -> None:
+    clock = FakeClock(wall_start_ns=1_700_000_000_123_456_789)
+    rec = Recorder(clock)
+    runner = _runner(clock, rec, 1.0, align=True)
+    task = asyncio.create_task(runner.run())
+    await clock.run_until(clock.mono + 3_000 * MS)
+    task.cancel()
+    assert rec.stamps and all(s % 1_000_000_000 == 0 for s in rec.stamps)
+
+
+async def test_failures_are_counted_and_logged_once_per_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="nrg.running")
+    clock = FakeClock()
+    rec = Recorder(clock, fail_on={2, 3, 4, 7})
+    runner = _runner(clock, rec, 0.01)
+    task = asyncio.create_task(runner.run())
+    await clock.run_until(clock.mono + 95 * MS)
+    task.cancel()
+    assert runner.stats.errors == 4
+    assert runner.stats.points == 10 - 4
+    messages = [r.getMessage() for r in caplog.records]
+    failing = [m for m in messages if "failing" in m]
+    recovered = [m for m in messages if "recovered" in m]
+    assert len(failing) == 2 and "Input/output error" in failing[0]
+    assert len(recovered) == 2 and "after 3 failure(s)" in recovered[0]
+
+
+async def test_timeout_cancels_a_hung_collect() -> None:
+    class Hung:
+        name = "hung"
+
+        async def collect(self, emit: Emit, now_ns: int) -> None:
+            await asyncio.sleep(3600)
+
+    runner = CollectorRunner("hung", Hung(), lambda p: None, interval_s=0.01, timeout_s=0.02)  # type: ignore[arg-type]
+    await runner.tick()
+    assert runner.stats.timeouts == 1
+    assert "timed out after 0.02 s" in runner.stats.last_error
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    assert all(0.25 <= backoff_delay(0) <= 0.5 for _ in range(50))
+    assert all(backoff_delay(20, cap=30) <= 30 for _ in range(50))
+    assert max(backoff_delay(6) for _ in range(200)) > 8
+
+
+def test_failure_log_quiet_between_first_failure_and_recovery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    fl = FailureLog(logging.getLogger("t"), "thing")
+    fl.ok()
+    for _ in range(5):
+        fl.failed("down")
+    fl.ok()
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "thing failing: down",
+        "thing recovered after 5 failure(s) over 0.0 s",
+    ]
