@@ -1,0 +1,283 @@
+"""The durable spool on a real filesystem: order, recovery across restarts, torn records, quota."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import tempfile
+import zlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sinks.spool import (
+    HEADER,
+    MAGIC,
+    FsyncPolicy,
+    Spool,
+    encode_record,
+    parse_fsync_policy,
+    parse_segment,
+)
+
+
+def lines(start: int, n: int) -> bytes:
+    return b"".join(b"m v=%06di %06d\n" % (i, i) for i in range(start, start + n))
+
+
+async def drain(spool: Spool, max_bytes: int = 1 << 20) -> bytes:
+    out = b""
+    while spool.records:
+        batch = await spool.read(max_bytes)
+        out += batch.payload
+        await spool.commit(batch)
+    return out
+
+
+def segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("seg-*.nrgspool"))
+
+
+# --- pure parts --------------------------------------------------------------------------------
+
+
+def test_encode_record_layout() -> None:
+    rec = encode_record(b"m v=1i 5\n", 1, 1_700_000_000_000_000_000)
+    length, crc, points, at = struct.unpack(">IIIQ", rec[:20])
+    assert (length, points, at) == (9, 1, 1_700_000_000_000_000_000)
+    assert crc == zlib.crc32(struct.pack(">IQ", 1, 1_700_000_000_000_000_000) + b"m v=1i 5\n")
+    assert rec[20:] == b"m v=1i 5\n"
+    assert HEADER.size == 20
+
+
+def test_parse_segment_stops_at_a_torn_tail() -> None:
+    a = encode_record(b"a x=1i 1\n", 1, 10)
+    b = encode_record(b"b x=2i 2\nb x=3i 3\n", 2, 20)
+    data = MAGIC + a + b
+    records, end, bad = parse_segment(data, 7)
+    assert [(r.seq, r.offset, r.size, r.points, r.spooled_at_ns) for r in records] == [
+        (7, 8, len(a), 1, 10),
+        (7, 8 + len(a), len(b), 2, 20),
+    ]
+    assert (end, bad) == (len(data), False)
+    # Cut inside the second record's payload, inside its header, and flip a payload byte.
+    for broken in (data[:-3], data[: 8 + len(a) + 5], data[:-2] + b"X\n"):
+        records, end, bad = parse_segment(broken, 7)
+        assert [r.points for r in records] == [1]
+        assert (end, bad) == (8 + len(a), True)
+
+
+@pytest.mark.parametrize(
+    ("text", "interval"),
+    [("always", 0.0), ("never", None), ("1s", 1.0), ("250ms", 0.25), ("2m", 120.0), (0.5, 0.5)],
+)
+def test_parse_fsync_policy(text: str | float, interval: float | None) -> None:
+    assert parse_fsync_policy(text) == FsyncPolicy(interval)
+
+
+@pytest.mark.parametrize("text", ["sometimes", "-1s", "1h", ""])
+def test_parse_fsync_policy_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="fsync"):
+        parse_fsync_policy(text)
+
+
+# --- on disk -----------------------------------------------------------------------------------
+
+
+async def test_fifo_and_commit(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    for k in range(5):
+        assert spool.append_nowait(lines(10 * k, 10), 10)
+    assert (spool.records, spool.points) == (5, 50)
+    batch = await spool.read(1)  # at least one record, whatever the limit
+    assert (batch.records, batch.points, batch.payload) == (1, 10, lines(0, 10))
+    await spool.commit(batch)
+    assert await drain(spool) == lines(10, 40)
+    assert (spool.records, spool.points, spool.bytes) == (0, 0, 0)
+    await spool.close()
+
+
+async def test_next_start_replays_what_is_left(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    for k in range(4):
+        await spool.append(lines(10 * k, 10), 10)
+    await spool.commit(await spool.read(1))  # first record delivered
+    await spool.close()
+
+    again = Spool(tmp_path, max_bytes=1 << 20)
+    await again.open()
+    assert (again.records, again.points, again.recovered_points, again.torn_records) == (
+        3,
+        30,
+        30,
+        0,
+    )
+    again.append_nowait(lines(40, 10), 10)
+    assert await drain(again) == lines(10, 40)
+    await again.close()
+
+    third = Spool(tmp_path, max_bytes=1 << 20)
+    await third.open()
+    assert third.records == 0
+    await third.close()
+
+
+async def test_torn_last_record_is_skipped_and_counted(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    await spool.append(lines(0, 10), 10)
+    await spool.append(lines(10, 10), 10)
+    await spool.close()
+    (seg,) = segments(tmp_path)
+    size = seg.stat().st_size
+    with open(seg, "r+b") as f:  # power loss halfway through the last write
+        f.truncate(size - 7)
+
+    again = Spool(tmp_path, max_bytes=1 << 20)
+    await again.open()
+    assert (again.records, again.points, again.torn_records) == (1, 10, 1)
+    assert again.discarded_bytes == len(encode_record(lines(10, 10), 10, 0)) - 7
+    assert seg.stat().st_size == len(MAGIC) + len(encode_record(lines(0, 10), 10, 0))
+    await again.append(lines(20, 5), 5)
+    await again.close()
+
+    third = Spool(tmp_path, max_bytes=1 << 20)
+    await third.open()
+    assert (third.torn_records, third.points) == (0, 15)
+    assert await drain(third) == lines(0, 10) + lines(20, 5)
+    await third.close()
+
+
+@pytest.mark.parametrize("damage", ["flip", "zeros", "no-magic"])
+async def test_damaged_tail_never_crashes(tmp_path: Path, damage: str) -> None:
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    await spool.append(lines(0, 3), 3)
+    await spool.close()
+    (seg,) = segments(tmp_path)
+    data = bytearray(seg.read_bytes())
+    if damage == "flip":
+        data[-2] ^= 0x20
+    elif damage == "zeros":
+        data += bytes(4096)  # the filesystem extended the file but the data never landed
+    else:
+        data = bytearray(b"\0" * 5)
+    seg.write_bytes(bytes(data))
+
+    again = Spool(tmp_path, max_bytes=1 << 20)
+    await again.open()
+    assert again.torn_records == 1
+    assert again.points == (3 if damage == "zeros" else 0)
+    await again.close()
+
+
+async def test_quota_drops_new_points_and_counts_them(tmp_path: Path) -> None:
+    quota = sum(len(encode_record(lines(10 * k, 10), 10, 0)) for k in range(3))
+    spool = Spool(tmp_path, max_bytes=quota)
+    await spool.open()
+    accepted = [spool.append_nowait(lines(10 * k, 10), 10) for k in range(5)]
+    assert accepted == [True, True, True, False, False]
+    assert (spool.points, spool.dropped_points, spool.dropped_records) == (30, 20, 2)
+    await spool.commit(await spool.read(1))
+    assert spool.append_nowait(lines(50, 10), 10)
+    assert spool.dropped_points == 20
+    assert await drain(spool) == lines(10, 20) + lines(50, 10)
+    await spool.close()
+
+
+async def test_segments_roll_and_replayed_ones_are_deleted(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=4096)
+    await spool.open()
+    payload = lines(0, 50)  # 970-byte records: 4 per segment
+    for _ in range(10):
+        spool.append_nowait(payload, 50)
+    await spool.flush()
+    assert [p.stat().st_size for p in segments(tmp_path)] == [8 + 4 * 970, 8 + 4 * 970, 8 + 2 * 970]
+    batch = await spool.read(4096)
+    assert batch.records == 4
+    await spool.commit(batch)
+    assert len(segments(tmp_path)) == 2
+    await drain(spool)
+    assert len(segments(tmp_path)) == 1  # the active segment stays
+    await spool.close()
+    reopened = Spool(tmp_path, max_bytes=1 << 20)
+    await reopened.open()
+    assert reopened.records == 0
+    await reopened.close()
+
+
+@pytest.mark.parametrize("policy", ["always", "never", "50ms"])
+async def test_every_fsync_policy_keeps_data_across_restart(tmp_path: Path, policy: str) -> None:
+    spool = Spool(tmp_path, max_bytes=1 << 20, fsync=parse_fsync_policy(policy))
+    await spool.open()
+    for k in range(3):
+        spool.append_nowait(lines(k, 1), 1)
+    await asyncio.sleep(0.1)  # lets the interval policy's timer fire; harmless for the others
+    await spool.close()
+    again = Spool(tmp_path, max_bytes=1 << 20)
+    await again.open()
+    assert await drain(again) == lines(0, 3)
+    await again.close()
+
+
+async def test_oldest_age_uses_the_spool_time(tmp_path: Path) -> None:
+    now = [1_000_000_000_000]
+    spool = Spool(tmp_path, max_bytes=1 << 20, clock_ns=lambda: now[0])
+    await spool.open()
+    assert spool.oldest_age_s() == 0.0
+    spool.append_nowait(lines(0, 1), 1)
+    now[0] += 2_500_000_000
+    spool.append_nowait(lines(1, 1), 1)
+    now[0] += 1_000_000_000
+    assert spool.oldest_age_s() == 3.5
+    await spool.commit(await spool.read(1))
+    assert spool.oldest_age_s() == 1.0
+    await spool.close()
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 20)),
+        st.tuples(st.just("commit"), st.integers(1, 3)),
+        st.tuples(st.just("reopen"), st.just(0)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops)
+def test_spool_behaves_like_a_fifo_across_restarts(script: list[tuple[str, int]]) -> None:
+    async def run(directory: Path) -> None:
+        model: list[bytes] = []
+        counter = 0
+        spool = Spool(directory, max_bytes=1 << 20, segment_bytes=4096)
+        await spool.open()
+        for op, arg in script:
+            if op == "append":
+                payload = lines(counter, arg)
+                counter += arg
+                spool.append_nowait(payload, arg)
+                model.append(payload)
+            elif op == "commit":
+                for _ in range(arg):
+                    if not spool.records:
+                        break
+                    batch = await spool.read(1)
+                    assert batch.payload == model.pop(0)
+                    await spool.commit(batch)
+            else:
+                await spool.close()
+                spool = Spool(directory, max_bytes=1 << 20, segment_bytes=4096)
+                await spool.open()
+            assert spool.records == len(model)
+            assert spool.points == sum(p.count(b"\n") for p in model)
+        assert await drain(spool) == b"".join(model)
+        await spool.close()
+
+    with tempfile.TemporaryDirectory() as d:
+        asyncio.run(run(Path(d)))
