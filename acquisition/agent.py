@@ -148,11 +148,12 @@ class Agent:
                 await instance.open()
             except NoData as exc:
                 self.state.unavailable.append(Unavailable(label, str(exc)))
+                reason = str(exc)
                 log.log(
                     logging.WARNING if spec.explicit else logging.INFO,
-                    "collector %s unavailable: %s",
+                    "collector %s %s",
                     label,
-                    exc,
+                    reason if reason.startswith("unavailable") else f"unavailable: {reason}",
                 )
                 continue
             except ConfigError:

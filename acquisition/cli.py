@@ -112,12 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
-    _setup_logging("debug" if args.verbose else "warning" if args.once else "info")
+    quiet_logs = args.once or command == "list"
+    _setup_logging("debug" if args.verbose else "warning" if quiet_logs else "info")
     try:
         config = _load(args)
         if not args.verbose:
             logging.getLogger().setLevel(
-                logging.WARNING if args.once else config.agent.log_level.upper()
+                logging.WARNING if quiet_logs else config.agent.log_level.upper()
             )
         if command == "list":
             return asyncio.run(_list(config))

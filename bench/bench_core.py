@@ -66,8 +66,10 @@ def bench_encoder(n: int = 200_000) -> None:
     t0 = time.perf_counter()
     "\n".join(p.to_line_protocol() for p in ipoints)
     theirs = m / (time.perf_counter() - t0)
-    print(f"encoder: nrg {ours:,.0f} points/s  |  influxdb-client Point {theirs:,.0f} points/s  "
-          f"|  ratio {ours / theirs:.1f}x  (target >= 500k points/s)")
+    print(
+        f"encoder: nrg {ours:,.0f} points/s  |  influxdb-client Point {theirs:,.0f} points/s  "
+        f"|  ratio {ours / theirs:.1f}x  (target >= 500k points/s)"
+    )
 
 
 class _Noop:
@@ -78,8 +80,13 @@ class _Noop:
 
 
 async def _lateness(hz: float, seconds: float, precise: bool) -> list[int]:
-    runner = CollectorRunner("noop", _Noop(), lambda p: None, interval_s=1 / hz,  # type: ignore[arg-type]
-                             clock=SystemClock(precise=precise))
+    runner = CollectorRunner(
+        "noop",
+        _Noop(),
+        lambda p: None,
+        interval_s=1 / hz,  # type: ignore[arg-type]
+        clock=SystemClock(precise=precise),
+    )
     task = asyncio.create_task(runner.run())
     await asyncio.sleep(seconds)
     task.cancel()
@@ -138,7 +145,8 @@ def _cpu_seconds(pid: int) -> float:
 def bench_agent_cpu(seconds: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp, "cfg.toml")
-        cfg.write_text(textwrap.dedent(f"""
+        cfg.write_text(
+            textwrap.dedent(f"""
             [agent]
             interval = "100ms"
             stats_interval = "10s"
@@ -146,9 +154,9 @@ def bench_agent_cpu(seconds: float) -> None:
             [[collectors.procfs]]
             [[sinks.file]]
             dir = "{tmp}/out"
-        """))
-        agent = subprocess.Popen([NRG, "--config", str(cfg), "--quiet"],
-                                 stderr=subprocess.DEVNULL)
+        """)
+        )
+        agent = subprocess.Popen([NRG, "--config", str(cfg), "--quiet"], stderr=subprocess.DEVNULL)
         bare = subprocess.Popen([sys.executable, "-c", BARE_LOOP, f"{tmp}/bare.txt"])
         time.sleep(2.0)  # let start-up costs pass before measuring
         a0, b0 = _cpu_seconds(agent.pid), _cpu_seconds(bare.pid)
@@ -160,28 +168,35 @@ def bench_agent_cpu(seconds: float) -> None:
         bare.wait()
     ticks = seconds * 10
     da, db = a1 - a0, b1 - b0
-    print(f"agent CPU at 10 Hz (procfs + file sink): {da / ticks * 1e6:.0f} µs/tick = "
-          f"{da / seconds * 100:.2f} % of a core  |  bare loop {db / ticks * 1e6:.0f} µs/tick = "
-          f"{db / seconds * 100:.2f} %  |  ratio {da / db if db else float('nan'):.2f}x "
-          f"(target <= 1.5x; clock ticks are 10 ms, so use >= 20 s)")
+    print(
+        f"agent CPU at 10 Hz (procfs + file sink): {da / ticks * 1e6:.0f} µs/tick = "
+        f"{da / seconds * 100:.2f} % of a core  |  bare loop {db / ticks * 1e6:.0f} µs/tick = "
+        f"{db / seconds * 100:.2f} %  |  ratio {da / db if db else float('nan'):.2f}x "
+        f"(target <= 1.5x; clock ticks are 10 ms, so use >= 20 s)"
+    )
 
 
 def bench_first_point() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp, "cfg.toml")
-        cfg.write_text(textwrap.dedent(f"""
+        cfg.write_text(
+            textwrap.dedent(f"""
             [agent]
             interval = "100ms"
             flush_interval = "5ms"
             state_dir = "{tmp}/state"
             [[collectors.procfs]]
             [[sinks.stdout]]
-        """))
+        """)
+        )
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
-            p = subprocess.Popen([NRG, "--config", str(cfg), "--quiet"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL)
+            p = subprocess.Popen(
+                [NRG, "--config", str(cfg), "--quiet"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
             assert p.stdout is not None
             p.stdout.readline()
             times.append(time.perf_counter() - t0)
@@ -190,8 +205,10 @@ def bench_first_point() -> None:
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         bare = time.perf_counter() - t0
-    print(f"first point after spawn: {statistics.median(times) * 1e3:.0f} ms (median of 3)  |  "
-          f"bare interpreter start {bare * 1e3:.0f} ms")
+    print(
+        f"first point after spawn: {statistics.median(times) * 1e3:.0f} ms (median of 3)  |  "
+        f"bare interpreter start {bare * 1e3:.0f} ms"
+    )
 
 
 def main() -> None:
