@@ -1,0 +1,11 @@
+# The nrg-collect agent. Reads the host through /host (procfs, powercap sysfs) as docker-compose.yml
+# mounts it; torch is not installed here: the agent never needs it.
+FROM python:3.11-slim
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY acquisition ./acquisition
+COPY collectors ./collectors
+COPY sinks ./sinks
+RUN pip install --no-cache-dir '.[influx,nvml,serial]'
+ENTRYPOINT ["nrg-collect"]
+CMD ["--config", "/etc/nrg/nrg.toml", "--quiet"]
