@@ -217,12 +217,8 @@ class Influxd(_Server):
         if auth:
             params["u"] = user or self.admin_user
             params["p"] = password or self.admin_password
-        status, body = _http(
-            "POST",
-            f"{self.url}/query",
-            urllib.parse.urlencode(params).encode(),
-            {"Content-Type": "application/x-www-form-urlencoded"},
-        )
+        # influxd reads credentials from the URL (or Basic auth), not from a form body.
+        status, body = _http("POST", f"{self.url}/query?{urllib.parse.urlencode(params)}")
         data: dict[str, Any] = json.loads(body or b"{}")
         if status != 200 or any("error" in r for r in data.get("results", [])):
             raise RuntimeError(f"influxd query {q!r} failed: {status} {data}")
