@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 
 _NS = 1_000_000_000
 _MODULE_SCOPE = "module"
+_FAR = 2**63
 # RAPL domains that add up without overlap: core and uncore are parts of package, psys is the
 # whole platform.
 _RAPL_DISJOINT = ("package", "dram")
@@ -321,7 +322,8 @@ class EnergyAttribution:
         self._ended: set[RunKey] = set()
         self._done: dict[RunKey, _Done] = {}
         self._clock = 0
-        self._last_prune = 0
+        self._next_due = 0
+        """Data-clock time when a pending step next falls due (grace or history)."""
         self._counts: dict[str, int] = {
             "steps_attributed": 0,
             "steps_without_source": 0,
@@ -349,7 +351,7 @@ class EnergyAttribution:
         elif m in ("rapl", "gpu", "emonpi"):
             self._on_source(point)
         else:
-            if self._steps and self._clock - self._last_prune > self._grace_ns:
+            if self._steps and self._clock >= self._next_due:
                 self._flush(emit)
             return
         if self._steps:
@@ -469,19 +471,25 @@ class EnergyAttribution:
         return True
 
     def _flush(self, emit: Emit, force: bool = False) -> None:
-        self._last_prune = self._clock
+        next_due = _FAR
         for key, entry in list(self._steps.items()):
             if entry.start_ns is None or entry.end_ns is None:
-                if self._clock - entry.seen_ns > self._history_ns:
+                due = entry.seen_ns + self._history_ns
+                if self._clock >= due:
                     del self._steps[key]  # modules whose step never came
                     self._counts["steps_dropped"] += 1
+                else:
+                    next_due = min(next_due, due)
                 continue
-            overdue = self._clock - entry.arrived_ns >= self._grace_ns
+            due = entry.arrived_ns + self._grace_ns
             ready = self._complete(entry) and self._covered(entry.start_ns, entry.end_ns)
-            if force or overdue or ready:
+            if force or ready or self._clock >= due:
                 del self._steps[key]
                 self._done.setdefault(entry.run, _Done()).add(entry.step)
                 self._attribute(entry, emit)
+            else:
+                next_due = min(next_due, due)
+        self._next_due = next_due
 
     def _attribute(self, entry: _Step, emit: Emit) -> None:
         assert entry.start_ns is not None and entry.end_ns is not None

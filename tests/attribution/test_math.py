@@ -1,0 +1,107 @@
+"""Pure parts of the attribution: source parsing, interpolation, integration, the module split."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from acquisition.attribution import (
+    SourceSample,
+    counter_energy,
+    interpolate,
+    parse_source,
+    split_energy,
+    trapezoid_energy,
+)
+from acquisition.point import Point
+
+S = 1_000_000_000
+
+
+def test_parse_source_names() -> None:
+    rapl = Point("rapl", {"socket": "0", "domain": "package"}, {"energy_joules": 5.0}, 1)
+    assert parse_source(rapl) == SourceSample("rapl:package-0", "rapl", "package", True, 5.0)
+    die = Point("rapl", {"socket": "1", "domain": "package", "die": "1"}, {"energy_joules": 2}, 1)
+    assert parse_source(die) == SourceSample("rapl:package-1-die-1", "rapl", "package", True, 2.0)
+    gpu = Point("gpu", {"gpu": "3", "uuid": "GPU-x"}, {"power_watts": 70.5}, 1)
+    assert parse_source(gpu) == SourceSample("gpu:3", "gpu", "", False, 70.5)
+    gpu_e = Point("gpu", {"gpu": "0"}, {"power_watts": 70.5, "energy_joules": 9.0}, 1)
+    assert parse_source(gpu_e) == SourceSample("gpu:0", "gpu", "", True, 9.0)
+    wall = Point("emonpi", {"node": "5"}, {"power1_watts": 120, "power2_watts": 3}, 1)
+    assert parse_source(wall) == SourceSample("emonpi:5", "wall", "", False, 120.0)
+    assert parse_source(wall, wall_power_field="power2_watts") == SourceSample(
+        "emonpi:5", "wall", "", False, 3.0
+    )
+    assert parse_source(Point("rapl", {"domain": "dram"}, {"power_watts": 1.0}, 1)) is None
+    assert parse_source(Point("cpu", {}, {"energy_joules": 1.0}, 1)) is None
+    assert parse_source(Point("gpu", {"gpu": "0"}, {"power_watts": True}, 1)) is None
+
+
+def test_interpolate() -> None:
+    times, values = [0, 10, 30], [0.0, 1.0, 5.0]
+    assert interpolate(times, values, 0) == 0.0
+    assert interpolate(times, values, 5) == 0.5
+    assert interpolate(times, values, 10) == 1.0
+    assert interpolate(times, values, 20) == 3.0
+    assert interpolate(times, values, 30) == 5.0
+    assert interpolate(times, values, -1) is None
+    assert interpolate(times, values, 31) is None
+    assert interpolate([], [], 0) is None
+
+
+def test_counter_energy_interpolates_the_edges() -> None:
+    # 10 W constant, sampled every 100 ms: a step from 0.25 s to 0.55 s used exactly 3 J.
+    times = [k * S // 10 for k in range(11)]
+    joules = [t / S * 10.0 for t in times]
+    energy = counter_energy(times, joules, S // 4, 55 * S // 100)
+    assert energy is not None and math.isclose(energy, 3.0, rel_tol=1e-12)
+    assert counter_energy(times, joules, -1, S) is None
+    assert counter_energy(times, joules, 0, S + 1) is None
+
+
+def test_trapezoid_energy() -> None:
+    # Power ramps 0 → 100 W over 1 s: exact integral from 0.2 s to 0.8 s is 50·(0.64 − 0.04) = 30 J;
+    # trapezoids are exact on a linear ramp, whatever the sample grid.
+    times = [0, S // 4, S]
+    watts = [0.0, 25.0, 100.0]
+    energy = trapezoid_energy(times, watts, S // 5, 4 * S // 5)
+    assert energy is not None and math.isclose(energy, 30.0, rel_tol=1e-12)
+    # Between two samples only.
+    energy = trapezoid_energy([0, S], [10.0, 10.0], S // 4, S // 2)
+    assert energy is not None and math.isclose(energy, 2.5, rel_tol=1e-12)
+    assert trapezoid_energy(times, watts, -1, S) is None
+
+
+def test_split_energy_by_time() -> None:
+    shares, rest = split_energy(
+        6.0, 0.3, {("fc1", "forward"): 0.1, ("fc1", "backward"): 0.05, ("(root)", "forward"): 0.0}
+    )
+    assert shares == pytest.approx(
+        {("fc1", "forward"): 2.0, ("fc1", "backward"): 1.0, ("(root)", "forward"): 0.0},
+        rel=1e-12,
+    )
+    assert math.isclose(rest, 3.0, rel_tol=1e-12)
+
+
+def test_split_energy_when_times_exceed_the_step() -> None:
+    # Module times summing to more than the interval are scaled to their sum: nothing negative.
+    shares, rest = split_energy(4.0, 1.0, {("a", "forward"): 1.5, ("b", "forward"): 0.5})
+    assert shares == {("a", "forward"): 3.0, ("b", "forward"): 1.0}
+    assert rest == 0.0
+    assert split_energy(4.0, 0.0, {}) == ({}, 4.0)
+
+
+@given(
+    st.floats(min_value=0.0, max_value=1e6, allow_nan=False),
+    st.floats(min_value=0.0, max_value=100.0, allow_nan=False),
+    st.lists(st.floats(min_value=0.0, max_value=10.0, allow_nan=False), max_size=50),
+)
+def test_split_conserves_energy(energy: float, duration: float, times: list[float]) -> None:
+    weights = {(f"m{i}", "forward"): t for i, t in enumerate(times)}
+    shares, rest = split_energy(energy, duration, weights)
+    assert math.isclose(sum(shares.values()) + rest, energy, rel_tol=1e-9, abs_tol=1e-9)
+    assert all(v >= 0.0 for v in shares.values())
+    assert rest >= -1e-9 * max(energy, 1.0)

@@ -1,0 +1,335 @@
+"""EnergyAttribution fed literal bus points: what it emits, when, and that energy is conserved."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from acquisition.api import PluginContext
+from acquisition.attribution import AttributionConfig, EnergyAttribution
+from acquisition.bus import Bus
+from acquisition.config import PluginSpec
+from acquisition.errors import ConfigError
+from acquisition.point import Point
+from acquisition.registry import build_plugin
+
+S = 1_000_000_000
+MS = 1_000_000
+T0 = 1_763_000_000 * S  # an epoch second: all times below are offsets from it
+RUN = {"experiment": "e1", "run": "r1", "rank": "0", "host": "h"}
+
+
+def context() -> PluginContext:
+    return PluginContext(
+        host="h", interval_s=0.1, state_dir=Path("/"), data_dir=Path("/"), runtime_dir=Path("/")
+    )
+
+
+class Harness:
+    def __init__(self, **options: object) -> None:
+        self.proc = EnergyAttribution(AttributionConfig(**options), context())  # type: ignore[arg-type]
+        self.out: list[Point] = []
+
+    def feed(self, points: Iterable[Point]) -> None:
+        for p in points:
+            self.proc.process(p, self.out.append)
+
+    def rows(self) -> list[tuple[object, ...]]:
+        """(source, scope, module, phase, step, joules, seconds) per emitted point, in order."""
+        return [
+            (
+                p.tags["source"],
+                p.tags["scope"],
+                p.tags.get("module", ""),
+                p.tags.get("phase", ""),
+                p.fields["step"],
+                pytest.approx(p.fields["energy_joules"], rel=1e-9, abs=1e-12),
+                pytest.approx(p.fields["duration_seconds"], rel=1e-9, abs=1e-12),
+            )
+            for p in self.out
+        ]
+
+
+def counter(
+    domain: str, watts: float, t_from_ms: int, t_to_ms: int, every_ms: int = 100
+) -> list[Point]:
+    """RAPL samples of a constant ``watts`` from T0 (counter 0 at T0)."""
+    return [
+        Point(
+            "rapl",
+            {"socket": "0", "domain": domain},
+            {"energy_joules": watts * t / 1000, "power_watts": watts},
+            T0 + t * MS,
+        )
+        for t in range(t_from_ms, t_to_ms + 1, every_ms)
+    ]
+
+
+def step(n: int, start_ms: int, end_ms: int, epoch: int = 0, tags: dict[str, str] = RUN) -> Point:
+    return Point(
+        "nrg_step",
+        tags,
+        {
+            "step": n,
+            "epoch": epoch,
+            "start_time_ns": T0 + start_ms * MS,
+            "end_time_ns": T0 + end_ms * MS,
+            "duration_seconds": (end_ms - start_ms) / 1000,
+        },
+        T0 + end_ms * MS,
+    )
+
+
+def module(
+    n: int, name: str, phase: str, excl: float, end_ms: int, gpu: float | None = None
+) -> Point:
+    fields: dict[str, float | int] = {
+        "step": n,
+        "epoch": 0,
+        "calls": 1,
+        "inclusive_seconds": excl,
+        "exclusive_seconds": excl,
+    }
+    if gpu is not None:
+        fields["gpu_seconds"] = gpu
+    return Point("nrg_module", {**RUN, "module": name, "phase": phase}, fields, T0 + end_ms * MS)
+
+
+def run_event(event: str, at_ms: int) -> Point:
+    return Point("nrg_run", RUN, {"event": event, "pid": 1, "graph_path": ""}, T0 + at_ms * MS)
+
+
+STEP0_MODULES = [
+    module(0, "fc1", "forward", 0.1, 550),
+    module(0, "fc2", "backward", 0.05, 550),
+]
+
+
+def test_modules_first_then_step_completed_by_run_end() -> None:
+    h = Harness()
+    h.feed(
+        [run_event("start", 0), *counter("package", 10.0, 0, 200), *counter("dram", 2.0, 0, 200)]
+    )
+    h.feed([*STEP0_MODULES, step(0, 250, 550)])
+    h.feed(counter("package", 10.0, 300, 600) + counter("dram", 2.0, 300, 600))
+    assert h.out == []  # data is there, but more modules of step 0 could still come
+    h.feed([run_event("end", 700)])
+    assert h.rows() == [
+        ("rapl:package-0", "step", "", "", 0, 3.0, 0.3),
+        ("rapl:package-0", "module", "fc1", "forward", 0, 1.0, 0.1),
+        ("rapl:package-0", "module", "fc2", "backward", 0, 0.5, 0.05),
+        ("rapl:package-0", "unattributed", "", "", 0, 1.5, 0.15),
+        ("rapl:dram-0", "step", "", "", 0, 0.6, 0.3),
+        ("rapl:dram-0", "module", "fc1", "forward", 0, 0.2, 0.1),
+        ("rapl:dram-0", "module", "fc2", "backward", 0, 0.1, 0.05),
+        ("rapl:dram-0", "unattributed", "", "", 0, 0.3, 0.15),
+    ]
+    first = h.out[0]
+    assert first.measurement == "nrg_energy"
+    assert first.tags == {
+        "experiment": "e1",
+        "run": "r1",
+        "rank": "0",
+        "source": "rapl:package-0",
+        "scope": "step",
+    }
+    assert first.time_ns == T0 + 550 * MS
+    assert first.fields["mean_power_watts"] == pytest.approx(10.0, rel=1e-9)
+    assert h.out[1].tags["module"] == "fc1" and h.out[1].tags["phase"] == "forward"
+    assert h.proc.stats()["steps_attributed"] == 1
+    assert h.proc.stats()["steps_pending"] == 0
+
+
+def test_step_first_then_modules_completed_by_the_next_step_and_sources() -> None:
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 200))
+    h.feed([step(0, 250, 550), *STEP0_MODULES, module(1, "fc1", "forward", 0.1, 900)])
+    assert h.out == []  # step 0 is complete, but the source has not passed its end yet
+    h.feed(counter("package", 10.0, 300, 500))
+    assert h.out == []
+    h.feed(counter("package", 10.0, 600, 600))
+    assert [r[:4] for r in h.rows()] == [
+        ("rapl:package-0", "step", "", ""),
+        ("rapl:package-0", "module", "fc1", "forward"),
+        ("rapl:package-0", "module", "fc2", "backward"),
+        ("rapl:package-0", "unattributed", "", ""),
+    ]
+    assert h.rows()[1][5] == pytest.approx(1.0)
+
+
+def test_grace_on_the_data_clock_emits_a_step_nothing_completes() -> None:
+    h = Harness(grace=1.0)
+    h.feed(counter("package", 10.0, 0, 600))
+    h.feed([*STEP0_MODULES, step(0, 250, 550)])  # arrives at data clock 600 ms
+    h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 1599 * MS)])
+    assert h.out == []
+    h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 1600 * MS)])
+    assert len(h.out) == 4
+    assert sum(p.fields["energy_joules"] for p in h.out[1:]) == pytest.approx(3.0)  # type: ignore[misc]
+
+
+def test_conservation_per_source_and_step() -> None:
+    h = Harness()
+    mods = [module(0, f"layer{i}", "forward", 0.013 * (i + 1), 970) for i in range(7)]
+    h.feed([*counter("package", 37.3, 0, 1000, every_ms=50), *mods, step(0, 123, 970)])
+    h.feed([run_event("end", 1000)])
+    by_scope: dict[str, float] = {}
+    for p in h.out:
+        by_scope[p.tags["scope"]] = by_scope.get(p.tags["scope"], 0.0) + p.fields["energy_joules"]  # type: ignore[operator]
+    assert by_scope["step"] == pytest.approx(37.3 * 0.847, rel=1e-12)
+    assert math.isclose(
+        by_scope["module"] + by_scope["unattributed"], by_scope["step"], rel_tol=1e-12
+    )
+
+
+def test_gpu_split_by_gpu_time_and_rest_of_system() -> None:
+    h = Harness()
+    gpu = [
+        Point(
+            "gpu",
+            {"gpu": "0", "uuid": "GPU-1", "name": "H100"},
+            {"energy_joules": 300.0 * t / 1000, "power_watts": 300.0},
+            T0 + t * MS,
+        )
+        for t in range(0, 1001, 100)
+    ]
+    wall = [
+        Point("emonpi", {"node": "5"}, {"power1_watts": 500.0}, T0 + t * MS)
+        for t in range(0, 1001, 250)
+    ]
+    mods = [
+        module(0, "conv", "forward", 0.1, 800, gpu=0.3),
+        module(0, "fc", "forward", 0.05, 800, gpu=0.1),
+    ]
+    h.feed([*counter("package", 100.0, 0, 1000), *counter("dram", 20.0, 0, 1000), *gpu, *wall])
+    h.feed([*mods, step(0, 200, 800), run_event("end", 1000)])
+    rows = h.rows()
+    assert ("gpu:0", "step", "", "", 0, 180.0, 0.6) in rows
+    assert ("gpu:0", "module", "conv", "forward", 0, 90.0, 0.3) in rows
+    assert ("gpu:0", "module", "fc", "forward", 0, 30.0, 0.1) in rows
+    assert ("gpu:0", "unattributed", "", "", 0, 60.0, 0.2) in rows
+    assert ("rapl:package-0", "module", "conv", "forward", 0, 10.0, 0.1) in rows
+    assert ("emonpi:5", "step", "", "", 0, 300.0, 0.6) in rows
+    # wall 300 J − package 60 J − dram 12 J − gpu 180 J
+    assert ("emonpi:5", "rest_of_system", "", "", 0, 48.0, 0.6) in rows
+    assert len(rows) == 4 * 4 + 1
+
+
+def test_gpu_without_gpu_times_is_all_unattributed() -> None:
+    h = Harness()
+    gpu = [Point("gpu", {"gpu": "1"}, {"power_watts": 50.0}, T0 + t * MS) for t in (0, 1000)]
+    h.feed([*gpu, *STEP0_MODULES, step(0, 250, 550), run_event("end", 1000)])
+    assert h.rows() == [
+        ("gpu:1", "step", "", "", 0, 15.0, 0.3),
+        ("gpu:1", "unattributed", "", "", 0, 15.0, 0.3),
+    ]
+
+
+def test_sources_that_cannot_bracket_the_step_are_left_out() -> None:
+    h = Harness()
+    late = [
+        Point("gpu", {"gpu": "0"}, {"energy_joules": float(t)}, T0 + t * MS) for t in (400, 900)
+    ]
+    h.feed([*counter("package", 10.0, 0, 1000), *late])
+    h.feed([step(0, 250, 550), run_event("end", 1000)])
+    assert {p.tags["source"] for p in h.out} == {"rapl:package-0"}
+    # No source at all: nothing to emit, counted.
+    h2 = Harness()
+    h2.feed([step(0, 250, 550), run_event("end", 1000)])
+    h2.proc.flush(h2.out.append)
+    assert h2.out == []
+    assert h2.proc.stats()["steps_without_source"] == 1
+
+
+def test_lagging_source_is_waited_for_until_grace() -> None:
+    h = Harness(grace=2.0)
+    h.feed([*counter("package", 10.0, 0, 1000), *counter("dram", 2.0, 0, 500)])
+    h.feed([step(0, 250, 550), run_event("end", 1000)])
+    assert h.out == []  # dram has not passed the step's end yet
+    h.feed(counter("dram", 2.0, 600, 600))
+    assert {p.tags["source"] for p in h.out} == {"rapl:package-0", "rapl:dram-0"}
+
+
+def test_duplicates_late_modules_and_flush() -> None:
+    h = Harness()
+    h.feed([*counter("package", 10.0, 0, 1000), step(0, 250, 550), run_event("end", 1000)])
+    assert len(h.out) == 2  # step and unattributed: no modules reported
+    h.feed([step(0, 250, 550), module(0, "fc1", "forward", 0.1, 550)])
+    assert len(h.out) == 2
+    stats = h.proc.stats()
+    assert stats["steps_duplicate"] == 1
+    assert stats["modules_late"] == 1
+    # flush() emits what is pending (shutdown), with the data there is.
+    h.feed([step(1, 600, 900)])
+    h.proc.flush(h.out.append)
+    assert [p.fields["step"] for p in h.out] == [0, 0, 1, 1]
+
+
+def test_counter_reset_drops_the_old_base() -> None:
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 500))
+    # The RAPL collector restarted at 500 ms: its counter starts again from 0.
+    h.feed(
+        Point(
+            "rapl",
+            {"socket": "0", "domain": "package"},
+            {"energy_joules": 10.0 * t / 1000},
+            T0 + (500 + t) * MS,
+        )
+        for t in range(100, 501, 100)
+    )
+    h.feed([step(0, 250, 550), step(1, 700, 900), run_event("end", 1000)])
+    assert h.proc.stats()["counter_resets"] == 1
+    assert h.rows() == [
+        ("rapl:package-0", "step", "", "", 1, 2.0, 0.2),
+        ("rapl:package-0", "unattributed", "", "", 1, 2.0, 0.2),
+    ]
+    assert h.proc.stats()["steps_without_source"] == 1
+
+
+def test_a_restarted_run_is_attributed_again() -> None:
+    h = Harness()
+    h.feed([*counter("package", 10.0, 0, 2000), run_event("start", 0), step(0, 100, 300)])
+    h.feed([run_event("start", 1000), step(0, 1100, 1400), run_event("end", 1500)])
+    assert [(p.fields["step"], p.time_ns - T0) for p in h.out if p.tags["scope"] == "step"] == [
+        (0, 300 * MS),
+        (0, 1400 * MS),
+    ]
+
+
+def test_runs_and_ranks_are_kept_apart() -> None:
+    h = Harness()
+    other = {**RUN, "rank": "1"}
+    h.feed([*counter("package", 10.0, 0, 1000), step(0, 100, 300), step(0, 100, 400, tags=other)])
+    h.feed([step(1, 300, 500)])  # completes rank 0's step 0 only
+    assert {p.tags["rank"] for p in h.out} == {"0"}
+
+
+def test_on_the_real_bus_derived_points_reach_the_sinks() -> None:
+    bus = Bus()
+    sunk: list[Point] = []
+    bus.add_sink(sunk.append)
+    stats = bus.add_processor("attribution", Harness().proc)
+    for p in [
+        *counter("package", 10.0, 0, 1000),
+        *STEP0_MODULES,
+        step(0, 250, 550),
+        run_event("end", 900),
+    ]:
+        bus.emit(p)
+    energy = [p for p in sunk if p.measurement == "nrg_energy"]
+    assert len(energy) == 4
+    assert stats.points_out == 4 and stats.errors == 0
+
+
+def test_config_through_the_registry() -> None:
+    proc = build_plugin(PluginSpec("processors", "attribution", {"grace": "500ms"}), context())
+    assert isinstance(proc, EnergyAttribution)
+    assert proc._config.grace == 0.5
+    with pytest.raises(ConfigError, match="history"):
+        build_plugin(
+            PluginSpec("processors", "attribution", {"history": "1s", "grace": "2s"}), context()
+        )
