@@ -4,8 +4,9 @@ Source: the agent's bus, nothing else. Power sources read from it:
 
 - ``rapl`` points (tags ``socket``, ``domain``, optional ``die``): cumulative ``energy_joules`` (J);
 - ``gpu`` points (tag ``gpu``): cumulative ``energy_joules`` (J), else ``power_watts`` (W);
-- ``emonpi`` points (tag ``node``), the wall meter: ``energy_joules`` (J), else the configured
-  power field (``power1_watts``, W).
+- ``emonpi`` points (tag ``node``), the wall meter: ``power<ch>_watts`` (W) of the configured
+  channel, integrated; its ``energy<ch>_joules`` only with ``wall_counter = true`` (the firmware's
+  counters step in whole Wh, 3600 J, far coarser than a training step).
 
 Training-job points (sent by ``acquisition.torch`` through ``collectors/hooks.py``): ``nrg_step``
 (``start_time_ns``/``end_time_ns``, Unix-epoch ns), ``nrg_module`` (``exclusive_seconds``,
@@ -76,14 +77,18 @@ class AttributionConfig:
         2.0, "wait this long (data clock) after a step point for late modules and sources"
     )
     history: float = duration(600.0, "source history kept; older steps cannot be attributed")
-    wall_power_field: str = "power1_watts"
-    """The ``emonpi`` field integrated when the node sends no ``energy_joules`` counter."""
+    wall_channel: int = 1
+    """The emonPi CT channel that measures the machine (``power<ch>_watts``)."""
+    wall_counter: bool = False
+    """Use the emonPi ``energy<ch>_joules`` counter instead of integrating its power."""
     max_pending_steps: int = 10_000
     """Steps waiting for data beyond this many are dropped oldest first (and counted)."""
 
     def validate(self) -> None:
         if self.history <= self.grace:
             raise ValueError("history must be longer than grace")
+        if self.wall_channel < 1:
+            raise ValueError("wall_channel must be >= 1")
         if self.max_pending_steps < 1:
             raise ValueError("max_pending_steps must be >= 1")
 
@@ -106,7 +111,9 @@ class SourceSample:
     value: float
 
 
-def parse_source(point: Point, wall_power_field: str = "power1_watts") -> SourceSample | None:
+def parse_source(
+    point: Point, wall_channel: int = 1, wall_counter: bool = False
+) -> SourceSample | None:
     """The power-source reading ``point`` carries, or None when it carries none."""
     tags, fields = point.tags, point.fields
     m = point.measurement
@@ -115,18 +122,26 @@ def parse_source(point: Point, wall_power_field: str = "power1_watts") -> Source
         name = f"rapl:{domain}-{tags.get('socket', '0')}"
         if tags.get("die"):
             name += f"-die-{tags['die']}"
-        return _reading(name, "rapl", domain, fields, None)
+        return _reading(name, "rapl", domain, fields, "energy_joules", None)
     if m == "gpu":
-        return _reading(f"gpu:{tags.get('gpu', '0')}", "gpu", "", fields, "power_watts")
+        name = f"gpu:{tags.get('gpu', '0')}"
+        return _reading(name, "gpu", "", fields, "energy_joules", "power_watts")
     if m == "emonpi":
-        return _reading(f"emonpi:{tags.get('node', '0')}", "wall", "", fields, wall_power_field)
+        name = f"emonpi:{tags.get('node', '0')}"
+        counter = f"energy{wall_channel}_joules" if wall_counter else None
+        return _reading(name, "wall", "", fields, counter, f"power{wall_channel}_watts")
     return None
 
 
 def _reading(
-    name: str, kind: str, domain: str, fields: Mapping[str, FieldValue], power_field: str | None
+    name: str,
+    kind: str,
+    domain: str,
+    fields: Mapping[str, FieldValue],
+    energy_field: str | None,
+    power_field: str | None,
 ) -> SourceSample | None:
-    energy = fields.get("energy_joules")
+    energy = fields.get(energy_field) if energy_field else None
     if _is_number(energy):
         return SourceSample(name, kind, domain, True, float(energy))  # type: ignore[arg-type]
     if power_field is not None:
@@ -374,7 +389,7 @@ class EnergyAttribution:
     # -- intake --
 
     def _on_source(self, point: Point) -> None:
-        sample = parse_source(point, self._config.wall_power_field)
+        sample = parse_source(point, self._config.wall_channel, self._config.wall_counter)
         if sample is None:
             return
         src = self._sources.get(sample.source)

@@ -30,10 +30,16 @@ def test_parse_source_names() -> None:
     assert parse_source(gpu) == SourceSample("gpu:3", "gpu", "", False, 70.5)
     gpu_e = Point("gpu", {"gpu": "0"}, {"power_watts": 70.5, "energy_joules": 9.0}, 1)
     assert parse_source(gpu_e) == SourceSample("gpu:0", "gpu", "", True, 9.0)
-    wall = Point("emonpi", {"node": "5"}, {"power1_watts": 120, "power2_watts": 3}, 1)
+    wall = Point(
+        "emonpi",
+        {"node": "5", "layout": "emonpi"},
+        {"power1_watts": 120, "power2_watts": 3, "energy1_joules": 7200.0, "energy1_wh": 2},
+        1,
+    )
     assert parse_source(wall) == SourceSample("emonpi:5", "wall", "", False, 120.0)
-    assert parse_source(wall, wall_power_field="power2_watts") == SourceSample(
-        "emonpi:5", "wall", "", False, 3.0
+    assert parse_source(wall, wall_channel=2) == SourceSample("emonpi:5", "wall", "", False, 3.0)
+    assert parse_source(wall, wall_counter=True) == SourceSample(
+        "emonpi:5", "wall", "", True, 7200.0
     )
     assert parse_source(Point("rapl", {"domain": "dram"}, {"power_watts": 1.0}, 1)) is None
     assert parse_source(Point("cpu", {}, {"energy_joules": 1.0}, 1)) is None
