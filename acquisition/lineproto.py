@@ -85,7 +85,7 @@ class LineEncoder:
 
     def __init__(self, default_tags: Mapping[str, str] | None = None) -> None:
         self._default_tags = {k: v for k, v in (default_tags or {}).items() if v}
-        self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+        self._prefixes: dict[tuple[object, ...], str] = {}
         self._field_keys: dict[str, str] = {}
 
     def _prefix(self, measurement: str, tags: Mapping[str, str]) -> str:
@@ -103,41 +103,49 @@ class LineEncoder:
 
     def encode(self, point: Point) -> str:
         """One line, without the trailing newline."""
-        key = (point.measurement, tuple(point.tags.items()))
-        prefix = self._prefixes.get(key)
-        if prefix is None:
-            prefix = self._prefix(point.measurement, point.tags)
-            if len(self._prefixes) >= _MAX_CACHE:
-                self._prefixes.clear()
-            self._prefixes[key] = prefix
-        fields = point.fields
-        if not fields:
-            raise LineProtocolError(f"point of {point.measurement!r} has no fields")
-        keys = self._field_keys
-        parts: list[str] = []
-        append = parts.append
-        for k, v in fields.items():
-            ek = keys.get(k)
-            if ek is None:
-                ek = _escape_key(k, "field key")
-                if len(keys) < _MAX_CACHE:
-                    keys[k] = ek
-            kind = type(v)
-            if kind is float and v - v == 0.0:  # type: ignore[operator]  # finite: NaN, inf fail
-                append(f"{ek}={v!r}")
-            elif kind is int:
-                append(f"{ek}={v}i")
-            else:
-                append(f"{ek}={_encode_value(k, v)}")
-        t = point.time_ns
-        if type(t) is not int:
-            raise LineProtocolError(f"timestamp of {point.measurement!r} is not an int: {t!r}")
-        return f"{prefix} {','.join(parts)} {t}"
+        return self.encode_many((point,))[:-1]
 
     def encode_many(self, points: Iterable[Point]) -> str:
-        """Newline-terminated lines for a batch."""
-        enc = self.encode
-        return "".join([enc(p) + "\n" for p in points])
+        """Newline-terminated lines for a batch (the hot path: everything inlined)."""
+        prefixes = self._prefixes
+        keys = self._field_keys
+        out: list[str] = []
+        line = out.append
+        for point in points:
+            tags = point.tags
+            series = (point.measurement, *tags.items())
+            prefix = prefixes.get(series)
+            if prefix is None:
+                prefix = self._prefix(point.measurement, tags)
+                if len(prefixes) >= _MAX_CACHE:
+                    prefixes.clear()
+                prefixes[series] = prefix
+            fields = point.fields
+            if not fields:
+                raise LineProtocolError(f"point of {point.measurement!r} has no fields")
+            parts: list[str] = []
+            part = parts.append
+            for k, v in fields.items():
+                ek = keys.get(k)
+                if ek is None:
+                    ek = _escape_key(k, "field key")
+                    if len(keys) < _MAX_CACHE:
+                        keys[k] = ek
+                kind = type(v)
+                if kind is float:
+                    r = repr(v)
+                    if r[-1] > "9":  # 'nan', 'inf': every finite repr ends in a digit
+                        _encode_value(k, v)  # raises the clear error
+                    part(f"{ek}={r}")
+                elif kind is int:
+                    part(f"{ek}={v}i")
+                else:
+                    part(f"{ek}={_encode_value(k, v)}")
+            t = point.time_ns
+            if type(t) is not int:
+                raise LineProtocolError(f"timestamp of {point.measurement!r} is not an int: {t!r}")
+            line(f"{prefix} {','.join(parts)} {t}\n")
+        return "".join(out)
 
 
 _default_encoder = LineEncoder()
