@@ -1,0 +1,290 @@
+"""The powercap backend against captured sysfs trees stepped through successive ticks."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from acquisition.errors import ConfigError, NoData
+from collectors.rapl import RaplCollector, RaplConfig, RaplIO, permission_guidance
+from tests.rapl.scenarios import (
+    FIXTURES,
+    POWERCAP_SCENARIOS,
+    SteppedIO,
+    context,
+    install_tree,
+    lines,
+    run_powercap,
+)
+
+VM_MESSAGE = "unavailable: no powercap zones, no MSR device, no power PMU"
+
+
+def test_every_scenario_is_covered() -> None:
+    assert POWERCAP_SCENARIOS == [
+        "amd-zen",
+        "gnr-tpmi",
+        "laptop-psys-mmio",
+        "multi-die",
+        "read-failure",
+        "wrap",
+        "xeon-2s-dram",
+    ]
+
+
+@pytest.mark.parametrize("scenario", POWERCAP_SCENARIOS)
+async def test_scenario_emits_expected_line_protocol(scenario: str, tmp_path: Path) -> None:
+    points, _ = await run_powercap(scenario, tmp_path)
+    assert lines(points) == (FIXTURES / scenario / "expected.lp").read_text()
+
+
+async def test_two_socket_xeon_first_tick_by_hand(tmp_path: Path) -> None:
+    points, collector = await run_powercap("xeon-2s-dram", tmp_path)
+    first = points[0]
+    assert first.measurement == "rapl"
+    assert dict(first.tags) == {"socket": "0", "domain": "package"}
+    # 184799780118 - 184612530118 µJ over exactly 1 s
+    assert dict(first.fields) == {"energy_joules": 187.25, "power_watts": 187.25}
+    assert first.time_ns == 1763884801000000000
+    assert collector.backend == "powercap"
+    assert collector.describe() == (
+        "powercap: package (socket 0), dram (socket 0), package (socket 1), dram (socket 1)"
+    )
+    assert collector.stats() == {"read_errors": 0, "wraps": 0}
+
+
+async def test_laptop_psys_is_found_by_name_and_mmio_is_skipped(tmp_path: Path) -> None:
+    points, collector = await run_powercap("laptop-psys-mmio", tmp_path)
+    assert collector.describe() == (
+        "powercap: package (socket 0), core (socket 0), uncore (socket 0), psys (socket 0)"
+    )
+    # One package series, though intel-rapl-mmio:0 also says package-0.
+    packages = [p for p in points if p.tags["domain"] == "package"]
+    assert len(packages) == 2
+    assert [p.fields["power_watts"] for p in points if p.tags["domain"] == "psys"] == [22.25, 12.0]
+
+
+async def test_wraps_are_counted(tmp_path: Path) -> None:
+    points, collector = await run_powercap("wrap", tmp_path)
+    assert collector.stats() == {"read_errors": 0, "wraps": 2}
+    package = [p.fields for p in points if p.tags["domain"] == "package"]
+    # 262143000000 µJ at open, 65671150 µJ at tick 1: +66 J across the wrap, not -262077 J.
+    assert package[0] == {"energy_joules": 66.0, "power_watts": 66.0}
+
+
+async def test_failed_read_emits_nothing_and_resumes_from_last_good_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="collectors.rapl")
+    points, collector = await run_powercap("read-failure", tmp_path)
+    per_tick = {}
+    for p in points:
+        per_tick.setdefault(p.time_ns, []).append(p.tags["domain"])
+    assert per_tick == {
+        1763884801000000000: ["package", "core", "dram"],
+        1763884802000000000: ["package", "core"],  # dram: EIO
+        1763884803000000000: ["core", "dram"],  # package: EIO
+        1763884804000000000: ["package", "core", "dram"],
+    }
+    dram = [p.fields for p in points if p.tags["domain"] == "dram"]
+    # 10.75 J over the 2 s since its last good read: no zero, no wrap, no lost energy.
+    assert dram[1] == {"energy_joules": 16.0, "power_watts": 5.375}
+    assert collector.stats() == {"read_errors": 2, "wraps": 0}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "intel-rapl:0:1/energy_uj" in warnings[0]
+    assert "Input/output error" in warnings[0]
+    recovered = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("reads again" in m for m in recovered)
+
+
+async def test_unparsable_energy_is_a_failed_read_not_a_wrap(tmp_path: Path) -> None:
+    root = install_tree("xeon-2s-dram", tmp_path)
+    io = SteppedIO()
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=io)
+    io.now = 1_000_000_000
+    await collector.open()
+    dram0 = Path(os.path.realpath(root / "sys/class/powercap/intel-rapl:0:0/energy_uj"))
+    dram0.write_text("\n")  # a torn read: empty
+    io.now = 2_000_000_000
+    tick1: list = []
+    await collector.collect(tick1.append, 1)
+    assert [(p.tags["socket"], p.tags["domain"]) for p in tick1] == [
+        ("0", "package"),
+        ("1", "package"),
+        ("1", "dram"),
+    ]
+    dram0.write_text("40141235906\n")  # +24 J since open
+    io.now = 3_000_000_000
+    tick2: list = []
+    await collector.collect(tick2.append, 2)
+    fields = [p.fields for p in tick2 if p.tags == {"socket": "0", "domain": "dram"}]
+    assert fields == [{"energy_joules": 24.0, "power_watts": 12.0}]
+
+
+async def test_zone_failing_at_open_starts_at_its_first_good_read(tmp_path: Path) -> None:
+    root = install_tree("xeon-2s-dram", tmp_path)
+    io = SteppedIO()
+    io.fail = {"intel-rapl:1:0/energy_uj": errno.EIO}
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=io)
+    await collector.open()
+    assert collector.describe().endswith("dram (socket 1)")
+    io.fail = {}
+    io.now = 1_000_000_000
+    tick1: list = []
+    await collector.collect(tick1.append, 1)
+    assert [p.tags["domain"] + p.tags["socket"] for p in tick1] == ["package0", "dram0", "package1"]
+    dram1 = Path(os.path.realpath(root / "sys/class/powercap/intel-rapl:1:0/energy_uj"))
+    dram1.write_text(f"{int(dram1.read_text()) + 20_000_000}\n")
+    io.now = 2_000_000_000
+    tick2: list = []
+    await collector.collect(tick2.append, 2)
+    assert [p.fields for p in tick2 if p.tags["socket"] == "1" and p.tags["domain"] == "dram"] == [
+        {"energy_joules": 20.0, "power_watts": 20.0}
+    ]
+
+
+async def test_domains_filter(tmp_path: Path) -> None:
+    points, _ = await run_powercap("xeon-2s-dram", tmp_path, RaplConfig(domains=["dram"]))
+    assert {p.tags["domain"] for p in points} == {"dram"}
+    assert len(points) == 6
+
+
+def test_bad_config_is_rejected() -> None:
+    with pytest.raises(ConfigError, match=r"\[collectors.rapl\] backend: 'rapl' is not one of"):
+        RaplCollector(RaplConfig(backend="rapl"), context())
+    with pytest.raises(ConfigError, match=r"domains: unknown \['gpu'\]"):
+        RaplCollector(RaplConfig(domains=["package", "gpu"]), context())
+
+
+async def test_vm_fixture_says_why_rapl_is_unavailable() -> None:
+    collector = RaplCollector(RaplConfig(root=str(FIXTURES / "vm-none" / "tree")), context())
+    with pytest.raises(NoData) as info:
+        await collector.open()
+    assert str(info.value) == VM_MESSAGE
+
+
+async def test_empty_powercap_class_dir_is_no_zones(tmp_path: Path) -> None:
+    (tmp_path / "sys/class/powercap").mkdir(parents=True)
+    collector = RaplCollector(RaplConfig(root=str(tmp_path)), context())
+    with pytest.raises(NoData) as info:
+        await collector.open()
+    assert str(info.value) == VM_MESSAGE
+
+
+def _machine_has_rapl() -> bool:
+    return (
+        any(Path("/sys/class/powercap").glob("intel-rapl*:*"))
+        or any(Path("/dev/cpu").glob("*/msr"))
+        or Path("/sys/bus/event_source/devices/power").is_dir()
+    )
+
+
+async def test_this_machine() -> None:
+    """The real root: on a VM without RAPL the exact message; on a RAPL host real points."""
+    collector = RaplCollector(RaplConfig(), context())
+    if not _machine_has_rapl():
+        with pytest.raises(NoData) as info:
+            await collector.open()
+        assert str(info.value) == VM_MESSAGE
+        return
+    try:
+        await collector.open()
+    except NoData as exc:  # a RAPL host where this user may not read it: must say how to fix
+        assert "unavailable:" in str(exc)
+        return
+    points: list = []
+    await collector.collect(points.append, 1)
+    await collector.aclose()
+    for p in points:
+        assert p.fields["energy_joules"] >= 0.0
+        assert p.fields["power_watts"] >= 0.0
+
+
+async def test_non_root_gets_exact_guidance(tmp_path: Path) -> None:
+    """Kernels since 5.10 make energy_uj 0400: reading it as a user fails with EACCES."""
+    root = install_tree("laptop-psys-mmio", tmp_path)
+    io = SteppedIO()
+    io.fail = {"/energy_uj": errno.EACCES}
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=io)
+    with pytest.raises(NoData) as info:
+        await collector.open()
+    assert str(info.value) == (
+        "unavailable: powercap energy_uj is readable by root only, no MSR device, no power PMU\n"
+        + permission_guidance(["intel-rapl:0", "intel-rapl:0:0", "intel-rapl:0:1", "intel-rapl:1"])
+    )
+
+
+async def test_partly_readable_zones_run_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = install_tree("xeon-2s-dram", tmp_path)
+    io = SteppedIO()
+    io.fail = {"intel-rapl:0:0/energy_uj": errno.EACCES, "intel-rapl:1:0/energy_uj": errno.EACCES}
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=io)
+    await collector.open()
+    assert collector.describe() == "powercap: package (socket 0), package (socket 1)"
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert messages == [
+        "rapl: cannot read intel-rapl:0:0, intel-rapl:1:0; "
+        + permission_guidance(["intel-rapl:0:0", "intel-rapl:1:0"])
+    ]
+
+
+async def test_explicit_backend_reports_only_its_own_reason(tmp_path: Path) -> None:
+    root = install_tree("xeon-2s-dram", tmp_path)
+    collector = RaplCollector(RaplConfig(root=str(root), backend="msr"), context())
+    with pytest.raises(NoData) as info:
+        await collector.open()
+    assert str(info.value) == "unavailable: no MSR device"
+
+
+async def test_wrap_warning_when_the_interval_is_too_long(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = install_tree("xeon-2s-dram", tmp_path)
+    collector = RaplCollector(RaplConfig(root=str(root)), context(interval_s=120.0))
+    await collector.open()
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    # DRAM (fixed 15.3 µJ): 65713 J wraps every 131 s at 500 W; packages: 524 s.
+    assert len(messages) == 2
+    assert "intel-rapl:0:0/energy_uj wraps every 131 s at 500 W (range 65713 J)" in messages[0]
+    assert "poll at least every 66 s" in messages[0]
+    assert "intel-rapl:1:0/energy_uj" in messages[1]
+    caplog.clear()
+    quiet = RaplCollector(RaplConfig(root=str(root)), context(interval_s=1.0))
+    await quiet.open()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_duplicate_zone_names_are_read_once(tmp_path: Path) -> None:
+    """A tpmi zone naming the same package as an intel-rapl zone would make a second series
+    with the same tags: only the first is read."""
+    root = install_tree("xeon-2s-dram", tmp_path)
+    devices = root / "sys/devices/virtual/powercap"
+    shutil.copytree(devices / "intel-rapl/intel-rapl:0", devices / "intel-rapl-tpmi/intel-rapl-tpmi:0",
+                    ignore=shutil.ignore_patterns("intel-rapl:0:0"))  # fmt: skip
+    os.symlink(
+        "../../devices/virtual/powercap/intel-rapl-tpmi/intel-rapl-tpmi:0",
+        root / "sys/class/powercap/intel-rapl-tpmi:0",
+    )
+    collector = RaplCollector(RaplConfig(root=str(root)), context())
+    await collector.open()
+    assert collector.describe() == (
+        "powercap: package (socket 0), dram (socket 0), package (socket 1), dram (socket 1)"
+    )
+
+
+async def test_default_reader_reads_the_real_files(tmp_path: Path) -> None:
+    root = install_tree("amd-zen", tmp_path)
+    io = RaplIO()
+    zone = root / "sys/class/powercap/intel-rapl:0"
+    assert io.read_text(str(zone / "name")) == "package-0\n"
+    assert io.read_text(str(zone / "max_energy_range_uj")) == "65532610987\n"
+    with pytest.raises(FileNotFoundError):
+        io.read_text(str(zone / "power_uw"))  # RAPL has no instantaneous power
