@@ -116,15 +116,22 @@ _MAX_ANCESTRY = 64
 class NvmlConfig:
     """``[[collectors.nvml]]`` keys."""
 
-    root: str = "/"
-    """Where ``proc/<pid>/stat`` is read from (fixture trees in tests, ``/host`` in containers)."""
-    gpus: str = "all"
-    """``"all"``; ``"visible"``: the GPUs of this job, as ``CUDA_VISIBLE_DEVICES`` selects them;
-    or a comma-separated list of NVML indices and ``GPU-…`` UUIDs (unique prefixes allowed)."""
-    samples: bool = True
-    """Read the driver's sample buffer (power, utilisation) at each tick."""
-    processes: bool = True
-    """Per-process GPU memory and utilisation, and per tracked process tree."""
+    root: str = field(
+        default="/", metadata={"doc": "where proc/<pid>/stat is read (fixture trees, /host)"}
+    )
+    gpus: str = field(
+        default="all",
+        metadata={
+            "doc": '"all"; "visible" = the GPUs of this job (CUDA_VISIBLE_DEVICES); or NVML'
+            " indices and GPU-... UUIDs (unique prefixes), comma-separated"
+        },
+    )
+    samples: bool = field(
+        default=True, metadata={"doc": "read the driver's power/utilisation sample buffer"}
+    )
+    processes: bool = field(
+        default=True, metadata={"doc": "per-process and per-tracked-tree GPU memory and use"}
+    )
 
 
 class _GpuLost(Exception):
@@ -745,6 +752,10 @@ class NvmlCollector:
         for gpu, pid, used, util in processes:
             stat = self._start_time(pid)
             key = (pid, None if stat is None else stat[1])
+            if stat is None:
+                # Exited since NVML listed it (or another pid namespace): nothing says it is a
+                # new process, so it stays the one last seen under this pid.
+                key = next((known for known in self._procs if known[0] == pid), key)
             state = self._procs.get(key)
             if state is None:
                 ancestors = () if stat is None else (stat[0], *self._ancestors(stat[0]))
