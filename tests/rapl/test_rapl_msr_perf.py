@@ -1,0 +1,300 @@
+"""The MSR backend (files laid out like /dev/cpu/N/msr) and the perf power-PMU backend."""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acquisition.errors import NoData
+from acquisition.point import Point
+from collectors.rapl import RaplCollector, RaplConfig, RaplIO
+from tests.rapl.scenarios import (
+    FIXTURES,
+    MSR_SCENARIOS,
+    SteppedIO,
+    context,
+    install_tree,
+    lines,
+    run_msr,
+    write_msr_files,
+)
+
+
+def test_every_msr_scenario_is_covered() -> None:
+    assert MSR_SCENARIOS == ["msr-amd-zen", "msr-skx-2s", "msr-spr-psys"]
+
+
+@pytest.mark.parametrize("scenario", MSR_SCENARIOS)
+async def test_msr_scenario_emits_expected_line_protocol(scenario: str, tmp_path: Path) -> None:
+    points, collector = await run_msr(scenario, tmp_path)
+    assert collector.backend == "msr"
+    assert lines(points) == (FIXTURES / scenario / "expected.lp").read_text()
+    await collector.aclose()
+
+
+async def test_msr_skylake_server_domains_units_and_wrap(tmp_path: Path) -> None:
+    points, collector = await run_msr("msr-skx-2s", tmp_path)
+    # PP0 reads 0 (absent, as the kernel decides); PP1 and platform lie past the end (EIO).
+    assert collector.describe() == (
+        "msr: package (socket 0), dram (socket 0), package (socket 1), dram (socket 1)"
+    )
+    by = {(p.tags["socket"], p.tags["domain"], p.time_ns): p.fields for p in points}
+    # 2457600 ticks of 2^-14 J across the 32-bit wrap of package 0.
+    assert by[("0", "package", 1763884801000000000)] == {
+        "energy_joules": 150.0,
+        "power_watts": 150.0,
+    }
+    # DRAM ignores the unit register on Skylake-X: 1200000 ticks of 15.3 µJ.
+    assert by[("0", "dram", 1763884801000000000)] == {"energy_joules": 18.36, "power_watts": 18.36}
+    # Reserved bits 63:32 of package 1 change between steps; masking keeps 131 W.
+    assert by[("1", "package", 1763884802000000000)]["power_watts"] == 131.0
+    assert collector.stats() == {"read_errors": 0, "wraps": 1}
+
+
+async def test_msr_reads_one_cpu_per_package(tmp_path: Path) -> None:
+    opened: list[str] = []
+
+    class Recording(SteppedIO):
+        def open_msr(self, path: str) -> int:
+            opened.append(Path(path).parent.name)
+            return super().open_msr(path)
+
+    _, collector = await run_msr("msr-skx-2s", tmp_path, Recording())
+    assert opened == ["0", "1"]  # cpu0 leads package 0, cpu1 package 1 (interleaved numbering)
+    await collector.aclose()
+
+
+async def test_msr_fds_are_closed(tmp_path: Path) -> None:
+    fds: list[int] = []
+
+    class Recording(SteppedIO):
+        def open_msr(self, path: str) -> int:
+            fds.append(super().open_msr(path))
+            return fds[-1]
+
+    _, collector = await run_msr("msr-spr-psys", tmp_path, Recording())
+    assert len(fds) == 1
+    os.fstat(fds[0])
+    await collector.aclose()
+    with pytest.raises(OSError) as info:
+        os.fstat(fds[0])
+    assert info.value.errno == errno.EBADF
+
+
+def _msr_root(tmp_path: Path) -> Path:
+    root = install_tree("msr-spr-psys", tmp_path)
+    spec = tomllib.loads((FIXTURES / "msr-spr-psys" / "msr.toml").read_text())
+    write_msr_files(root, spec["registers"])
+    return root
+
+
+async def test_msr_not_readable_says_so(tmp_path: Path) -> None:
+    root = _msr_root(tmp_path)
+
+    class Denied(SteppedIO):
+        def open_msr(self, path: str) -> int:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=Denied())
+    with pytest.raises(NoData) as info:
+        await collector.open()
+    assert str(info.value) == (
+        "unavailable: no powercap zones, MSR device not readable (Permission denied: needs root "
+        "with CAP_SYS_RAWIO), no power PMU"
+    )
+
+
+async def test_msr_device_without_rapl_registers(tmp_path: Path) -> None:
+    """A hypervisor that loads msr but traps the RAPL registers: every read is EIO."""
+    root = install_tree("msr-spr-psys", tmp_path)
+    write_msr_files(root, {"0": {}, "1": {}})  # empty files: every pread is short → EIO
+    collector = RaplCollector(RaplConfig(root=str(root)), context())
+    with pytest.raises(NoData) as info:
+        await collector.open()
+    assert str(info.value) == (
+        "unavailable: no powercap zones, MSR: no RAPL unit register 0x606 (short read of MSR "
+        "0x606), no power PMU"
+    )
+
+
+async def test_msr_read_failure_emits_nothing_for_that_domain(tmp_path: Path) -> None:
+    class Failing(SteppedIO):
+        fail_address: int | None = None
+
+        def pread_msr(self, fd: int, address: int) -> int:
+            if address == self.fail_address:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            return super().pread_msr(fd, address)
+
+    root = _msr_root(tmp_path)
+    io = Failing()
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=io)
+    io.now = 1_000_000_000
+    await collector.open()
+    io.fail_address = 0x619
+    write_msr_files(
+        root, {"0": {"0x611": 0x3A5F1200 + 16384 * 100, "0x619": 0x08810044 + 16384 * 40,
+                     "0x64d": 0x7D15A + 600}}
+    )  # fmt: skip
+    io.now = 2_000_000_000
+    points: list[Point] = []
+    await collector.collect(points.append, 7)
+    assert [(p.tags["domain"], dict(p.fields)) for p in points] == [
+        ("package", {"energy_joules": 100.0, "power_watts": 100.0}),
+        ("psys", {"energy_joules": 600.0, "power_watts": 600.0}),
+    ]
+    assert collector.stats()["read_errors"] == 1
+    io.fail_address = None
+    io.now = 3_000_000_000
+    points = []
+    await collector.collect(points.append, 8)
+    # DRAM's 40 J since open arrive with the next good read, spread over its 2 s.
+    assert [dict(p.fields) for p in points if p.tags["domain"] == "dram"] == [
+        {"energy_joules": 40.0, "power_watts": 20.0}
+    ]
+
+
+# -- perf -------------------------------------------------------------------------------------
+
+
+class FakePerfIO(SteppedIO):
+    """The real files; perf_event_open and the counter reads replaced by a table, since this
+    machine has no power PMU. Mirrors the kernel: counts start near 0 at open, 64-bit."""
+
+    def __init__(self, counts: dict[str, dict[str, int]], configs: dict[int, str]) -> None:
+        super().__init__()
+        self.counts = counts
+        self.configs = configs
+        self.opened: list[tuple[int, int, int]] = []
+        self.fds: dict[int, tuple[str, str]] = {}
+        self.closed: list[int] = []
+
+    def perf_event_open(self, pmu_type: int, config: int, cpu: int) -> int:
+        self.opened.append((pmu_type, config, cpu))
+        fd = 1000 + len(self.opened)
+        self.fds[fd] = (self.configs[config], str(cpu))
+        return fd
+
+    def read_counter(self, fd: int) -> int:
+        event, cpu = self.fds[fd]
+        return self.counts[event][cpu]
+
+    def close(self, fd: int) -> None:
+        assert fd in self.fds
+        self.closed.append(fd)
+
+
+async def _run_perf(
+    tmp_path: Path, config: RaplConfig | None = None
+) -> tuple[list[Point], RaplCollector, FakePerfIO]:
+    spec: dict[str, Any] = tomllib.loads((FIXTURES / "perf-2s" / "perf.toml").read_text())
+    root = install_tree("perf-2s", tmp_path)
+    io = FakePerfIO(
+        {k: dict(v) for k, v in spec["counts"].items()}, {2: "energy-pkg", 3: "energy-ram"}
+    )
+    cfg = config or RaplConfig()
+    cfg.root = str(root)
+    collector = RaplCollector(cfg, context(), io=io)
+    io.now = spec["open_monotonic_ns"]
+    await collector.open()
+    points: list[Point] = []
+    for step in spec["step"]:
+        for event, per_cpu in step["counts"].items():
+            io.counts[event].update(per_cpu)
+        io.now = step["monotonic_ns"]
+        await collector.collect(points.append, step["time_ns"])
+    return points, collector, io
+
+
+async def test_perf_backend(tmp_path: Path) -> None:
+    points, collector, io = await _run_perf(tmp_path)
+    assert collector.backend == "perf"
+    # type from power/type, config from events/energy-*, one CPU per package from cpumask
+    assert io.opened == [(13, 2, 0), (13, 2, 1), (13, 3, 0), (13, 3, 1)]
+    assert lines(points) == (FIXTURES / "perf-2s" / "expected.lp").read_text()
+    await collector.aclose()
+    assert sorted(io.closed) == [1001, 1002, 1003, 1004]
+
+
+async def test_perf_used_when_energy_uj_is_root_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """powercap present but EACCES (non-root), perf permitted: perf runs, the log says how to
+    open powercap."""
+    spec: dict[str, Any] = tomllib.loads((FIXTURES / "perf-2s" / "perf.toml").read_text())
+    root = install_tree("perf-2s", tmp_path)
+    laptop = install_tree("laptop-psys-mmio", tmp_path / "l")
+    (root / "sys/class").mkdir()
+    os.rename(laptop / "sys/class/powercap", root / "sys/class/powercap")
+    os.rename(laptop / "sys/devices/virtual", root / "sys/devices/virtual")
+    io = FakePerfIO(
+        {k: dict(v) for k, v in spec["counts"].items()}, {2: "energy-pkg", 3: "energy-ram"}
+    )
+    io.fail = {"/energy_uj": errno.EACCES}
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=io)
+    await collector.open()
+    assert collector.backend == "perf"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= 30]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("rapl: using the perf backend; RAPL energy counters are readable")
+
+
+async def test_perf_not_permitted(tmp_path: Path) -> None:
+    root = install_tree("perf-2s", tmp_path)
+
+    class Paranoid(SteppedIO):
+        def perf_event_open(self, pmu_type: int, config: int, cpu: int) -> int:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=Paranoid())
+    with pytest.raises(NoData) as info:
+        await collector.open()
+    assert str(info.value) == (
+        "unavailable: no powercap zones, no MSR device, power PMU not permitted "
+        "(perf_event_paranoid must be <= 0, or CAP_PERFMON: Permission denied)"
+    )
+
+
+async def test_perf_counter_going_backwards_is_a_failed_read(tmp_path: Path) -> None:
+    _, collector, io = await _run_perf(tmp_path)
+    io.counts["energy-pkg"]["0"] = 5  # the PMU was re-registered and the event restarted
+    io.now += 1_000_000_000
+    after: list[Point] = []
+    await collector.collect(after.append, 9)
+    assert [(p.tags["domain"], p.tags["socket"]) for p in after] == [
+        ("package", "1"),
+        ("dram", "0"),
+        ("dram", "1"),
+    ]
+    io.counts["energy-pkg"]["0"] = 5 + (100 << 32)
+    io.now += 1_000_000_000
+    again: list[Point] = []
+    await collector.collect(again.append, 10)
+    # Continues from the restart value: 313 J before, +100 J after; no negative step.
+    assert again[0].fields == {"energy_joules": 413.0, "power_watts": 100.0}
+
+
+def test_real_perf_event_open_syscall() -> None:
+    """The ctypes syscall wrapper itself, on a PMU every Linux has (software cpu-clock)."""
+    io = RaplIO()
+    try:
+        fd = io.perf_event_open(1, 0, 0)  # PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, cpu 0
+    except PermissionError:
+        pytest.skip("perf_event_open of a system-wide event is not permitted for this user")
+    try:
+        first = io.read_counter(fd)
+        deadline = time.monotonic() + 0.05
+        while time.monotonic() < deadline:
+            pass
+        assert io.read_counter(fd) > first
+    finally:
+        io.close(fd)
+    with pytest.raises(OSError) as info:
+        io.perf_event_open(0x7FFF_0000, 0, 0)  # no such PMU
+    assert info.value.errno in (errno.ENOENT, errno.EINVAL)
