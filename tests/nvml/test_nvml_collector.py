@@ -160,6 +160,22 @@ async def test_gpu_lost_mid_run_stops_that_gpu(
     assert collector.stats()["gpus_lost"] == 1
 
 
+async def test_gpu_lost_halfway_through_a_tick_emits_nothing_of_it(make: MakeCollector) -> None:
+    scenario = copy.deepcopy(load_scenario("gpu_lost"))
+    del scenario["gpu"][1]
+    # lost after its `gpu` point was built, while listing its processes
+    scenario["gpu"][0]["errors"] = [[2, "nvmlDeviceGetComputeRunningProcesses_v3", 15]]
+    collector, fake = make(scenario)
+    await collector.open()
+    try:
+        assert len(only(await tick(collector, fake, 1), "gpu")) == 1
+        assert await tick(collector, fake, 2) == []
+        assert await tick(collector, fake, 3) == []
+    finally:
+        await collector.aclose()
+    assert collector.stats()["gpus_lost"] == 1
+
+
 async def test_samples_not_found_and_driver_reload(
     make: MakeCollector, caplog: pytest.LogCaptureFixture
 ) -> None:
