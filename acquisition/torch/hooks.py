@@ -32,6 +32,7 @@ __all__ = [
     "EPOCH",
     "FWD_POST",
     "FWD_PRE",
+    "RETIME",
     "STEP",
     "Event",
     "EventLog",
@@ -46,6 +47,9 @@ STEP = 4
 """A step boundary; the first item is None."""
 EPOCH = 5
 """An epoch change; the first item is the new epoch number (int)."""
+RETIME = 6
+"""The module's open call (and, if nothing finished yet, the step) restarts now: the session
+spent the time since its enter on one-off analysis (graph export, FLOP count)."""
 
 Event = tuple[Any, ...]
 """``(module_or_payload, perf_counter_ns, kind)`` or, on CUDA, ``(..., cuda_event)``."""
@@ -103,7 +107,7 @@ def _make_cuda_hooks(append: Callable[[Event], None]) -> tuple[Callable[..., Non
 
     import torch
 
-    event_cls = torch.cuda.Event
+    event_cls: Any = torch.cuda.Event
 
     def _mark(module: Any, kind: int) -> None:
         ev = event_cls(enable_timing=True)

@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acquisition.point import Point
-from acquisition.torch.hooks import BWD_POST, BWD_PRE, EPOCH, FWD_POST, FWD_PRE, STEP, Event
+from acquisition.torch.hooks import (
+    BWD_POST,
+    BWD_PRE,
+    EPOCH,
+    FWD_POST,
+    FWD_PRE,
+    RETIME,
+    STEP,
+    Event,
+)
 
 __all__ = ["ROOT_NAME", "ModuleTiming", "StepAggregator", "StepRecord", "step_points"]
 
@@ -103,12 +112,12 @@ class StepAggregator:
             obj, t, kind = ev[0], ev[1], ev[2]
             if self._start_ns is None:
                 self._start_ns = t
-            if kind == FWD_PRE or kind == BWD_PRE:
+            if kind in (FWD_PRE, BWD_PRE):
                 if obj in names:
                     self._stacks[_PHASE[kind]].append(
                         _Frame(obj, t, start_event=ev[3] if len(ev) > 3 else None)
                     )
-            elif kind == FWD_POST or kind == BWD_POST:
+            elif kind in (FWD_POST, BWD_POST):
                 name = names.get(obj)
                 if name is not None:
                     self._exit(name, _PHASE[kind], obj, t, ev[3] if len(ev) > 3 else None)
@@ -116,6 +125,12 @@ class StepAggregator:
                 done.append(self._finish(t))
             elif kind == EPOCH:
                 self.epoch = int(obj)
+            elif kind == RETIME:
+                stack = self._stacks["forward"]
+                if stack and stack[-1].module is obj:
+                    stack[-1].start_ns = t
+                if not self._stats:
+                    self._start_ns = t
         return done
 
     def finish_pending(self, end_ns: int) -> StepRecord | None:

@@ -1,0 +1,80 @@
+"""Training-side instrumentation for PyTorch: what ran, and when, sent to the nrg agent.
+
+::
+
+    with acquisition.torch.instrument(model, experiment="mnist", run="lr3e-4") as session:
+        for epoch in range(3):
+            session.epoch(epoch)
+            for x, y in loader:
+                ...  # forward, backward, optimizer.step(): each optimizer step is one step
+
+or, where ``with`` does not fit, ``session = instrument(model).start()`` … ``session.close()``.
+
+Importing this package does not import torch; :func:`instrument` does. Nothing here imports the
+agent side (collectors, sinks, the bus): the two meet only through line protocol on a Unix
+socket, or the fallback file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from acquisition.torch.session import Session
+
+__all__ = ["instrument"]
+
+
+def instrument(
+    model: nn.Module,
+    *,
+    example_inputs: Any = None,
+    example_kwargs: Mapping[str, Any] | None = None,
+    experiment: str | None = None,
+    run: str | None = None,
+    rank: int | str | None = None,
+    socket_path: str | os.PathLike[str] | None = None,
+    fallback_dir: str | os.PathLike[str] | None = None,
+    graph_dir: str | os.PathLike[str] | None = None,
+    graph: bool = True,
+    backward: bool = True,
+    auto_step: bool = True,
+    flush_interval_s: float = 0.05,
+) -> Session:
+    """A session for ``model``; start it with ``with`` or ``.start()``.
+
+    - ``example_inputs``/``example_kwargs``: one batch for the model graph and FLOP count at
+      start; without them both are taken from the model's first forward call.
+    - ``experiment``, ``run``, ``rank``: tags (defaults: ``NRG_EXPERIMENT``, ``NRG_RUN`` or
+      ``<UTC time>-<pid>``, ``RANK``/``LOCAL_RANK``).
+    - ``socket_path`` (``NRG_SOCKET``), ``fallback_dir`` (``NRG_FALLBACK_DIR``), ``graph_dir``
+      (``NRG_GRAPH_DIR``): where lines, undeliverable lines and the graph JSON go.
+    - ``graph``: record the op graph; ``backward``: time backward where hooks are safe;
+      ``auto_step``: an optimizer step of this model's optimizer ends a step (``session.step()``
+      takes over when called).
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("acquisition.torch needs torch: pip install 'nrg[torch]'") from exc
+    from acquisition.torch.session import Session
+
+    return Session(
+        model,
+        example_inputs=example_inputs,
+        example_kwargs=example_kwargs,
+        experiment=experiment,
+        run=run,
+        rank=rank,
+        socket_path=socket_path,
+        fallback_dir=fallback_dir,
+        graph_dir=graph_dir,
+        graph=graph,
+        backward=backward,
+        auto_step=auto_step,
+        flush_interval_s=flush_interval_s,
+    )

@@ -1,0 +1,125 @@
+"""Model complexity: parameters, buffers and forward FLOPs per module.
+
+Sources: ``nn.Module.named_modules()`` / ``parameters()`` / ``buffers()`` (element counts) and
+``torch.utils.flop_counter.FlopCounterMode(depth=None)`` over one forward pass under
+``torch.no_grad()``. FlopCounterMode counts FLOPs = 2 × multiply-accumulates (matmul,
+convolution, attention); element-wise ops count zero. Its keys are ``'<RootClass>'`` and
+``'<RootClass>.<qualname>'``, mapped back to qualnames here.
+
+Every figure is *inclusive*: a module counts its own and its descendants' parameters, buffers
+and FLOPs, so the root carries the model totals; a tensor shared by two submodules is counted
+once per module that owns it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from acquisition.point import Point
+from acquisition.torch.steps import ROOT_NAME
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = [
+    "model_points",
+    "module_flops",
+    "module_sizes",
+    "parse_flop_counts",
+    "preserved_state",
+]
+
+
+def module_sizes(model: nn.Module) -> dict[str, tuple[int, int]]:
+    """``{qualname: (parameter elements, buffer elements)}``, inclusive of submodules."""
+    return {
+        name: (
+            sum(p.numel() for p in module.parameters()),
+            sum(b.numel() for b in module.buffers()),
+        )
+        for name, module in model.named_modules()
+    }
+
+
+@contextlib.contextmanager
+def preserved_state(model: nn.Module) -> Iterator[None]:
+    """Run an analysis forward pass without side effects on training.
+
+    Restores buffer values (batch-norm running statistics move in train mode), the CPU and CUDA
+    random-number generator states (dropout draws), and each parameter's ``.grad``.
+    """
+    import torch
+
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    grads = [(p, p.grad) for p in model.parameters()]
+    cpu_rng = torch.random.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buf, saved in buffers:
+                buf.copy_(saved)
+        for param, grad in grads:
+            param.grad = grad
+        torch.random.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+
+
+def parse_flop_counts(root_class: str, counts: Mapping[str, Mapping[Any, int]]) -> dict[str, int]:
+    """Map FlopCounterMode's ``get_flop_counts()`` keys to qualnames, summing over ops."""
+    out: dict[str, int] = {}
+    prefix = root_class + "."
+    for key, per_op in counts.items():
+        if key == root_class:
+            name = ""
+        elif key.startswith(prefix):
+            name = key[len(prefix) :]
+        else:
+            continue  # 'Global', or a module outside the model
+        out[name] = out.get(name, 0) + int(sum(per_op.values()))
+    return out
+
+
+def module_flops(
+    model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None
+) -> dict[str, int]:
+    """Forward FLOPs per qualname for one call ``model(*args, **kwargs)``; missing means 0."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False, depth=None)  # type: ignore[arg-type]  # None: all depths
+    with preserved_state(model), torch.no_grad(), counter:
+        model(*args, **dict(kwargs or {}))
+    return parse_flop_counts(type(model).__name__, counter.get_flop_counts())
+
+
+def model_points(
+    sizes: Mapping[str, tuple[int, int]],
+    flops: Mapping[str, int],
+    tags: Mapping[str, str],
+    time_ns: int,
+) -> list[Point]:
+    """One ``nrg_model`` point per module: ``params``, ``buffers``, ``flops``, ``macs``."""
+    points = []
+    for name, (params, buffers) in sizes.items():
+        module_flops_ = flops.get(name, 0)
+        module_tags = dict(tags)
+        module_tags["module"] = name or ROOT_NAME
+        points.append(
+            Point(
+                "nrg_model",
+                module_tags,
+                {
+                    "params": params,
+                    "buffers": buffers,
+                    "flops": module_flops_,
+                    "macs": module_flops_ // 2,
+                },
+                time_ns,
+            )
+        )
+    return points

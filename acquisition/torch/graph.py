@@ -1,0 +1,378 @@
+"""The model's op graph, as a JSON document, and which modules can take backward hooks.
+
+Source: ``torch.export.export(model, args, kwargs, strict=False)`` — for each ``call_function``
+node its ATen op (``n.target``), owning module qualnames (``n.meta['nn_module_stack']``, the
+same names as ``named_modules()``), and output shape and dtype (``n.meta['val']``, fake
+tensors); placeholders are classified by ``ep.graph_signature.input_specs`` (parameter, buffer,
+constant, user input). Models that export cannot take (data-dependent control flow, unsupported
+ops) fall back to the deprecated ``torch.jit.trace(...).inlined_graph`` (node ``kind()``,
+``scopeName()``, value types); the reason for the fallback and every warning the tracer raised
+are logged and kept in the document's ``warnings`` list, nothing is suppressed silently.
+
+Document (``format: "nrg-graph/1"``): ``nodes`` is a list of op nodes
+``{"id", "kind": "op", "op", "module", "module_stack", "inputs", "outputs"}`` and data nodes
+``{"id", "kind": "input"|"parameter"|"buffer"|"constant"|"activation", "shape", "dtype",
+"target"?, "producer"?}``; ``inputs``/``outputs`` hold data-node ids; ``outputs`` at the top
+level names the graph outputs. Shapes are lists of ints (symbolic sizes as strings).
+
+:func:`backward_safety` reads the exported graph to find the modules where a full backward hook
+would break training (torch wraps a hooked module's inputs and outputs in a
+``BackwardHookFunction``; an in-place op on such a tensor raises "Output 0 of
+BackwardHookFunction is a view and is being modified inplace") or would only mis-time it (no
+input requires grad: torch then fires the hook at once, with a warning).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import acquisition.torch.complexity as complexity
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["GraphCapture", "backward_safety", "capture_graph"]
+
+log = logging.getLogger("acquisition.torch")
+
+FORMAT = "nrg-graph/1"
+
+
+@dataclass
+class GraphCapture:
+    """A captured graph and what it says about backward hooks."""
+
+    doc: dict[str, Any]
+    source: str
+    """``"torch.export"``, ``"torch.jit.trace"`` or ``"none"``."""
+    backward_unsafe: dict[str, str] | None = None
+    """qualname → reason, for modules called in forward; None when unknown (no export graph)."""
+    called: list[str] = field(default_factory=list)
+    """Qualnames of the modules the forward pass called."""
+
+
+def _shape(value: Any) -> list[int | str] | None:
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return None
+    return [int(s) if isinstance(s, int) else str(s) for s in shape]
+
+
+def _dtype(value: Any) -> str | None:
+    dtype = getattr(value, "dtype", None)
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+def _flat_nodes(args: Any) -> list[Any]:
+    """The fx Nodes among (nested) node arguments."""
+    from torch import fx
+
+    out: list[Any] = []
+
+    def visit(a: Any) -> None:
+        if isinstance(a, fx.Node):
+            out.append(a)
+        elif isinstance(a, list | tuple):
+            for x in a:
+                visit(x)
+        elif isinstance(a, dict):
+            for x in a.values():
+                visit(x)
+
+    visit(args)
+    return out
+
+
+def _module_stack(node: Any) -> list[str]:
+    stack = node.meta.get("nn_module_stack") or {}
+    return [str(v[0]) for v in stack.values()]
+
+
+def _placeholder_kinds(ep: Any) -> dict[str, tuple[str, str | None]]:
+    kinds = {}
+    for spec in ep.graph_signature.input_specs:
+        kind = spec.kind.name
+        label = {
+            "PARAMETER": "parameter",
+            "BUFFER": "buffer",
+            "CONSTANT_TENSOR": "constant",
+            "USER_INPUT": "input",
+        }.get(kind, kind.lower())
+        name = getattr(spec.arg, "name", None)
+        if name is not None:
+            kinds[name] = (label, spec.target)
+    return kinds
+
+
+def export_document(ep: Any) -> dict[str, Any]:
+    """The graph document of an ``ExportedProgram``."""
+    kinds = _placeholder_kinds(ep)
+    nodes: list[dict[str, Any]] = []
+    graph_outputs: list[str] = []
+    tuple_outputs: dict[str, list[str]] = {}
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and node.target is operator.getitem:
+            producer = node.args[0].name
+            tuple_outputs.setdefault(producer, []).append(node.name)
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            kind, target = kinds.get(node.name, ("input", None))
+            data: dict[str, Any] = {"id": node.name, "kind": kind}
+            if target is not None:
+                data["target"] = target
+            data["shape"], data["dtype"] = _shape(val), _dtype(val)
+            nodes.append(data)
+        elif node.op == "call_function" and node.target is operator.getitem:
+            nodes.append(
+                {
+                    "id": node.name,
+                    "kind": "activation",
+                    "producer": "op:" + node.args[0].name,
+                    "shape": _shape(val),
+                    "dtype": _dtype(val),
+                }
+            )
+        elif node.op == "call_function":
+            stack = _module_stack(node)
+            outputs = tuple_outputs.get(node.name)
+            nodes.append(
+                {
+                    "id": "op:" + node.name,
+                    "kind": "op",
+                    "op": str(node.target),
+                    "module": stack[-1] if stack else "",
+                    "module_stack": stack,
+                    "inputs": [a.name for a in _flat_nodes((node.args, node.kwargs))],
+                    "outputs": outputs if outputs is not None else [node.name],
+                }
+            )
+            if outputs is None and val is not None:
+                nodes.append(
+                    {
+                        "id": node.name,
+                        "kind": "activation",
+                        "producer": "op:" + node.name,
+                        "shape": _shape(val),
+                        "dtype": _dtype(val),
+                    }
+                )
+        elif node.op == "output":
+            graph_outputs = [a.name for a in _flat_nodes(node.args)]
+    return {"nodes": nodes, "outputs": graph_outputs}
+
+
+def _write_args(node: Any) -> tuple[list[Any], Any]:
+    """(nodes written in place, node whose storage the result aliases) for one op node."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return [], None
+    written: list[Any] = []
+    aliased = None
+    ret_alias = schema.returns[0].alias_info if schema.returns else None
+    for i, arg in enumerate(schema.arguments):
+        info = arg.alias_info
+        if info is None:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        nodes = _flat_nodes(value)
+        if info.is_write:
+            written.extend(nodes)
+        if ret_alias is not None and nodes and info.before_set & ret_alias.before_set:
+            aliased = nodes[0]
+    return written, aliased
+
+
+def backward_safety(ep: Any, model: nn.Module) -> tuple[dict[str, str], list[str]]:
+    """Modules whose full backward hooks would break or mis-time, from an exported graph.
+
+    Returns ``({qualname: reason}, called)``: a module is unsafe when an in-place op writes one of
+    its input tensors (inside it) or one of its output tensors (after it returned), or an alias
+    of one; or when none of its tensor inputs requires grad. ``called`` lists every module the
+    graph shows being called.
+    """
+    kinds = _placeholder_kinds(ep)
+    requires = {n: p.requires_grad for n, p in model.named_parameters()}
+    order: dict[Any, int] = {}
+    stacks: dict[Any, frozenset[str]] = {}
+    grad: dict[Any, bool] = {}
+    group: dict[Any, Any] = {}
+    writes: list[tuple[Any, Any]] = []  # (writer node, written node)
+    boundary_in: dict[str, set[Any]] = {}
+    boundary_out: dict[str, set[Any]] = {}
+    called: list[str] = []
+    for i, node in enumerate(ep.graph.nodes):
+        order[node] = i
+        if node.op == "placeholder":
+            kind, target = kinds.get(node.name, ("input", None))
+            stacks[node] = frozenset()
+            group[node] = node
+            val = node.meta.get("val")
+            if kind == "parameter":
+                grad[node] = requires.get(str(target), True)
+            else:
+                grad[node] = kind == "input" and bool(getattr(val, "requires_grad", False))
+            continue
+        args = _flat_nodes((node.args, node.kwargs))
+        if node.op == "output":
+            for a in args:
+                for m in stacks.get(a, frozenset()):
+                    boundary_out.setdefault(m, set()).add(a)
+            continue
+        if node.op != "call_function":
+            stacks[node] = frozenset()
+            group[node] = node
+            grad[node] = False
+            continue
+        stack = _module_stack(node)
+        for name in stack:
+            if name not in called:
+                called.append(name)
+        mine = frozenset(stack)
+        stacks[node] = mine
+        grad[node] = any(grad.get(a, False) for a in args)
+        if node.target is operator.getitem:
+            group[node] = group.get(node.args[0], node.args[0])
+        else:
+            written, aliased = _write_args(node)
+            group[node] = group.get(aliased, aliased) if aliased is not None else node
+            writes.extend((node, w) for w in written)
+        for a in args:
+            if kinds.get(a.name, ("",))[0] in ("parameter", "buffer", "constant"):
+                continue  # state, not a forward argument: torch does not wrap it
+            theirs = stacks.get(a, frozenset())
+            for m in mine - theirs:
+                boundary_in.setdefault(m, set()).add(a)
+            for m in theirs - mine:
+                boundary_out.setdefault(m, set()).add(a)
+    unsafe: dict[str, str] = {}
+    for name in called:
+        inputs = boundary_in.get(name, set())
+        outputs = boundary_out.get(name, set())
+        in_groups = {group[a] for a in inputs}
+        out_groups = {group[a]: order[a] for a in outputs}
+        for writer, target in writes:
+            g = group.get(target, target)
+            inside = name in stacks[writer]
+            if inside and g in in_groups:
+                unsafe[name] = f"in-place op {writer.target} on its input"
+                break
+            if not inside and g in out_groups and order[writer] > out_groups[g]:
+                unsafe[name] = f"in-place op {writer.target} on its output"
+                break
+        else:
+            if not any(grad.get(a, False) for a in inputs):
+                unsafe[name] = "no input requires grad"
+    return unsafe, called
+
+
+def _jit_document(model: nn.Module, args: tuple[Any, ...]) -> dict[str, Any]:
+    import torch
+
+    traced = torch.jit.trace(model, args, check_trace=False)  # type: ignore[no-untyped-call]
+    graph = traced.inlined_graph
+    nodes: list[dict[str, Any]] = []
+    inputs = list(graph.inputs())[1:]  # the first input is the module itself
+    for value in inputs:
+        nodes.append({"id": value.debugName(), "kind": "input", **_jit_type(value)})
+    for node in graph.nodes():
+        kind = node.kind()
+        if kind == "prim::GetAttr":
+            out = node.output()
+            if isinstance(out.type(), torch._C.TensorType):
+                nodes.append({"id": out.debugName(), "kind": "parameter", **_jit_type(out)})
+            continue
+        if not kind.startswith("aten::"):
+            continue
+        scope = node.scopeName()
+        stack = [s.removeprefix("__module.") for s in scope.split("/") if s] if scope else []
+        outs = list(node.outputs())
+        nodes.append(
+            {
+                "id": "op:" + outs[0].debugName() if outs else "op:" + kind,
+                "kind": "op",
+                "op": kind,
+                "module": stack[-1] if stack else "",
+                "module_stack": ["", *stack] if stack and stack[0] != "" else stack,
+                "inputs": [v.debugName() for v in node.inputs()],
+                "outputs": [v.debugName() for v in outs],
+            }
+        )
+        for out in outs:
+            nodes.append(
+                {
+                    "id": out.debugName(),
+                    "kind": "activation",
+                    "producer": "op:" + outs[0].debugName(),
+                    **_jit_type(out),
+                }
+            )
+    return {"nodes": nodes, "outputs": [v.debugName() for v in graph.outputs()]}
+
+
+def _jit_type(value: Any) -> dict[str, Any]:
+    t = value.type()
+    try:
+        sizes = t.sizes()
+    except (AttributeError, RuntimeError):
+        sizes = None
+    try:
+        dtype = t.scalarType()
+    except (AttributeError, RuntimeError):
+        dtype = None
+    return {"shape": sizes, "dtype": None if dtype is None else str(dtype).lower()}
+
+
+def capture_graph(
+    model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None
+) -> GraphCapture:
+    """Export (or trace) ``model(*args, **kwargs)`` without side effects on training state."""
+    import torch
+
+    header: dict[str, Any] = {
+        "format": FORMAT,
+        "torch_version": str(torch.__version__),
+        "model": type(model).__qualname__,
+        "warnings": [],
+    }
+    kwargs = dict(kwargs or {})
+    try:
+        with complexity.preserved_state(model):
+            ep = torch.export.export(model, args, kwargs=kwargs, strict=False)
+    except Exception as exc:  # export raises many types; every one means "use the fallback"
+        reason = f"torch.export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:300]})"
+        log.warning("nrg: %s; falling back to the deprecated torch.jit.trace", reason)
+        header["warnings"].append(reason)
+    else:
+        header["source"] = "torch.export"
+        header.update(export_document(ep))
+        unsafe, called = backward_safety(ep, model)
+        return GraphCapture(header, "torch.export", unsafe, called)
+    if kwargs:
+        message = "torch.jit.trace cannot pass keyword arguments; no graph recorded"
+        log.warning("nrg: %s", message)
+        header["warnings"].append(message)
+        header.update(source="none", nodes=[], outputs=[])
+        return GraphCapture(header, "none")
+    try:
+        with complexity.preserved_state(model), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            doc = _jit_document(model, args)
+    except Exception as exc:  # the tracer's failures are as varied as export's
+        message = f"torch.jit.trace failed ({type(exc).__name__}: {str(exc).splitlines()[0][:300]})"
+        log.warning("nrg: %s; no graph recorded", message)
+        header["warnings"].append(message)
+        header.update(source="none", nodes=[], outputs=[])
+        return GraphCapture(header, "none")
+    for w in caught:
+        text = f"{w.category.__name__}: {str(w.message).splitlines()[0][:300]}"
+        log.warning("nrg: torch.jit.trace: %s", text)
+        header["warnings"].append(text)
+    header["source"] = "torch.jit.trace"
+    header.update(doc)
+    return GraphCapture(header, "torch.jit.trace")

@@ -1,0 +1,377 @@
+"""A training-job session: hooks in, steps out, model recorded once, lines to the agent.
+
+Calls used: the global module and optimizer hooks of torch (``register_module_forward_pre_hook``,
+``register_module_forward_hook``, ``torch.optim.optimizer.register_optimizer_step_post_hook``,
+``register_module_module_registration_hook``), per-module full backward hooks where safe, one
+root forward pre-hook with kwargs to capture the first call's inputs when no example inputs were
+given. Clock: ``time.perf_counter_ns()`` on the hot path, converted to Unix-epoch ns with one
+offset measured at start (``time.time_ns() - perf_counter_ns()``).
+
+Points (wire contract): ``nrg_run`` (start/end), ``nrg_model`` (per module, once), ``nrg_step``
+and ``nrg_module`` (per step), tagged ``experiment``, ``run`` and ``rank``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from acquisition.lineproto import LineEncoder
+from acquisition.paths import data_dir
+from acquisition.point import Point
+from acquisition.torch import complexity
+from acquisition.torch.graph import GraphCapture, capture_graph
+from acquisition.torch.hooks import EPOCH, RETIME, STEP, EventLog, ModuleHooks
+from acquisition.torch.steps import StepAggregator, step_points
+from acquisition.torch.transport import LineSender, default_fallback_dir, default_socket_path
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.utils.hooks import RemovableHandle
+
+__all__ = ["NrgHookWarning", "Session", "resolve_tags"]
+
+log = logging.getLogger("acquisition.torch")
+
+
+class NrgHookWarning(UserWarning):
+    """Backward timing was turned off for some modules (or all) to keep training correct."""
+
+
+def resolve_tags(
+    experiment: str | None, run: str | None, rank: int | str | None, *, pid: int
+) -> dict[str, str]:
+    """``experiment``, ``run`` and ``rank`` from arguments, else ``NRG_EXPERIMENT``, ``NRG_RUN``,
+    ``RANK``/``LOCAL_RANK``; a missing run gets ``<UTC time>-<pid>`` so its steps group together."""
+    env = os.environ
+    experiment = experiment or env.get("NRG_EXPERIMENT") or ""
+    run = run or env.get("NRG_RUN") or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{pid}"
+    if rank is None:
+        rank = env.get("RANK") or env.get("LOCAL_RANK")
+    tags = {"experiment": experiment, "run": run, "rank": "" if rank is None else str(rank)}
+    return {k: v for k, v in tags.items() if v}
+
+
+def _file_safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text)
+
+
+class Session:
+    """Instruments one model; see :func:`acquisition.torch.instrument` for the arguments."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        example_inputs: tuple[Any, ...] | None = None,
+        example_kwargs: Mapping[str, Any] | None = None,
+        experiment: str | None = None,
+        run: str | None = None,
+        rank: int | str | None = None,
+        socket_path: str | os.PathLike[str] | None = None,
+        fallback_dir: str | os.PathLike[str] | None = None,
+        graph_dir: str | os.PathLike[str] | None = None,
+        graph: bool = True,
+        backward: bool = True,
+        auto_step: bool = True,
+        flush_interval_s: float = 0.05,
+    ) -> None:
+        self.model = model
+        self.pid = os.getpid()
+        self.tags = resolve_tags(experiment, run, rank, pid=self.pid)
+        self._model_tags = {k: v for k, v in self.tags.items() if k != "rank"}
+        stem = f"nrg-{_file_safe(self.tags['run'])}-{self.pid}"
+        self.socket_path = Path(socket_path) if socket_path else default_socket_path()
+        self.fallback_path = Path(fallback_dir or default_fallback_dir()) / f"{stem}.lp"
+        graph_root = graph_dir or os.environ.get("NRG_GRAPH_DIR") or data_dir() / "graphs"
+        self.graph_path: Path | None = Path(graph_root) / f"{stem}.graph.json" if graph else None
+        if example_inputs is not None and not isinstance(example_inputs, tuple):
+            example_inputs = (example_inputs,)
+        self._example = (example_inputs, dict(example_kwargs or {}))
+        self._graph = graph
+        self._backward = backward
+        self._auto_step = auto_step
+        self._flush_interval_s = flush_interval_s
+        self.capture: GraphCapture | None = None
+        self.backward_unsafe: dict[str, str] = {}
+        """qualname → why its backward is not timed."""
+        self._encoder = LineEncoder()
+        self._events = EventLog()
+        self._hooks: ModuleHooks | None = None
+        self._handles: list[RemovableHandle] = []
+        self._first_call: RemovableHandle | None = None
+        self._optimizers: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+        self._step_optimizer: weakref.ref[Any] | None = None
+        self._manual_steps = False
+        self._epoch = 0
+        self._names_dirty = False
+        self._param_ids: set[int] = set()
+        self._aggregator: StepAggregator | None = None
+        self._sender: LineSender | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        self.offset_ns = 0
+        self.start_time_ns = 0
+
+    # --- public API -----------------------------------------------------------------------
+
+    @property
+    def sender(self) -> LineSender:
+        if self._sender is None:
+            raise RuntimeError("session not started")
+        return self._sender
+
+    @property
+    def backward_modules(self) -> list[str]:
+        """Qualnames of the modules whose backward is timed."""
+        if self._hooks is None:
+            return []
+        names = {m: n for n, m in self.model.named_modules()}
+        return [names[m] for m in self._hooks.backward_modules if m in names]
+
+    def start(self) -> Session:
+        """Install the hooks and start sending; returns the session (for code without ``with``)."""
+        import torch
+        from torch.nn.modules import module as torch_module
+        from torch.optim import optimizer as torch_optimizer
+
+        if self._started:
+            raise RuntimeError("session already started")
+        self._started = True
+        self.offset_ns = time.time_ns() - time.perf_counter_ns()
+        self.start_time_ns = time.time_ns()
+        model = self.model
+        cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
+        self._param_ids = {id(p) for p in model.parameters()}
+        self._aggregator = StepAggregator(self._names())
+        self._hooks = ModuleHooks(self._events, cuda=cuda)
+        self._sender = LineSender(self.socket_path, self.fallback_path)
+        self._sender.start()
+        self._send([self._run_point("start", self.start_time_ns)])
+        args, kwargs = self._example
+        if args is not None:
+            self._capture(args, kwargs)
+        elif self._graph or self._backward:
+            self._first_call = model.register_forward_pre_hook(
+                self._on_first_call, with_kwargs=True
+            )
+        self._hooks.install_forward()
+        self._handles.append(torch_optimizer.register_optimizer_step_post_hook(self._on_optimizer))
+        self._handles.append(
+            torch_module.register_module_module_registration_hook(self._on_registration)
+        )
+        self._thread = threading.Thread(target=self._run, name="nrg-torch-steps", daemon=True)
+        self._thread.start()
+        return self
+
+    def step(self) -> None:
+        """Mark the end of a step; from the first call on, optimizer steps no longer do."""
+        self._manual_steps = True
+        self._events.append((None, time.perf_counter_ns(), STEP))
+
+    def epoch(self, number: int | None = None) -> int:
+        """Set the epoch of the steps that follow (default: the next one); returns it."""
+        self._epoch = self._epoch + 1 if number is None else int(number)
+        self._events.append((self._epoch, time.perf_counter_ns(), EPOCH))
+        return self._epoch
+
+    def close(self) -> None:
+        """Remove every hook, send what is left (a last partial step included), stop."""
+        if not self._started or self._closed:
+            return
+        self._closed = True
+        end_perf = time.perf_counter_ns()
+        if self._first_call is not None:
+            self._first_call.remove()
+            self._first_call = None
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if self._hooks is not None:
+            self._hooks.remove_all()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        assert self._aggregator is not None
+        last = self._aggregator.finish_pending(end_perf)
+        if last is not None:
+            self._send(step_points(last, self.tags, self.offset_ns))
+        if self._aggregator.unmatched_exits or self._aggregator.unclosed_enters:
+            log.info(
+                "nrg: %d module exits without an enter, %d enters without an exit",
+                self._aggregator.unmatched_exits,
+                self._aggregator.unclosed_enters,
+            )
+        self._send([self._run_point("end", time.time_ns())])
+        self.sender.close()
+
+    def __enter__(self) -> Session:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- hooks (training thread) ------------------------------------------------------------
+
+    def _on_first_call(self, module: Any, args: Any, kwargs: Any) -> None:
+        if self._first_call is not None:
+            self._first_call.remove()
+            self._first_call = None
+            self._capture(tuple(args), dict(kwargs))
+            self._events.append((module, time.perf_counter_ns(), RETIME))
+
+    def _on_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._manual_steps or not self._auto_step:
+            return
+        ours = self._optimizers.get(optimizer)
+        if ours is None:
+            ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            ours = self._optimizers[optimizer] = bool(ids & self._param_ids)
+        if not ours:
+            return
+        # With several optimizers on one model (GANs), the first one to step marks steps.
+        chosen = self._step_optimizer() if self._step_optimizer is not None else None
+        if chosen is None:
+            self._step_optimizer = weakref.ref(optimizer)
+        elif chosen is not optimizer:
+            return
+        self._events.append((None, time.perf_counter_ns(), STEP))
+
+    def _on_registration(self, module: Any, name: str, submodule: Any) -> None:
+        self._names_dirty = True
+
+    # --- model structure ---------------------------------------------------------------------
+
+    def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Record sizes, FLOPs and graph; decide the backward hooks. Runs once."""
+        assert self._hooks is not None
+        model = self.model
+        reinstall = self._hooks.forward_installed
+        # Our own hooks must not see the analysis passes.
+        self._hooks.remove_forward()
+        try:
+            sizes = complexity.module_sizes(model)
+            try:
+                flops = complexity.module_flops(model, args, kwargs)
+            except Exception as exc:  # a model FlopCounterMode cannot run is still trained
+                log.warning("nrg: FLOP counting failed (%s: %s)", type(exc).__name__, exc)
+                flops = {}
+            capture = None
+            if self._graph or self._backward:
+                capture = capture_graph(model, args, kwargs)
+                self.capture = capture
+            if capture is not None and self.graph_path is not None:
+                self._write_graph(capture, sizes, flops)
+            self._send(complexity.model_points(sizes, flops, self._model_tags, self.start_time_ns))
+            if self._backward:
+                self._install_backward(capture)
+        finally:
+            if reinstall:
+                self._hooks.install_forward()
+
+    def _write_graph(
+        self, capture: GraphCapture, sizes: Mapping[str, tuple[int, int]], flops: Mapping[str, int]
+    ) -> None:
+        assert self.graph_path is not None
+        types = {n: type(m).__qualname__ for n, m in self.model.named_modules()}
+        doc = dict(capture.doc)
+        doc["experiment"] = self.tags.get("experiment", "")
+        doc["run"] = self.tags["run"]
+        doc["modules"] = {
+            name: {"type": types[name], "params": p, "buffers": b, "flops": flops.get(name, 0)}
+            for name, (p, b) in sizes.items()
+        }
+        try:
+            self.graph_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.graph_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+            tmp.replace(self.graph_path)
+        except OSError as exc:
+            log.warning("nrg: cannot write the model graph to %s: %s", self.graph_path, exc)
+            self.graph_path = None
+
+    def _install_backward(self, capture: GraphCapture | None) -> None:
+        assert self._hooks is not None
+        if capture is None or capture.backward_unsafe is None:
+            warnings.warn(
+                "nrg: backward timing is off: without a torch.export graph nrg cannot tell "
+                "which modules' backward hooks would break in-place ops",
+                NrgHookWarning,
+                stacklevel=4,
+            )
+            return
+        self.backward_unsafe = dict(capture.backward_unsafe)
+        modules = dict(self.model.named_modules())
+        safe = [
+            modules[n] for n in capture.called if n in modules and n not in self.backward_unsafe
+        ]
+        self._hooks.install_backward(safe)
+        in_place = sorted(n for n, why in self.backward_unsafe.items() if "in-place" in why)
+        if in_place:
+            shown = ", ".join(repr(n or "(root)") for n in in_place[:8])
+            more = f" and {len(in_place) - 8} more" if len(in_place) > 8 else ""
+            warnings.warn(
+                f"nrg: backward timing is off for {len(in_place)} module(s) whose inputs or "
+                f"outputs are modified in place ({shown}{more}); a full backward hook there "
+                f"would make torch raise. Their backward time counts in their parent's.",
+                NrgHookWarning,
+                stacklevel=4,
+            )
+
+    # --- background thread ------------------------------------------------------------------
+
+    def _names(self) -> dict[Any, str]:
+        return {m: n for n, m in self.model.named_modules()}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._flush_interval_s):
+            self._flush()
+        self._flush()
+
+    def _flush(self) -> None:
+        assert self._aggregator is not None
+        if self._names_dirty:
+            self._names_dirty = False
+            self._aggregator.names = self._names()
+        events = self._events.drain()
+        if not events:
+            return
+        points: list[Point] = []
+        for record in self._aggregator.feed(events):
+            points.extend(step_points(record, self.tags, self.offset_ns))
+        self._send(points)
+
+    def _send(self, points: list[Point]) -> None:
+        if not points or self._sender is None:
+            return
+        try:
+            text = self._encoder.encode_many(points)
+        except ValueError as exc:  # LineProtocolError; never let it reach training
+            log.error("nrg: cannot encode points: %s", exc)
+            return
+        self._sender.send(text)
+
+    def _run_point(self, event: str, time_ns: int) -> Point:
+        fields: dict[str, str | int] = {
+            "event": event,
+            "pid": self.pid,
+            "graph_path": str(self.graph_path) if self.graph_path else "",
+        }
+        return Point("nrg_run", dict(self.tags), fields, time_ns)
