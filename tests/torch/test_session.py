@@ -1,0 +1,181 @@
+"""A real instrumented CPU training loop, read back from the socket peer or the fallback file."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from acquisition.lineproto import decode_line
+from acquisition.point import Point
+from acquisition.torch import instrument
+from tests.torch.conftest import Listener
+from tests.torch.models import Scaled
+
+EPOCHS, BATCHES = 2, 3
+
+
+def make_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(4, 8), nn.Tanh(), nn.Sequential(nn.Linear(8, 8), nn.Tanh()), nn.Linear(8, 1)
+    )
+
+
+def train(model: nn.Module, session=None) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loss_fn = nn.MSELoss()  # not part of the model: ignored by the aggregator
+    for epoch in range(EPOCHS):
+        if session is not None:
+            session.epoch(epoch)
+        for _ in range(BATCHES):
+            x, y = torch.randn(16, 4), torch.randn(16, 1)
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        with torch.no_grad():  # evaluation: no optimizer step, so it joins the next step
+            model(torch.randn(4, 4))
+
+
+def points(text: str) -> list[Point]:
+    return [decode_line(line) for line in text.splitlines()]
+
+
+def check_run(pts: list[Point], run: str, pid: int) -> None:
+    by = Counter(p.measurement for p in pts)
+    steps = [p for p in pts if p.measurement == "nrg_step"]
+    # Six optimizer steps, plus the last evaluation as a final partial step.
+    assert [(p.fields["step"], p.fields["epoch"]) for p in steps] == [
+        (0, 0),
+        (1, 0),
+        (2, 0),
+        (3, 1),
+        (4, 1),
+        (5, 1),
+        (6, 1),
+    ]
+    for p in steps:
+        assert p.tags == {"experiment": "unit", "run": run, "rank": "3"}
+        assert p.time_ns == p.fields["end_time_ns"]
+        assert (
+            p.fields["duration_seconds"]
+            == (p.fields["end_time_ns"] - p.fields["start_time_ns"]) / 1e9
+        )
+    for prev, cur in itertools.pairwise(steps):
+        assert cur.fields["start_time_ns"] == prev.fields["end_time_ns"]
+    modules = [p for p in pts if p.measurement == "nrg_module"]
+    calls = Counter()
+    for p in modules:
+        calls[p.fields["step"], p.tags["module"], p.tags["phase"]] += p.fields["calls"]
+        assert p.fields["exclusive_seconds"] <= p.fields["inclusive_seconds"]
+        assert p.time_ns == steps[p.fields["step"]].time_ns
+    # step 0: one training forward; backward timed where inputs need grad: "1" onwards.
+    assert {k[1:]: v for k, v in calls.items() if k[0] == 1} == {
+        ("(root)", "forward"): 1,
+        ("0", "forward"): 1,
+        ("1", "forward"): 1,
+        ("2", "forward"): 1,
+        ("2.0", "forward"): 1,
+        ("2.1", "forward"): 1,
+        ("3", "forward"): 1,
+        ("3", "backward"): 1,
+        ("2", "backward"): 1,
+        ("2.1", "backward"): 1,
+        ("2.0", "backward"): 1,
+        ("1", "backward"): 1,
+    }
+    # Step 3 starts epoch 1 and holds epoch 0's evaluation forward too.
+    assert calls[3, "(root)", "forward"] == 2 and calls[3, "(root)", "backward"] == 0
+    assert calls[6, "(root)", "forward"] == 1 and calls[6, "3", "backward"] == 0
+    model_points = {p.tags["module"]: p for p in pts if p.measurement == "nrg_model"}
+    assert model_points["(root)"].fields == {
+        "params": 121,
+        "buffers": 0,
+        "flops": 2 * 16 * (32 + 64 + 8),
+        "macs": 16 * (32 + 64 + 8),
+    }
+    assert model_points["2.0"].fields == {
+        "params": 72,
+        "buffers": 0,
+        "flops": 2 * 16 * 64,
+        "macs": 16 * 64,
+    }
+    assert model_points["(root)"].tags == {"experiment": "unit", "run": run, "module": "(root)"}
+    runs = [p for p in pts if p.measurement == "nrg_run"]
+    assert [p.fields["event"] for p in runs] == ["start", "end"]
+    assert all(p.fields["pid"] == pid for p in runs)
+    assert by == {"nrg_run": 2, "nrg_model": 7, "nrg_step": 7, "nrg_module": len(modules)}
+
+
+def test_training_loop_to_the_agent(listener: Listener, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "3")
+    model = make_model()
+    session = instrument(model, experiment="unit", run="to-agent")
+    with session:
+        train(model, session)
+    check_run(points(listener.text()), "to-agent", os.getpid())
+    assert not session.fallback_path.exists()
+    graph = json.loads(Path(session.graph_path or "").read_text())
+    assert graph["source"] == "torch.export"
+    assert [n["op"] for n in graph["nodes"] if n["kind"] == "op"] == [
+        "aten.linear.default",
+        "aten.tanh.default",
+        "aten.linear.default",
+        "aten.tanh.default",
+        "aten.linear.default",
+    ]
+    assert graph["modules"]["2.0"] == {
+        "type": "Linear",
+        "params": 72,
+        "buffers": 0,
+        "flops": 2 * 16 * 64,
+    }
+
+
+def test_training_loop_without_agent_fills_the_fallback_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NRG_EXPERIMENT", "unit")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    model = make_model()
+    with instrument(model, run="no-agent") as session:
+        train(model, session)
+    assert session.fallback_path.name == f"nrg-no-agent-{os.getpid()}.lp"
+    check_run(points(session.fallback_path.read_text()), "no-agent", os.getpid())
+
+
+def test_manual_steps_and_kwargs_at_first_call(listener: Listener) -> None:
+    model = Scaled()
+    with instrument(model, run="manual", experiment="unit") as session:
+        for _ in range(3):
+            with torch.no_grad():
+                model(torch.randn(2, 4), scale=2.0)
+            session.step()
+    pts = points(listener.text())
+    assert [p.fields["step"] for p in pts if p.measurement == "nrg_step"] == [0, 1, 2]
+    assert session.capture is not None and session.capture.source == "torch.export"
+    graph = json.loads(Path(session.graph_path or "").read_text())
+    assert [n["op"] for n in graph["nodes"] if n["kind"] == "op"] == [
+        "aten.linear.default",
+        "aten.mul.Tensor",
+    ]
+    root = [p for p in pts if p.measurement == "nrg_module" and p.tags["module"] == "(root)"]
+    assert [p.fields["calls"] for p in root] == [1, 1, 1]
+
+
+def test_importing_acquisition_does_not_import_torch() -> None:
+    code = (
+        "import sys, acquisition, acquisition.torch, acquisition.torch.session;"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,142 @@
+"""The per-step aggregator on literal event streams: nesting, exclusive time, steps, epochs."""
+
+from __future__ import annotations
+
+from acquisition.point import Point
+from acquisition.torch.hooks import BWD_POST, BWD_PRE, EPOCH, FWD_POST, FWD_PRE, RETIME, STEP
+from acquisition.torch.steps import ModuleTiming, StepAggregator, step_points
+
+
+class M:
+    """Stands for a module: the aggregator only needs identity."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+root, a, b, loss = M("root"), M("a"), M("b"), M("loss")
+NAMES = {root: "", a: "a", b: "b"}
+
+
+def test_nesting_counts_and_exclusive_time() -> None:
+    agg = StepAggregator(NAMES)
+    events = [
+        (root, 100, FWD_PRE),
+        (a, 110, FWD_PRE),
+        (a, 130, FWD_POST),
+        (b, 135, FWD_PRE),
+        (b, 140, FWD_POST),
+        (a, 150, FWD_PRE),  # a reused: two calls, one name
+        (a, 160, FWD_POST),
+        (root, 170, FWD_POST),
+        (loss, 171, FWD_PRE),  # not part of the model: transparent
+        (loss, 175, FWD_POST),
+        (root, 180, BWD_PRE),
+        (b, 182, BWD_PRE),
+        (b, 190, BWD_POST),
+        (root, 200, BWD_POST),
+        (None, 210, STEP),
+    ]
+    (record,) = agg.feed(events)
+    assert (record.step, record.epoch, record.start_ns, record.end_ns) == (0, 0, 100, 210)
+    assert record.modules == {
+        ("a", "forward"): ModuleTiming(2, 30, 30),
+        ("b", "forward"): ModuleTiming(1, 5, 5),
+        ("", "forward"): ModuleTiming(1, 70, 35),
+        ("b", "backward"): ModuleTiming(1, 8, 8),
+        ("", "backward"): ModuleTiming(1, 20, 12),
+    }
+    assert not agg.pending
+
+
+def test_steps_tile_time_and_epochs_tag_them() -> None:
+    agg = StepAggregator(NAMES)
+    done = agg.feed([(a, 10, FWD_PRE), (a, 20, FWD_POST), (None, 30, STEP), (2, 35, EPOCH)])
+    done += agg.feed([(a, 40, FWD_PRE), (a, 45, FWD_POST), (None, 50, STEP)])
+    assert [(r.step, r.epoch, r.start_ns, r.end_ns) for r in done] == [
+        (0, 0, 10, 30),
+        (1, 2, 30, 50),
+    ]
+    agg.feed([(b, 60, FWD_PRE), (b, 61, FWD_POST)])
+    assert agg.pending
+    last = agg.finish_pending(70)
+    assert last is not None
+    assert (last.step, last.start_ns, last.end_ns) == (2, 50, 70)
+    assert last.modules == {("b", "forward"): ModuleTiming(1, 1, 1)}
+    assert agg.finish_pending(80) is None
+
+
+def test_exit_on_exception_closes_skipped_frames() -> None:
+    # Forward of b raised inside a: torch calls the always_call post-hooks of b, then a.
+    agg = StepAggregator(NAMES)
+    agg.feed([(a, 0, FWD_PRE), (b, 1, FWD_PRE), (b, 4, FWD_POST), (a, 9, FWD_POST)])
+    record = agg.finish_pending(10)
+    assert record is not None
+    assert record.modules == {
+        ("b", "forward"): ModuleTiming(1, 3, 3),
+        ("a", "forward"): ModuleTiming(1, 9, 6),
+    }
+    # An exit whose enter never came (hooks installed mid-call) is counted, not guessed.
+    agg.feed([(b, 20, FWD_POST), (a, 21, FWD_PRE), (b, 22, FWD_PRE), (a, 30, FWD_POST)])
+    assert (agg.unmatched_exits, agg.unclosed_enters) == (1, 1)
+
+
+def test_retime_restarts_the_open_call_and_the_first_step() -> None:
+    agg = StepAggregator(NAMES)
+    agg.feed([(root, 100, FWD_PRE), (root, 500, RETIME), (a, 510, FWD_PRE), (a, 520, FWD_POST)])
+    (record,) = agg.feed([(root, 530, FWD_POST), (None, 540, STEP)])
+    assert record.start_ns == 500
+    assert record.modules[("", "forward")] == ModuleTiming(1, 30, 20)
+
+
+def test_step_points_follow_the_wire_contract() -> None:
+    agg = StepAggregator(NAMES)
+    (record,) = agg.feed(
+        [
+            (root, 1_000, FWD_PRE),
+            (a, 1_500, FWD_PRE),
+            (a, 2_000, FWD_POST),
+            (root, 3_000, FWD_POST),
+            (None, 4_000, STEP),
+        ]
+    )
+    tags = {"experiment": "e", "run": "r", "rank": "1"}
+    points = step_points(record, tags, offset_ns=10**18)
+    assert points == [
+        Point(
+            "nrg_step",
+            tags,
+            {
+                "step": 0,
+                "epoch": 0,
+                "start_time_ns": 10**18 + 1_000,
+                "end_time_ns": 10**18 + 4_000,
+                "duration_seconds": 3e-6,
+            },
+            10**18 + 4_000,
+        ),
+        Point(
+            "nrg_module",
+            {**tags, "module": "a", "phase": "forward"},
+            {
+                "step": 0,
+                "epoch": 0,
+                "calls": 1,
+                "inclusive_seconds": 5e-7,
+                "exclusive_seconds": 5e-7,
+            },
+            10**18 + 4_000,
+        ),
+        Point(
+            "nrg_module",
+            {**tags, "module": "(root)", "phase": "forward"},
+            {
+                "step": 0,
+                "epoch": 0,
+                "calls": 1,
+                "inclusive_seconds": 2e-6,
+                "exclusive_seconds": 1.5e-6,
+            },
+            10**18 + 4_000,
+        ),
+    ]
