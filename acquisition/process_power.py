@@ -1,0 +1,200 @@
+"""Per-process CPU and DRAM power: RAPL power shared out by each tracked tree's CPU and memory share.
+
+A bus processor (AIPowerMeter's ``per_process_cpu_power`` / ``per_process_dram_power`` model). It
+keeps the latest ``power_watts`` of every ``rapl`` series (tags ``socket``, ``die``, ``domain``)
+and, for each ``process`` point of a tracked tree (tags ``tree``, ``scope``; scopes ``main``,
+``descendants``, ``combined`` by default), emits a ``process_power`` point with the same tags:
+
+- ``cpu_power_watts`` = ``cpu_busy_share_ratio`` × Σ package power over all sockets (W), the
+  tree's share of all busy CPU time in the procfs interval times the machine's CPU power;
+- ``dram_power_watts`` = ``memory_used_share_ratio`` × Σ DRAM power (W), its share of used memory
+  (RSS ÷ (MemTotal − MemAvailable)) times the DRAM power;
+- ``cpu_energy_joules`` / ``dram_energy_joules``: those powers integrated over the time between
+  the series' successive process points (J, cumulative since the processor first saw the series).
+
+A RAPL series contributes while its latest power is at most ``max_age`` older (or newer) than
+the process point; a field whose inputs are missing is left out, and the interval it covers
+adds no energy. The model's limits (idle and uncore power given to busy processes, SMT, VMs,
+shared caches) are in docs/rapl.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from acquisition.api import Emit, PluginContext
+from acquisition.config import duration
+from acquisition.errors import ConfigError
+from acquisition.point import FieldValue, Point
+
+__all__ = [
+    "MEASUREMENT",
+    "PowerTable",
+    "ProcessPowerConfig",
+    "ProcessPowerShare",
+]
+
+MEASUREMENT = "process_power"
+_RAPL = "rapl"
+_PROCESS = "process"
+_PRUNE_EVERY = 1024
+
+
+class PowerTable:
+    """Latest ``power_watts`` of each RAPL series, by domain; sums the ones recent enough.
+
+    Reusable by other processors (energy attribution) that need "the machine's package power
+    around time t"."""
+
+    def __init__(self, domains: tuple[str, ...], max_age_ns: int) -> None:
+        self.max_age_ns = max_age_ns
+        self._latest: dict[str, dict[tuple[str, str], tuple[float, int]]] = {d: {} for d in domains}
+
+    def update(self, point: Point) -> bool:
+        """Take a ``rapl`` point; True when it was one of our domains and carried power."""
+        series = self._latest.get(point.tags.get("domain", ""))
+        if series is None:
+            return False
+        watts = point.fields.get("power_watts")
+        if type(watts) is not float and type(watts) is not int:
+            return False
+        key = (point.tags.get("socket", ""), point.tags.get("die", ""))
+        series[key] = (float(watts), point.time_ns)
+        return True
+
+    def total(self, domain: str, time_ns: int) -> float | None:
+        """Σ watts of the domain's series within ``max_age`` of ``time_ns``; None if none is."""
+        series = self._latest.get(domain)
+        if not series:
+            return None
+        total = 0.0
+        found = False
+        limit = self.max_age_ns
+        for watts, at in series.values():
+            if -limit <= time_ns - at <= limit:
+                total += watts
+                found = True
+        return total if found else None
+
+
+@dataclass
+class ProcessPowerConfig:
+    """``[[processors.process_power]]`` options."""
+
+    cpu_domain: str = "package"
+    """RAPL domain whose power CPU time shares out: package (cores + uncore) or core (PP0)."""
+    dram_domain: str = "dram"
+    """RAPL domain whose power memory use shares out."""
+    scopes: list[str] = field(default_factory=lambda: ["main", "descendants", "combined"])
+    """Which ``process`` scopes get a ``process_power`` point (add "pid" for every process)."""
+    max_age: float = duration(5.0, "RAPL power further than this from a process point is unused")
+    cpu_share_field: str = "cpu_busy_share_ratio"
+    """Field of ``process`` giving the CPU share (cpu_utilization_ratio: share of all CPUs)."""
+    memory_share_field: str = "memory_used_share_ratio"
+    """Field of ``process`` giving the memory share."""
+
+
+@dataclass(slots=True)
+class _Series:
+    last_ns: int
+    cpu_joules: float = 0.0
+    dram_joules: float = 0.0
+    cpu_seen: bool = False
+    dram_seen: bool = False
+
+
+_VALID_SCOPES = ("main", "descendants", "combined", "pid")
+
+
+class ProcessPowerShare:
+    """Joins RAPL power with procfs CPU and memory shares into ``process_power`` points."""
+
+    name: ClassVar[str] = "process_power"
+    config_class: ClassVar[type] = ProcessPowerConfig
+
+    def __init__(self, config: ProcessPowerConfig | None, context: PluginContext) -> None:
+        self.config = cfg = config or ProcessPowerConfig()
+        where = "[processors.process_power]"
+        if cfg.cpu_domain not in ("package", "core", "psys"):
+            raise ConfigError(
+                f"{where} cpu_domain: {cfg.cpu_domain!r} is not package, core or psys"
+            )
+        bad = sorted(set(cfg.scopes) - set(_VALID_SCOPES))
+        if bad:
+            raise ConfigError(f"{where} scopes: unknown {bad}; known: " + ", ".join(_VALID_SCOPES))
+        if cfg.max_age <= 0:
+            raise ConfigError(f"{where} max_age must be positive, got {cfg.max_age}")
+        self.context = context
+        self.power = PowerTable((cfg.cpu_domain, cfg.dram_domain), round(cfg.max_age * 1e9))
+        self._scopes = frozenset(cfg.scopes)
+        self._series: dict[tuple[tuple[str, str], ...], _Series] = {}
+        self._processed = 0
+        self.emitted = 0
+        self.missing_power = 0
+
+    def process(self, point: Point, emit: Emit) -> None:
+        measurement = point.measurement
+        if measurement == _RAPL:
+            self.power.update(point)
+            return
+        if measurement != _PROCESS or point.tags.get("scope") not in self._scopes:
+            return
+        cfg = self.config
+        t = point.time_ns
+        key = tuple(sorted(point.tags.items()))
+        series = self._series.get(key)
+        if series is None:
+            # The first point only marks where this series' intervals start.
+            series = self._series[key] = _Series(t)
+            dt_ns = 0
+        else:
+            dt_ns = t - series.last_ns
+            if dt_ns > 0:
+                series.last_ns = t
+        self._processed += 1
+        if self._processed % _PRUNE_EVERY == 0:
+            self._prune(t)
+        fields: dict[str, FieldValue] = {}
+        wanted = False
+        for share_field, domain, kind in (
+            (cfg.cpu_share_field, cfg.cpu_domain, "cpu"),
+            (cfg.memory_share_field, cfg.dram_domain, "dram"),
+        ):
+            share = point.fields.get(share_field)
+            if type(share) is not float and type(share) is not int:
+                continue
+            wanted = True
+            total = self.power.total(domain, t)
+            if total is None:
+                continue
+            watts = float(share) * total
+            fields[f"{kind}_power_watts"] = watts
+            if kind == "cpu":
+                if dt_ns > 0:
+                    series.cpu_joules += watts * (dt_ns / 1e9)
+                    series.cpu_seen = True
+                if series.cpu_seen:
+                    fields["cpu_energy_joules"] = series.cpu_joules
+            else:
+                if dt_ns > 0:
+                    series.dram_joules += watts * (dt_ns / 1e9)
+                    series.dram_seen = True
+                if series.dram_seen:
+                    fields["dram_energy_joules"] = series.dram_joules
+        if not fields:
+            if wanted:
+                self.missing_power += 1
+            return
+        self.emitted += 1
+        emit(Point(MEASUREMENT, point.tags, fields, t))
+
+    def _prune(self, now_ns: int) -> None:
+        """Forget series (exited processes) silent for 100 × max_age."""
+        horizon = now_ns - 100 * self.power.max_age_ns
+        stale = [k for k, s in self._series.items() if s.last_ns < horizon]
+        for k in stale:
+            del self._series[k]
+
+    def stats(self) -> dict[str, float | int]:
+        return {"points": self.emitted, "missing_power": self.missing_power}
