@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -42,7 +43,6 @@ __all__ = [
     "MemInfo",
     "MemoryDetail",
     "PidStat",
-    "ProcSample",
     "ProcfsCollector",
     "ProcfsConfig",
     "cpu_ratio_fields",
@@ -66,8 +66,14 @@ _DESCENDANTS = ("auto", "children", "scan")
 # Kept descriptors for a process's task/<tid>/children files; threads beyond this are read by path
 # so that a process with hundreds of threads cannot exhaust the agent's descriptor limit.
 _MAX_KEPT_CHILDREN_FDS = 16
-_MEMINFO_KEYS = frozenset(
-    (b"MemTotal", b"MemFree", b"MemAvailable", b"Buffers", b"Cached", b"SwapTotal", b"SwapFree")
+_MEMINFO_KEYS = (
+    b"MemTotal",
+    b"MemFree",
+    b"MemAvailable",
+    b"Buffers",
+    b"Cached",
+    b"SwapTotal",
+    b"SwapFree",
 )
 
 
@@ -125,38 +131,42 @@ def parse_proc_stat(data: bytes) -> dict[str, CpuTimes]:
     Older kernels print fewer columns; the missing ones read 0. Offline CPUs have no line.
     """
     out: dict[str, CpuTimes] = {}
-    for line in data.split(b"\n"):
-        if not line.startswith(b"cpu"):
-            if out:
-                break  # the cpu lines come first; the rest (intr, ctxt...) is not needed
-            continue
-        parts = line.split()
-        name = parts[0].decode("ascii")
-        out["total" if name == "cpu" else name] = CpuTimes(*[int(v) for v in parts[1:11]])
+    end = data.find(b"\nintr")  # the cpu lines come first; intr is long and not needed
+    for line in (data[:end] if end > 0 else data).split(b"\n"):
+        if line.startswith(b"cpu"):
+            parts = line.split()
+            name = parts[0].decode("ascii")
+            out["total" if name == "cpu" else name] = CpuTimes(*map(int, parts[1:11]))
     return out
 
 
-def parse_meminfo(data: bytes, keys: frozenset[bytes] | None = None) -> dict[str, int]:
+def parse_meminfo(data: bytes, keys: Iterable[bytes] | None = None) -> dict[str, int]:
     """``/proc/meminfo`` as ``{key: value}``; ``kB`` values are converted to bytes.
 
-    With ``keys``, only those are returned and parsing stops once all are found.
+    With ``keys``, only those that are present are returned (found directly, not line by line).
     """
     out: dict[str, int] = {}
-    want = len(keys) if keys is not None else -1
-    for line in data.split(b"\n"):
-        key, sep, rest = line.partition(b":")
-        if not sep or (keys is not None and key not in keys):
-            continue
-        parts = rest.split()
-        if not parts or b" " in key:
-            continue
-        value = int(parts[0])
-        if len(parts) > 1 and parts[1] == b"kB":
-            value *= 1024
-        out[key.decode("ascii")] = value
-        if len(out) == want:
-            break
+    if keys is None:
+        for line in data.split(b"\n"):
+            key, sep, rest = line.partition(b":")
+            parts = rest.split()
+            if sep and parts and b" " not in key:
+                out[key.decode("ascii")] = _kib(parts)
+        return out
+    data = b"\n" + data
+    for key in keys:
+        i = data.find(b"\n" + key + b":")
+        if i >= 0:
+            j = data.find(b"\n", i + 1)
+            parts = data[i + len(key) + 2 : j if j > 0 else len(data)].split()
+            if parts:
+                out[key.decode("ascii")] = _kib(parts)
     return out
+
+
+def _kib(parts: list[bytes]) -> int:
+    value = int(parts[0])
+    return value * 1024 if len(parts) > 1 and parts[1] == b"kB" else value
 
 
 class PidStat(NamedTuple):
@@ -333,23 +343,14 @@ def memory_detail_from_statm(statm: tuple[int, ...], page_size: int) -> MemoryDe
 # --- sources -----------------------------------------------------------------------------------
 
 
-class ProcSample(NamedTuple):
-    """One process at one tick, in the source's units."""
-
-    pid: int
-    comm: str
-    ppid: int
-    start: int
-    """Start time (procfs ticks since boot, psutil µs since the epoch): identity with ``pid``."""
-    cpu: int
-    """user + system CPU time in 1/hz s."""
-    threads: int
-    rss_bytes: int
-
-
 class _Source(Protocol):
+    """Where readings come from. Process readings are :class:`PidStat` in the source's units:
+    CPU times in 1/``hz`` s, rss in units of ``page_size`` bytes, starttime comparable within
+    the source (with the pid, the identity of a process)."""
+
     name: str
     hz: int
+    page_size: int
 
     def available(self) -> bool: ...
     def open(self) -> None: ...
@@ -358,7 +359,7 @@ class _Source(Protocol):
     def self_pid(self) -> int | None: ...
     def cpu_times(self) -> dict[str, CpuTimes]: ...
     def memory(self) -> MemInfo: ...
-    def sample(self, pid: int) -> ProcSample | None: ...
+    def sample(self, pid: int) -> PidStat | None: ...
     def children(self, pid: int, threads: int, now_ns: int) -> list[int] | None: ...
     def scan(self) -> dict[int, tuple[int, int]]: ...
     def detail(self, pid: int) -> MemoryDetail | None: ...
@@ -425,7 +426,7 @@ class _ProcfsSource:
         self._children_ok: bool | None = (
             None if descendants == "auto" else descendants == "children"
         )
-        self._scan_samples: dict[int, ProcSample] | None = None
+        self._scan_samples: dict[int, PidStat] | None = None
 
     def available(self) -> bool:
         return os.path.exists(os.path.join(self.proc, "stat"))
@@ -481,41 +482,32 @@ class _ProcfsSource:
             data = _pread_all(self._meminfo_fd, 8192)
         return meminfo_from_fields(parse_meminfo(data, _MEMINFO_KEYS))
 
-    def _to_sample(self, data: bytes) -> ProcSample:
-        s = parse_pid_stat(data)
-        return ProcSample(
-            s.pid,
-            s.comm,
-            s.ppid,
-            s.starttime,
-            s.utime + s.stime,
-            s.num_threads,
-            s.rss_pages * self.page_size,
-        )
-
-    def sample(self, pid: int) -> ProcSample | None:
+    def sample(self, pid: int) -> PidStat | None:
         if self._scan_samples is not None:
             cached = self._scan_samples.get(pid)
             if cached is not None:
                 return cached
+        h = self._handles.get(pid)
+        if h is not None and h.stat_fd >= 0:
+            try:
+                return parse_pid_stat(os.pread(h.stat_fd, 4096, 0))
+            except ProcessLookupError:
+                # The process we held exited (an open fd does not pin a pid); the pid may already
+                # belong to a new process, which the open below finds.
+                self.release(pid)
+                h = None
+            except (OSError, ValueError, IndexError):
+                self.release(pid)
+                return None
         path = f"{self.proc}/{pid}/stat"
         try:
             if not self.keep_open:
-                return self._to_sample(_read_path(path))
-            h = self._handles.get(pid)
-            if h is not None and h.stat_fd >= 0:
-                try:
-                    return self._to_sample(os.pread(h.stat_fd, 4096, 0))
-                except ProcessLookupError:
-                    # The process we held exited (an open fd does not pin a pid); the pid may
-                    # already belong to a new process, which the open below would find.
-                    self.release(pid)
-                    h = None
+                return parse_pid_stat(_read_path(path))
             fd = os.open(path, os.O_RDONLY)
             if h is None:
                 h = self._handles[pid] = _Handle()
             h.stat_fd = fd
-            return self._to_sample(os.pread(fd, 4096, 0))
+            return parse_pid_stat(os.pread(fd, 4096, 0))
         except (OSError, ValueError, IndexError) as exc:
             log.debug("pid %d: stat unreadable (%s)", pid, exc)
             self.release(pid)
@@ -543,44 +535,48 @@ class _ProcfsSource:
             except OSError:
                 return []
         out: list[int] = []
+        fds = h.child_fds
         for tid in tids:
-            path = f"{self.proc}/{pid}/task/{tid}/children"
             try:
-                fd = h.child_fds.get(tid, -1)
+                fd = fds.get(tid, -1)
                 if fd >= 0:
                     data = os.pread(fd, 65536, 0)
-                elif self.keep_open and len(h.child_fds) < _MAX_KEPT_CHILDREN_FDS:
-                    fd = h.child_fds[tid] = os.open(path, os.O_RDONLY)
-                    data = _pread_all(fd, 65536)
+                    if len(data) == 65536:
+                        data = _pread_all(fd, 65536)
                 else:
-                    data = _read_path(path)
+                    path = f"{self.proc}/{pid}/task/{tid}/children"
+                    if self.keep_open and len(fds) < _MAX_KEPT_CHILDREN_FDS:
+                        fd = fds[tid] = os.open(path, os.O_RDONLY)
+                        data = _pread_all(fd, 65536)
+                    else:
+                        data = _read_path(path)
             except OSError:
                 if self._children_ok is None and os.path.isdir(f"{self.proc}/{pid}/task/{tid}"):
                     self._children_ok = False
                     log.info("%s lacks task/*/children; finding descendants by scan", self.proc)
                     return None
-                fd = h.child_fds.pop(tid, -1)
+                fd = fds.pop(tid, -1)
                 if fd >= 0:
                     os.close(fd)
                 h.tids = None  # that thread exited: re-list next time
                 continue
             self._children_ok = True
             if data:
-                out.extend(parse_children(data))
+                out += parse_children(data)
         return out
 
     def scan(self) -> dict[int, tuple[int, int]]:
-        samples: dict[int, ProcSample] = {}
+        samples: dict[int, PidStat] = {}
         for name in os.listdir(self.proc):
             if not name.isdigit():
                 continue
             try:
-                s = self._to_sample(_read_path(f"{self.proc}/{name}/stat"))
+                s = parse_pid_stat(_read_path(f"{self.proc}/{name}/stat"))
             except (OSError, ValueError, IndexError):
                 continue  # exited while scanning, or hidden (hidepid)
             samples[s.pid] = s
         self._scan_samples = samples
-        return {pid: (s.ppid, s.start) for pid, s in samples.items()}
+        return {pid: (s.ppid, s.starttime) for pid, s in samples.items()}
 
     def detail(self, pid: int) -> MemoryDetail | None:
         try:
@@ -613,10 +609,14 @@ def _psutil_cpu(t: Any) -> CpuTimes:
 
 
 class _PsutilSource:
-    """The same readings through psutil, for machines without procfs (macOS); units are µs."""
+    """The same readings through psutil, for machines without procfs (macOS).
+
+    CPU times in µs, rss in bytes (page unit 1), start = creation time in µs since the epoch.
+    """
 
     name = "psutil"
     hz = 1_000_000
+    page_size = 1
 
     def available(self) -> bool:
         return True
@@ -644,20 +644,22 @@ class _PsutilSource:
         sm = psutil.swap_memory()
         return MemInfo(vm.total, vm.available, vm.free, sm.total, sm.free)
 
-    def sample(self, pid: int) -> ProcSample | None:
+    def sample(self, pid: int) -> PidStat | None:
         # A fresh Process each time: psutil caches create_time, so a reused pid would otherwise
         # pass for the old process.
         try:
             p = psutil.Process(pid)
             with p.oneshot():
                 ct = p.cpu_times()
-                return ProcSample(
+                return PidStat(
                     pid,
                     p.name(),
+                    "Z" if p.status() == psutil.STATUS_ZOMBIE else "R",
                     p.ppid(),
-                    round(p.create_time() * 1_000_000),
-                    round((ct.user + ct.system) * 1_000_000),
+                    round(ct.user * 1_000_000),
+                    round(ct.system * 1_000_000),
                     p.num_threads(),
+                    round(p.create_time() * 1_000_000),
                     p.memory_info().rss,
                 )
         except (psutil.Error, OSError) as exc:
@@ -694,13 +696,81 @@ class _PsutilSource:
 # --- the collector -----------------------------------------------------------------------------
 
 
-@dataclass(slots=True, eq=False)
 class _Proc:
-    s: ProcSample
-    prev_cpu: int | None
-    """CPU time at the previous tick (same pid and start), None when first seen."""
-    detail: MemoryDetail | None = None
-    detail_ns: int = 0
+    """A tracked process across ticks (identity: pid and starttime)."""
+
+    __slots__ = ("cpu", "detail", "detail_ns", "prev_cpu", "st", "tags")
+
+    def __init__(self, st: PidStat) -> None:
+        self.st = st
+        self.cpu = st.utime + st.stime
+        self.prev_cpu: int | None = None  # CPU time at the previous tick; None when first seen
+        self.detail: MemoryDetail | None = None
+        self.detail_ns = 0
+        self.tags: dict[str, dict[str, str]] = {}  # tree -> tags of its scope=pid point
+
+
+class _Sum:
+    """Running totals of one summary scope."""
+
+    __slots__ = (
+        "count",
+        "cpu",
+        "d",
+        "detail",
+        "private",
+        "pss",
+        "rss",
+        "shared",
+        "swap",
+        "threads",
+    )
+
+    def __init__(self) -> None:
+        self.count = self.cpu = self.d = self.rss = self.threads = 0
+        self.private = self.shared = self.pss = self.swap = 0
+        self.detail = 0b111  # bits: all have a detail, all have pss, all have swap
+
+    def add(self, p: _Proc, d: int) -> None:
+        st = p.st
+        self.count += 1
+        self.cpu += p.cpu
+        self.d += d
+        self.rss += st.rss_pages
+        self.threads += st.num_threads
+        m = p.detail
+        if m is None:
+            self.detail = 0
+            return
+        self.private += m.private
+        self.shared += m.shared
+        if m.pss is None:
+            self.detail &= 0b011
+        else:
+            self.pss += m.pss
+        if m.swap is None:
+            self.detail &= 0b101
+        else:
+            self.swap += m.swap
+
+    def memory(self) -> MemoryDetail | None:
+        """The summed memory split, None unless every member has one."""
+        if not self.detail:
+            return None
+        return MemoryDetail(
+            self.private,
+            self.shared,
+            self.pss if self.detail & 0b010 else None,
+            self.swap if self.detail & 0b001 else None,
+        )
+
+    def merged(self, other: _Sum) -> _Sum:
+        out = _Sum()
+        for name in _Sum.__slots__:
+            if name != "detail":
+                setattr(out, name, getattr(self, name) + getattr(other, name))
+        out.detail = self.detail & other.detail
+        return out
 
 
 class ProcfsCollector:
@@ -718,7 +788,7 @@ class ProcfsCollector:
         page_size: int | None = None,
     ) -> None:
         """``clock_ticks``/``page_size`` override USER_HZ and the page size (this machine's by
-        default) for trees captured on another machine."""
+        default), for trees captured on another machine."""
         if config.backend not in _BACKENDS:
             raise ConfigError(f"collectors.procfs: backend must be one of {_BACKENDS}")
         if config.descendants not in _DESCENDANTS:
@@ -737,8 +807,9 @@ class ProcfsCollector:
         self._self_pid: int | None = None
         self._prev_cpus: dict[str, CpuTimes] | None = None
         self._procs: dict[int, _Proc] = {}
-        self._roots: dict[int, int] = {}  # root pid -> start, once seen
+        self._roots: dict[int, int] = {}  # root pid -> starttime, once seen
         self._gone: set[int] = set()  # roots that exited (or never existed): not followed again
+        self._summary_tags: dict[int, tuple[dict[str, str], ...]] = {}
 
     def _make_source(self) -> _Source:
         cfg = self.config
@@ -780,13 +851,11 @@ class ProcfsCollector:
         roots = set(self.config.pids)
         if self._self_pid is not None:
             roots.add(self._self_pid)
-        shared = set()
         for p in list(self._shared):  # other plugins add to it at run time
             try:
-                shared.add(int(p))
+                roots.add(int(p))
             except (TypeError, ValueError):
                 continue
-        roots |= shared
         # A pid dropped from the shared set may come back later as a new root.
         self._gone &= roots
         return roots - self._gone
@@ -801,8 +870,7 @@ class ProcfsCollector:
         mem = src.memory()
         prev, self._prev_cpus = self._prev_cpus, cpus
 
-        d_total: int | None = None
-        d_busy = 0
+        d_total = d_busy = 0
         if prev is not None:
             for name, cur in cpus.items():
                 if name != "total" and not self.config.per_core:
@@ -815,26 +883,29 @@ class ProcfsCollector:
                     emit(Point("cpu", {"cpu": name}, fields, now_ns))
             cur_t, old_t = cpus.get("total"), prev.get("total")
             if cur_t is not None and old_t is not None:
-                dt = _cpu_total(cur_t) - _cpu_total(old_t)
-                if dt > 0:
-                    d_total = dt
-                    d_busy = max(dt - (_cpu_idle(cur_t) - _cpu_idle(old_t)), 0)
+                d_total = max(_cpu_total(cur_t) - _cpu_total(old_t), 0)
+                d_busy = max(d_total - (_cpu_idle(cur_t) - _cpu_idle(old_t)), 0)
         emit(Point("memory", {}, memory_fields(mem), now_ns))
 
-        n_online = sum(1 for name in cpus if name != "total") or 1
-        trees = self._discover(src, now_ns)
+        roots = self._root_pids()
+        if not roots and not self._procs:
+            return
+        trees = self._discover(src, roots, now_ns)
         if self.config.memory_detail:
             for p in self._procs.values():
                 if p.detail is None or now_ns - p.detail_ns >= self._detail_ns:
-                    d = src.detail(p.s.pid)
-                    if d is not None:
-                        p.detail, p.detail_ns = d, now_ns
+                    m = src.detail(p.st.pid)
+                    if m is not None:
+                        p.detail, p.detail_ns = m, now_ns
+        n_online = sum(1 for name in cpus if name != "total") or 1
         used = mem.total - mem.available
         for root, members in trees:
             self._emit_tree(emit, now_ns, root, members, d_total, d_busy, n_online, used)
 
-    def _discover(self, src: _Source, now_ns: int) -> list[tuple[_Proc, list[_Proc]]]:
-        """Find every tracked tree's live members; rebuild the process table."""
+    def _discover(
+        self, src: _Source, roots: set[int], now_ns: int
+    ) -> list[tuple[_Proc, list[_Proc]]]:
+        """Find every tracked tree's live members and update the process table."""
         old = self._procs
         new: dict[int, _Proc] = {}
 
@@ -842,64 +913,66 @@ class ProcfsCollector:
             p = new.get(pid)
             if p is not None:
                 return p
-            s = src.sample(pid)
-            if s is None:
+            st = src.sample(pid)
+            if st is None:
                 return None
-            known = old.get(pid)
-            if known is not None and known.s.start == s.start:
-                p = _Proc(s, known.s.cpu, known.detail, known.detail_ns)
+            p = old.get(pid)
+            if p is not None and p.st.starttime == st.starttime:
+                p.prev_cpu = p.cpu
+                p.st = st
+                p.cpu = st.utime + st.stime
             else:
-                p = _Proc(s, None)
+                p = _Proc(st)  # new, or the pid now belongs to another process
             new[pid] = p
             return p
 
         ppid_map: dict[int, list[tuple[int, int]]] | None = None
         trees: list[tuple[_Proc, list[_Proc]]] = []
-        for root_pid in sorted(self._root_pids()):
+        for root_pid in sorted(roots):
             root = get(root_pid)
-            seen_start = self._roots.get(root_pid)
-            if root is None or (seen_start is not None and seen_start != root.s.start):
-                if seen_start is None:
+            seen = self._roots.get(root_pid)
+            if root is None or (seen is not None and seen != root.st.starttime):
+                if seen is None:
                     log.info("tracked pid %d does not exist; not tracking it", root_pid)
                 else:
                     log.info("tracked process %d exited; no longer tracking it", root_pid)
                 self._gone.add(root_pid)
                 self._roots.pop(root_pid, None)
+                self._summary_tags.pop(root_pid, None)
                 continue
-            self._roots[root_pid] = root.s.start
+            self._roots[root_pid] = root.st.starttime
             members = [root]
             in_tree = {root_pid}
             stack = [root]
             while stack:
                 parent = stack.pop()
-                kids = src.children(parent.s.pid, parent.s.threads, now_ns)
+                pst = parent.st
+                kids = src.children(pst.pid, pst.num_threads, now_ns)
                 if kids is None:
                     if ppid_map is None:
                         ppid_map = {}
                         for pid, (ppid, start) in src.scan().items():
                             ppid_map.setdefault(ppid, []).append((pid, start))
-                    kids = [pid for pid, _ in ppid_map.get(parent.s.pid, ())]
+                    kids = [pid for pid, _ in ppid_map.get(pst.pid, ())]
                 for pid in kids:
                     if pid in in_tree:
                         continue
                     child = get(pid)
                     # A pid listed as a child but now another process's, or started before its
                     # parent (a reused pid), is not a descendant.
-                    if child is None or child.s.ppid != parent.s.pid:
+                    if child is None or child.st.ppid != pst.pid:
                         continue
-                    if child.s.start < parent.s.start:
+                    if child.st.starttime < pst.starttime:
                         continue
                     in_tree.add(pid)
                     members.append(child)
                     stack.append(child)
             trees.append((root, members))
 
-        table = {p.s.pid: p for _, members in trees for p in members}
-        for pid, p in old.items():
-            q = table.get(pid)
-            if q is None or q.s.start != p.s.start:
-                log.debug("process %d (%s) left the tracked trees", pid, p.s.comm)
+        table = {p.st.pid: p for _, members in trees for p in members}
         for pid in (old.keys() | new.keys()) - table.keys():
+            if pid in old:
+                log.debug("process %d (%s) left the tracked trees", pid, old[pid].st.comm)
             src.release(pid)
         self._procs = table
         return trees
@@ -910,57 +983,77 @@ class ProcfsCollector:
         now_ns: int,
         root: _Proc,
         members: list[_Proc],
-        d_total: int | None,
+        d_total: int,
         d_busy: int,
         n_online: int,
         used: int,
     ) -> None:
-        hz = self._source.hz if self._source is not None else self._hz
-        # A tree seen at the previous tick has deltas; a descendant new since then was born in the
-        # interval, so all its CPU time was spent in it.
-        history = d_total is not None and root.prev_cpu is not None
-        tree = str(root.s.pid)
-        rows: list[tuple[_Proc, int | None]] = []
+        src = self._source
+        assert src is not None
+        hz = src.hz
+        page = src.page_size
+        detail_on = self.config.memory_detail
+        # Deltas exist when the system and the tree's root were both sampled at the previous tick.
+        # A descendant new since then was born in the interval: all its CPU time was spent in it.
+        history = d_total > 0 and root.prev_cpu is not None
+        root_pid = root.st.pid
+        tree = str(root_pid)
+        main, desc = _Sum(), _Sum()
+        per_process = self.config.per_process
+        rows: list[tuple[_Proc, int]] = []
         for p in members:
-            if not history:
-                d = None
-            elif p.prev_cpu is not None:
-                d = max(p.s.cpu - p.prev_cpu, 0)
-            else:
-                d = p.s.cpu
-            rows.append((p, d))
+            prev = p.prev_cpu
+            d = (p.cpu - prev if p.cpu > prev else 0) if prev is not None else p.cpu
+            (main if p is root else desc).add(p, d)
+            if per_process:
+                rows.append((p, d))
 
-        def fields(group: list[tuple[_Proc, int | None]], summary: bool) -> dict[str, FieldValue]:
-            cpu = sum(p.s.cpu for p, _ in group)
+        def fields(
+            cpu: int, d: int, rss_pages: int, threads: int, m: MemoryDetail | None, count: int
+        ) -> dict[str, FieldValue]:
             out: dict[str, FieldValue] = {"cpu_seconds": cpu / hz}
-            if history and d_total:
-                d = sum(dc or 0 for _, dc in group)
+            if history:
                 out["cpu_utilization_ratio"] = d / d_total
                 out["cpu_cores"] = d * n_online / d_total
                 if d_busy > 0:
-                    out["cpu_busy_share_ratio"] = min(d / d_busy, 1.0)
-            rss = sum(p.s.rss_bytes for p, _ in group)
+                    share = d / d_busy
+                    out["cpu_busy_share_ratio"] = share if share < 1.0 else 1.0
+            rss = rss_pages * page
             out["rss_bytes"] = rss
-            details = [p.detail for p, _ in group]
-            if self.config.memory_detail and all(x is not None for x in details):
-                dd = [x for x in details if x is not None]
-                out["private_bytes"] = sum(x.private for x in dd)
-                out["shared_bytes"] = sum(x.shared for x in dd)
-                if all(x.pss is not None for x in dd):
-                    out["pss_bytes"] = sum(x.pss or 0 for x in dd)
-                if all(x.swap is not None for x in dd):
-                    out["swap_bytes"] = sum(x.swap or 0 for x in dd)
+            if detail_on and m is not None:
+                out["private_bytes"] = m.private
+                out["shared_bytes"] = m.shared
+                if m.pss is not None:
+                    out["pss_bytes"] = m.pss
+                if m.swap is not None:
+                    out["swap_bytes"] = m.swap
             if used > 0:
                 out["memory_used_share_ratio"] = rss / used
-            out["threads"] = sum(p.s.threads for p, _ in group)
-            if summary:
-                out["process_count"] = len(group)
+            out["threads"] = threads
+            if count >= 0:
+                out["process_count"] = count
             return out
 
-        for scope, group in (("main", rows[:1]), ("descendants", rows[1:]), ("combined", rows)):
-            emit(Point("process", {"tree": tree, "scope": scope}, fields(group, True), now_ns))
-        if self.config.per_process:
-            for row in sorted(rows, key=lambda r: r[0].s.pid):
-                p = row[0]
-                tags = {"tree": tree, "scope": "pid", "pid": str(p.s.pid), "comm": p.s.comm}
-                emit(Point("process", tags, fields([row], False), now_ns))
+        tags = self._summary_tags.get(root_pid)
+        if tags is None:
+            tags = self._summary_tags[root_pid] = tuple(
+                {"tree": tree, "scope": scope} for scope in ("main", "descendants", "combined")
+            )
+        for t, s in zip(tags, (main, desc, main.merged(desc)), strict=True):
+            f = fields(s.cpu, s.d, s.rss, s.threads, s.memory(), s.count)
+            emit(Point("process", t, f, now_ns))
+        if not per_process:
+            return
+        rows.sort(key=lambda r: r[0].st.pid)
+        for p, d in rows:
+            st = p.st
+            ptags = p.tags.get(tree)
+            if ptags is None or ptags["comm"] != st.comm:
+                ptags = p.tags[tree] = {
+                    "tree": tree,
+                    "scope": "pid",
+                    "pid": str(st.pid),
+                    "comm": st.comm,
+                }
+            f = fields(p.cpu, d, st.rss_pages, st.num_threads, p.detail, -1)
+            emit(Point("process", ptags, f, now_ns))
