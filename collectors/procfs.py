@@ -30,11 +30,12 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
 import psutil
 
 from acquisition.api import Emit, PluginContext
+from acquisition.config import duration
 from acquisition.errors import ConfigError, NoData
 from acquisition.point import FieldValue, Point
 
@@ -80,31 +81,44 @@ _MEMINFO_KEYS = (
 # --- configuration -----------------------------------------------------------------------------
 
 
+def _doc(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass
 class ProcfsConfig:
     """``[[collectors.procfs]]``: what to read and which process trees to follow."""
 
-    root: str = "/"
-    """Directory holding ``proc/`` (``/host`` in a container, a captured tree in tests)."""
-    pids: list[int] = field(default_factory=list)
-    """Root pids of the process trees to track (each with all its descendants)."""
-    track_self: bool = True
-    """Also track the agent's own process (``<root>/proc/self``)."""
-    per_core: bool = True
-    """Emit a ``cpu`` point per core besides ``cpu=total``."""
-    per_process: bool = True
-    """Emit a ``scope=pid`` point per process of each tree besides the three tree sums."""
-    memory_detail: bool = True
-    """Read private/shared/proportional memory (smaps_rollup, else statm) of tracked processes."""
-    memory_detail_interval: float = field(default=5.0, metadata={"duration": True})
-    """Seconds between two memory-detail reads of one process (0: every tick). Also the longest
-    time between two re-listings of a process's threads for descendant discovery."""
-    descendants: str = "auto"
-    """How descendants are found: ``children`` (task/*/children), ``scan`` (ppid of every
-    process), ``auto`` (children where the kernel has them, else scan)."""
-    backend: str = "auto"
-    """``procfs``, ``psutil``, or ``auto`` (procfs where ``<root>/proc/stat`` exists, psutil when
-    it does not and root is ``/``)."""
+    root: str = _doc("/", "directory holding proc/ (/host in a container)")
+    pids: list[int] = field(
+        default_factory=list,
+        metadata={"doc": "root pids of process trees to track, each with all its descendants"},
+    )
+    track_self: bool = _doc(True, "also track the agent's own process tree")
+    per_core: bool = _doc(True, "emit a cpu point per core besides cpu=total")
+    per_process: bool = _doc(True, "emit a scope=pid point per process besides the tree sums")
+    memory_detail: bool = _doc(True, "read private/shared/pss memory (smaps_rollup, else statm)")
+    memory_detail_interval: float = duration(
+        5.0, "time between two memory-detail reads of a process (0: every tick)"
+    )
+    descendants: Literal["auto", "children", "scan"] = _doc(
+        "auto", "children: task/*/children; scan: every ppid; auto: children where present"
+    )
+    backend: Literal["auto", "procfs", "psutil"] = _doc(
+        "auto", "auto: procfs where <root>/proc/stat exists, else psutil (root / only)"
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError on a bad value (the core turns it into a ConfigError)."""
+        if self.backend not in _BACKENDS:
+            raise ValueError(f"backend must be one of {_BACKENDS}, got {self.backend!r}")
+        if self.descendants not in _DESCENDANTS:
+            raise ValueError(f"descendants must be one of {_DESCENDANTS}, got {self.descendants!r}")
+        if self.memory_detail_interval < 0:
+            raise ValueError("memory_detail_interval must be >= 0")
+        bad = [p for p in self.pids if isinstance(p, bool) or not isinstance(p, int) or p <= 0]
+        if bad:
+            raise ValueError(f"pids must be positive integers, got {bad}")
 
 
 # --- pure parsers ------------------------------------------------------------------------------
@@ -789,15 +803,10 @@ class ProcfsCollector:
     ) -> None:
         """``clock_ticks``/``page_size`` override USER_HZ and the page size (this machine's by
         default), for trees captured on another machine."""
-        if config.backend not in _BACKENDS:
-            raise ConfigError(f"collectors.procfs: backend must be one of {_BACKENDS}")
-        if config.descendants not in _DESCENDANTS:
-            raise ConfigError(f"collectors.procfs: descendants must be one of {_DESCENDANTS}")
-        if config.memory_detail_interval < 0:
-            raise ConfigError("collectors.procfs: memory_detail_interval must be >= 0")
-        bad = [p for p in config.pids if isinstance(p, bool) or not isinstance(p, int) or p <= 0]
-        if bad:
-            raise ConfigError(f"collectors.procfs: pids must be positive integers, got {bad}")
+        try:
+            config.validate()
+        except ValueError as exc:
+            raise ConfigError(f"[collectors.procfs] {exc}") from exc
         self.config = config
         self._shared: set[Any] = context.status.setdefault("tracked_pids", set())
         self._detail_ns = round(config.memory_detail_interval * _NS)
