@@ -35,6 +35,8 @@ the fake's ``step``; a shorter list holds its last value. Keys of a ``[[gpu]]``:
     reload_at_step = N                           buffer keeps only entries listed from N on
     processes = [[step, pid, used_bytes or -1 for "not available"], ...]
     process_samples = [[from_step, timestamp_us, pid, sm_percent, mem_percent], ...]
+    process_generator = {pids, used, sm, mem, step_us}   the same processes at every step, one
+                                                         utilisation sample each per step
 
 Top level: ``driver_version``, ``init_error``, ``missing_functions`` (names the driver lacks).
 """
@@ -282,7 +284,19 @@ class FakeNvml:
     # -- processes ----------------------------------------------------------------------------
 
     def _running(self, gpu: Mapping[str, Any]) -> list[tuple[int, int]]:
+        generator = gpu.get("process_generator")
+        if generator is not None:
+            return [(int(pid), int(generator["used"])) for pid in generator["pids"]]
         return [(pid, used) for step, pid, used in gpu.get("processes", []) if step == self.step]
+
+    def _utilization(self, gpu: Mapping[str, Any]) -> list[tuple[int, int, int, int, int]]:
+        generator = gpu.get("process_generator")
+        if generator is None:
+            return list(gpu.get("process_samples", []))
+        stamp = int(generator.get("start_us", 1_763_884_800_000_000))
+        stamp += self.step * int(generator["step_us"])
+        sm, mem = int(generator["sm"]), int(generator["mem"])
+        return [(self.step, stamp, int(pid), sm, mem) for pid in generator["pids"]]
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[Any]:
         try:
@@ -308,7 +322,7 @@ class FakeNvml:
             raise pynvml.NVMLError(pynvml.NVML_SUCCESS)  # the binding's quirk, see module doc
         fresh = [
             (stamp, pid, sm, mem)
-            for visible, stamp, pid, sm, mem in gpu.get("process_samples", [])
+            for visible, stamp, pid, sm, mem in self._utilization(gpu)
             if visible <= self.step and stamp > last_seen
         ]
         if not fresh:

@@ -19,6 +19,7 @@ from acquisition.errors import NoData
 from collectors.nvml import (
     NvmlCollector,
     NvmlConfig,
+    decode_samples,
     parse_proc_stat,
     parse_visible_devices,
     select_gpus,
@@ -266,3 +267,33 @@ def test_agent_runs_on_without_nvml(tmp_path: Path) -> None:
         "nvml  unavailable: NVML library libnvidia-ml.so.1 not found (no NVIDIA driver here)"
         in listed.stdout
     )
+
+
+@pytest.mark.parametrize(
+    ("value_type", "member", "values"),
+    [
+        (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", [1.5, -2.25]),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", [350000, 2**32 - 1]),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", [7, 2**40]),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", [2**64 - 1, 0]),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", [-(2**63), 5]),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", [-7, 2**31 - 1]),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", [65535, 1]),
+    ],
+)
+def test_decode_samples_both_ways(value_type: int, member: str, values: list[Any]) -> None:
+    array = (pynvml.c_nvmlSample_t * 3)()
+    for i, sample in enumerate(array):
+        sample.sampleValue.ullVal = 0xFFFF_FFFF_FFFF_FFFF  # garbage in the unused bytes
+        sample.timeStamp = 1_763_884_800_000_000 + i
+        setattr(sample.sampleValue, member, values[i % 2])
+    expected = [(1_763_884_800_000_000 + i, values[i % 2]) for i in range(3)]
+    # what the binding returns: a slice of one array, read from its memory at once
+    assert decode_samples(value_type, array[0:3]) == expected
+    # separate structures (or a sliced-out part) are read field by field
+    loose = [pynvml.c_nvmlSample_t() for _ in range(3)]
+    for target, source in zip(loose, array, strict=True):
+        ctypes.memmove(ctypes.addressof(target), ctypes.addressof(source), 16)
+    assert decode_samples(value_type, loose) == expected
+    assert decode_samples(value_type, array[1:3]) == expected[1:]
+    assert decode_samples(value_type, []) == []
