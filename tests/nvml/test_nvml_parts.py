@@ -297,3 +297,20 @@ def test_decode_samples_both_ways(value_type: int, member: str, values: list[Any
     assert decode_samples(value_type, loose) == expected
     assert decode_samples(value_type, array[1:3]) == expected[1:]
     assert decode_samples(value_type, []) == []
+
+
+@pytest.mark.skipif(_real_nvml_loads(), reason="this machine has an NVIDIA driver")
+def test_agent_once_runs_on_with_the_other_collectors(tmp_path: Path) -> None:
+    config = tmp_path / "nrg.toml"
+    config.write_text('[agent]\ninterval = "100ms"\n[[collectors.procfs]]\n[[collectors.nvml]]\n')
+    once = subprocess.run(
+        [sys.executable, "-m", "acquisition.cli", "--once", "--config", str(config)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    measurements = {line.split(",", 1)[0].split(" ", 1)[0] for line in once.stdout.splitlines()}
+    assert {"cpu", "memory", "process"} <= measurements
+    assert not measurements & {"gpu", "gpu_sample", "gpu_process"}
+    assert "collector nvml unavailable: NVML library libnvidia-ml.so.1 not found" in once.stderr
