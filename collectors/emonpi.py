@@ -118,6 +118,8 @@ class ValueLine:
 
 
 _FRAME_RE = re.compile(r"OK[ \t]+(\d{1,3}(?:[ \t]+\d{1,3})*)(?:[ \t]+\((-?\d{1,4})\))?", re.ASCII)
+_RSSI_RE = re.compile(r"\((-?\d{1,4})\)", re.ASCII)
+_BYTE_VALUES = {str(i): i for i in range(256)}
 _NUMBER_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _KEY_RE = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -131,17 +133,34 @@ def parse_jeelib(text: str) -> JeeFrame:
     Raises :class:`LineError` (``malformed``) on anything else: non-decimal or out-of-range tokens,
     a node above 255, or more than 66 payload bytes.
     """
-    m = _FRAME_RE.fullmatch(text.strip())
-    if m is None:
-        raise LineError("malformed", f"not a JeeLib frame: {text[:80]!r}")
-    try:
-        numbers = bytes(map(int, m.group(1).split()))
-    except ValueError:
-        raise LineError("malformed", f"byte value above 255 in {text[:80]!r}") from None
+    tokens = text.split()
+    rssi: int | None = None
+    numbers: bytes | None = None
+    if text.isascii() and len(tokens) >= 2 and tokens[0] == "OK":
+        # Fast path: a table lookup both converts and validates the canonical "0".."255".
+        last = tokens[-1]
+        if last[0] == "(":
+            m = _RSSI_RE.fullmatch(last)
+            if m is not None:
+                rssi = int(m.group(1))
+                tokens.pop()
+        try:
+            numbers = bytes(map(_BYTE_VALUES.__getitem__, tokens[1:]))
+        except (KeyError, IndexError):
+            numbers = None
+    if numbers is None:
+        # Slow path: the strict grammar (leading zeros allowed), for a precise rejection.
+        m = _FRAME_RE.fullmatch(text.strip())
+        if m is None:
+            raise LineError("malformed", f"not a JeeLib frame: {text[:80]!r}")
+        try:
+            numbers = bytes(map(int, m.group(1).split()))
+        except ValueError:
+            raise LineError("malformed", f"byte value above 255 in {text[:80]!r}") from None
+        rssi = int(m.group(2)) if m.group(2) is not None else None
     if len(numbers) > MAX_PAYLOAD + 1:
         raise LineError("malformed", f"payload of {len(numbers) - 1} bytes exceeds {MAX_PAYLOAD}")
-    rssi = m.group(2)
-    return JeeFrame(numbers[0], numbers[1:], int(rssi) if rssi is not None else None)
+    return JeeFrame(numbers[0], numbers[1:], rssi)
 
 
 def _number(text: str) -> float | None:
@@ -215,7 +234,7 @@ def parse_line(raw: bytes) -> JeeFrame | ValueLine:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise LineError("not_utf8", f"not UTF-8: {raw[:40]!r}") from None
-    if _CONTROL_RE.search(text):
+    if not text.isprintable() and _CONTROL_RE.search(text):
         raise LineError("garbage", f"control characters in {text[:40]!r}")
     head = text[:2]
     if head == "OK":
@@ -224,7 +243,7 @@ def parse_line(raw: bytes) -> JeeFrame | ValueLine:
         raise LineError("bad_crc", "RF packet with a bad CRC")
     if head[0] == "{":
         return ValueLine(parse_json_values(text), "json")
-    if ":" in text and not any(c.isspace() for c in text):
+    if ":" in text and " " not in text and "\t" not in text:
         return ValueLine(parse_key_values(text), "key_value")
     if _SETTINGS_RE.search(text):
         raise LineError("settings", f"settings echo: {text[:80]!r}")
@@ -270,7 +289,7 @@ class FieldSpec:
 class Layout:
     """A payload layout: a packed little-endian struct and what each member means."""
 
-    __slots__ = ("_convert", "_struct", "fields", "name", "nodes", "struct")
+    __slots__ = ("_plan", "_struct", "fields", "name", "nodes", "struct")
 
     def __init__(
         self, name: str, nodes: Iterable[int], struct_codes: str, fields: Sequence[FieldSpec]
@@ -280,7 +299,7 @@ class Layout:
         self.struct = "<" + struct_codes.lstrip("<")
         self.fields = tuple(fields)
         self._struct = struct.Struct(self.struct)
-        self._convert = [_converter(f) for f in self.fields]
+        self._plan = [_plan(f) for f in self.fields]
 
     @property
     def size(self) -> int:
@@ -291,12 +310,16 @@ class Layout:
         """Scaled values keyed by field name; members holding a missing-value sentinel are left
         out. ``payload`` must be exactly :attr:`size` bytes."""
         out: dict[str, FieldValue] = {}
-        for spec, convert, raw in zip(
-            self.fields, self._convert, self._struct.unpack(payload), strict=True
-        ):
-            if raw in spec.missing or not spec.keep:
+        for step, raw in zip(self._plan, self._struct.unpack(payload), strict=True):
+            if step is None or raw in step[1]:
                 continue
-            out[spec.key] = convert(raw)
+            key, _, divisor, multiplier = step
+            if divisor:
+                out[key] = raw / divisor
+            elif multiplier:
+                out[key] = float(raw * multiplier)
+            else:
+                out[key] = int(raw)
         return out
 
     def encode(self, values: Mapping[str, float | None]) -> bytes:
@@ -340,17 +363,24 @@ def _codes(fmt: str) -> list[str]:
     return out
 
 
-def _converter(spec: FieldSpec) -> Callable[[Any], FieldValue]:
-    # Counts stay ints; every physical quantity is a float so a field's type never changes
-    # between layouts (InfluxDB rejects a field that is int in one point and float in another).
+_Step = tuple[str, frozenset[int], int, float]
+
+
+def _plan(spec: FieldSpec) -> _Step | None:
+    """(key, sentinels, divisor, multiplier) to decode one member; None drops it.
+
+    Counts stay ints (multiplier 0); every physical quantity is a float, so a field's type never
+    changes between layouts (InfluxDB rejects a field that is int in one point, float in another).
+    """
+    if not spec.keep:
+        return None
     if spec.unit == "count" and spec.scale == 1:
-        return int
-    inverse = round(1 / spec.scale) if spec.scale else 0
+        return (spec.key, spec.missing, 0, 0.0)
+    inverse = round(1 / spec.scale)
     if spec.scale < 1 and inverse and math.isclose(inverse * spec.scale, 1.0, rel_tol=1e-12):
         # Divide by 100 rather than multiply by 0.01: 24137 / 100 is exactly the float 241.37.
-        return lambda raw: raw / inverse
-    scale = spec.scale
-    return lambda raw: float(raw * scale)
+        return (spec.key, spec.missing, inverse, 0.0)
+    return (spec.key, spec.missing, 0, spec.scale)
 
 
 def make_layout(
@@ -623,6 +653,9 @@ _POWER_RE = re.compile(r"power(\w*)_watts")
 _WH_RE = re.compile(r"energy(\w*)_wh")
 
 
+_Channel = tuple[str, str, str]
+
+
 class EnergyCounter:
     """Cumulative ``energy<ch>_joules`` per channel of one (node, layout) stream.
 
@@ -641,35 +674,56 @@ class EnergyCounter:
         self._last_power: dict[str, tuple[float, int]] = {}
         self.gaps = 0
         self.counter_resets = 0
+        # field names of a reading -> (Wh counter channels, power channels to integrate), each
+        # as (field, channel, output field); a stream sends the same names frame after frame.
+        self._plans: dict[tuple[str, ...], tuple[list[_Channel], list[_Channel]]] = {}
 
-    def update(self, fields: Mapping[str, FieldValue], mono_ns: int) -> dict[str, float]:
-        """Advance with one reading taken at monotonic ``mono_ns``; the energy fields to emit."""
-        out: dict[str, float] = {}
-        counted: set[str] = set()
-        joules = self.joules
+    def _plan(self, keys: tuple[str, ...]) -> tuple[list[_Channel], list[_Channel]]:
+        counters: list[_Channel] = []
+        powers: list[_Channel] = []
         if self.mode == "auto":
-            for key, value in fields.items():
+            for key in keys:
                 m = _WH_RE.fullmatch(key)
-                if m is None or not isinstance(value, int | float):
-                    continue
-                ch = m.group(1)
-                counted.add(ch)
-                last = self._last_wh.get(ch)
-                total = joules.get(ch, 0.0)
-                if last is not None:
-                    if value >= last:
-                        total += (value - last) * 3600.0
-                    else:
-                        self.counter_resets += 1
-                self._last_wh[ch] = float(value)
-                joules[ch] = total
-                out[f"energy{ch}_joules"] = total
-        for key, value in fields.items():
+                if m is not None:
+                    counters.append((key, m.group(1), f"energy{m.group(1)}_joules"))
+        counted = {ch for _, ch, _ in counters}
+        for key in keys:
             m = _POWER_RE.fullmatch(key)
-            if m is None or not isinstance(value, int | float):
+            if m is not None and m.group(1) not in counted:
+                powers.append((key, m.group(1), f"energy{m.group(1)}_joules"))
+        if len(self._plans) < 64:
+            self._plans[keys] = (counters, powers)
+        return counters, powers
+
+    def update(
+        self, fields: Mapping[str, FieldValue], mono_ns: int, device_reset: bool = False
+    ) -> dict[str, float]:
+        """Advance with one reading taken at monotonic ``mono_ns``; the energy fields to emit.
+
+        ``device_reset`` (the message counter stepped back) re-bases the Wh counters without
+        adding the step: what a rebooted unit restores from EEPROM is not energy used.
+        """
+        keys = tuple(fields)
+        counters, powers = self._plans.get(keys) or self._plan(keys)
+        out: dict[str, float] = {}
+        joules = self.joules
+        for key, ch, name in counters:
+            value = fields[key]
+            if not isinstance(value, int | float):
                 continue
-            ch = m.group(1)
-            if ch in counted:
+            last = self._last_wh.get(ch)
+            total = joules.get(ch, 0.0)
+            if last is not None and not device_reset:
+                if value >= last:
+                    total += (value - last) * 3600.0
+                else:
+                    self.counter_resets += 1
+            self._last_wh[ch] = float(value)
+            joules[ch] = total
+            out[name] = total
+        for key, ch, name in powers:
+            value = fields[key]
+            if not isinstance(value, int | float):
                 continue
             prev = self._last_power.get(ch)
             total = joules.get(ch, 0.0)
@@ -681,7 +735,7 @@ class EnergyCounter:
                     self.gaps += 1
             self._last_power[ch] = (float(value), mono_ns)
             joules[ch] = total
-            out[f"energy{ch}_joules"] = total
+            out[name] = total
         return out
 
 
@@ -691,13 +745,14 @@ class EnergyCounter:
 class LineBuffer:
     """Splits a byte stream on ``\\n`` with a bounded buffer.
 
-    A line longer than ``max_line`` bytes is dropped whole (counted once in ``overlong``) and the
-    buffer never holds more than ``max_line`` bytes plus one read.
+    A line longer than ``max_line`` bytes is dropped whole (counted once in ``overlong``, its bytes
+    in ``dropped_bytes``) and the buffer never holds more than ``max_line`` bytes plus one read.
     """
 
     def __init__(self, max_line: int = 1024) -> None:
         self.max_line = max_line
         self.overlong = 0
+        self.dropped_bytes = 0
         self._rest = b""
         self._skipping = False
 
@@ -716,14 +771,17 @@ class LineBuffer:
         for part in parts:
             if self._skipping:
                 self._skipping = False  # the tail of an overlong line
+                self.dropped_bytes += len(part) + 1
             elif len(part) > limit:
                 self.overlong += 1
+                self.dropped_bytes += len(part) + 1
             else:
                 lines.append(part)
         if len(rest) > limit:
             if not self._skipping:
                 self.overlong += 1
                 self._skipping = True
+            self.dropped_bytes += len(rest)
             rest = b""
         self._rest = rest
         return lines
@@ -802,13 +860,15 @@ _STAT_KEYS = (
     "unknown_keys",
     "msg_missed",
     "device_resets",
+    "counter_resets",
     "energy_gaps",
     "connects",
     "disconnects",
     "open_errors",
 )
 
-_BAUD_WINDOW = 24
+_BAUD_WINDOW = 512
+"""Bytes after each connect on which the wrong-baud-rate hint is judged (once)."""
 
 
 class EmonPiCollector:
@@ -848,7 +908,7 @@ class EmonPiCollector:
         self._outage: str | None = None
         self._outage_since = 0.0
         self._first_line = True
-        self._window = [0, 0, 0]  # lines, decoded, noise since connect (for the baud-rate hint)
+        self._window = [0, 0, 0]  # bytes read, decoded, noise since connect (baud-rate hint)
         self._baud_warned = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -889,7 +949,7 @@ class EmonPiCollector:
         out: dict[str, int | float] = dict(self._counts)
         for counter in self._energy.values():
             out["energy_gaps"] += counter.gaps
-            out["device_resets"] += counter.counter_resets
+            out["counter_resets"] += counter.counter_resets
         return out
 
     def status(self) -> str:
@@ -975,14 +1035,14 @@ class EmonPiCollector:
                 data = await reader.read(65536)
                 if not data:
                     return
-                overlong = buffer.overlong
+                overlong, dropped = buffer.overlong, buffer.dropped_bytes
                 for line in buffer.feed(data):
                     handle(line, emit)
-                if buffer.overlong != overlong:
-                    n = buffer.overlong - overlong
-                    self._counts["overlong"] += n
-                    self._window[0] += n
-                    self._window[2] += n
+                self._counts["overlong"] += buffer.overlong - overlong
+                window = self._window
+                window[0] += len(data)
+                window[2] += buffer.dropped_bytes - dropped
+                if not self._baud_warned and window[0] >= _BAUD_WINDOW:
                     self._check_baud()
         finally:
             if buffer.pending:
@@ -994,8 +1054,6 @@ class EmonPiCollector:
         """Parse one line (without ``\\n``) received now and emit its point, or count why not."""
         counts = self._counts
         counts["lines"] += 1
-        window = self._window
-        window[0] += 1
         try:
             parsed = parse_line(raw)
         except LineError as exc:
@@ -1004,13 +1062,11 @@ class EmonPiCollector:
                 reason = "partial"  # a line cut at connect time, not a property of the device
             counts[reason] += 1
             if reason in ("not_utf8", "garbage"):
-                window[2] += 1
+                self._window[2] += len(raw) + 1
             self._first_line = False
-            if window[0] >= _BAUD_WINDOW:
-                self._check_baud()
             return
         self._first_line = False
-        window[1] += 1
+        self._window[1] += len(raw) + 1
         wall_ns = self._wall()
         mono_ns = self._mono()
         if isinstance(parsed, JeeFrame):
@@ -1047,7 +1103,11 @@ class EmonPiCollector:
         """Field names for printed keys; None when a count is not an integer (a damaged line)."""
         fields: dict[str, FieldValue] = {}
         for key, value in values.items():
-            name = self._keys.get(key) or _key_field(key)
+            name = self._keys.get(key)
+            if name is None:
+                name = _key_field(key)
+                if name is not None and len(self._keys) < 1024:
+                    self._keys[key] = name
             if name is None:
                 self._counts["unknown_keys"] += 1
                 self._log_once(
@@ -1078,6 +1138,7 @@ class EmonPiCollector:
     ) -> None:
         stream = (node, layout_name)
         msg = fields.get("msg_count")
+        reset = False
         if isinstance(msg, int):
             last = self._msg.get(stream)
             if last is not None:
@@ -1085,30 +1146,30 @@ class EmonPiCollector:
                     self._counts["msg_missed"] += msg - last - 1
                 elif msg <= last:
                     self._counts["device_resets"] += 1
+                    reset = True
             self._msg[stream] = msg
         counter = self._energy.get(stream)
         if counter is None:
             counter = self._energy[stream] = EnergyCounter(self.config.energy, self.config.max_gap)
         if not fields:
             return
-        fields.update(counter.update(fields, mono_ns))
+        fields.update(counter.update(fields, mono_ns, reset))
         self._counts["points"] += 1
         emit(Point(MEASUREMENT, {"node": node, "layout": layout_name}, fields, wall_ns))
 
     def _check_baud(self) -> None:
-        lines, decoded, noise = self._window
-        if self._baud_warned or lines < _BAUD_WINDOW:
-            return
-        if decoded * 4 < lines and noise * 2 >= lines:
+        # Judged on bytes, not lines: at the wrong rate a newline is rarely read as one.
+        total, decoded, noise = self._window
+        if decoded * 4 < total and noise * 2 >= total:
             self._baud_warned = True
             other = 115200 if self.config.baudrate != 115200 else 38400
             log.warning(
-                "emonpi %s: %d of the first %d lines are garbage, few decoded: the baud rate "
-                "%d is probably wrong (try %d; classic emonPi firmware uses 38400, emonPi_CM, "
-                "emonPi2 and emonTx4 115200)",
+                "emonpi %s: %d of the first %d bytes are noise (not UTF-8, control characters, "
+                "no line ends) and few decoded: the baud rate %d is probably wrong (try %d; "
+                "classic emonPi firmware uses 38400, emonPi_CM, emonPi2 and emonTx4 115200)",
                 self.port,
                 noise,
-                lines,
+                total,
                 self.config.baudrate,
                 other,
             )
