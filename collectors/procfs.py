@@ -725,13 +725,15 @@ class _Proc:
 
 
 class _Sum:
-    """Running totals of one summary scope."""
+    """Running totals of one summary scope; memory sums count only if every member has them."""
 
     __slots__ = (
+        "all_detail",
+        "all_pss",
+        "all_swap",
         "count",
         "cpu",
         "d",
-        "detail",
         "private",
         "pss",
         "rss",
@@ -743,7 +745,7 @@ class _Sum:
     def __init__(self) -> None:
         self.count = self.cpu = self.d = self.rss = self.threads = 0
         self.private = self.shared = self.pss = self.swap = 0
-        self.detail = 0b111  # bits: all have a detail, all have pss, all have swap
+        self.all_detail = self.all_pss = self.all_swap = True
 
     def add(self, p: _Proc, d: int) -> None:
         st = p.st
@@ -754,36 +756,37 @@ class _Sum:
         self.threads += st.num_threads
         m = p.detail
         if m is None:
-            self.detail = 0
+            self.all_detail = False
             return
         self.private += m.private
         self.shared += m.shared
         if m.pss is None:
-            self.detail &= 0b011
+            self.all_pss = False
         else:
             self.pss += m.pss
         if m.swap is None:
-            self.detail &= 0b101
+            self.all_swap = False
         else:
             self.swap += m.swap
 
     def memory(self) -> MemoryDetail | None:
         """The summed memory split, None unless every member has one."""
-        if not self.detail:
+        if not self.all_detail:
             return None
         return MemoryDetail(
             self.private,
             self.shared,
-            self.pss if self.detail & 0b010 else None,
-            self.swap if self.detail & 0b001 else None,
+            self.pss if self.all_pss else None,
+            self.swap if self.all_swap else None,
         )
 
     def merged(self, other: _Sum) -> _Sum:
         out = _Sum()
-        for name in _Sum.__slots__:
-            if name != "detail":
-                setattr(out, name, getattr(self, name) + getattr(other, name))
-        out.detail = self.detail & other.detail
+        for name in ("count", "cpu", "d", "private", "pss", "rss", "shared", "swap", "threads"):
+            setattr(out, name, getattr(self, name) + getattr(other, name))
+        out.all_detail = self.all_detail and other.all_detail
+        out.all_pss = self.all_pss and other.all_pss
+        out.all_swap = self.all_swap and other.all_swap
         return out
 
 
