@@ -790,35 +790,59 @@ class LineBuffer:
 # --- the collector ------------------------------------------------------------------------------
 
 
+def _opt(default: Any, doc: str) -> Any:
+    """A config field with its one-line doc for ``nrg-collect config``."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass
 class EmonPiConfig:
     """``[[collectors.emonpi]]`` options."""
 
-    root: str = "/"
-    port: str = ""
-    """Serial device or pyserial URL; "" picks the first of /dev/ttyAMA0, /dev/serial0,
-    /dev/ttyUSB0 that exists under ``root``."""
-    baudrate: int = 38400
-    """38400 for classic emonPi firmware; 115200 for emonPi_CM, emonPi2, emonTx4."""
-    layouts: list[dict[str, Any]] = field(default_factory=list)
-    """Extra layouts; one with the same (node, length) as a built-in replaces it."""
-    builtin_layouts: bool = True
-    temp_sensors: int = -1
-    """Temperature sensors fitted: temp1..tempN are kept (0 included), later slots dropped;
-    -1 keeps every slot that holds no sentinel (classic firmware's 0 fill counts as one)."""
-    keys: dict[str, str] = field(default_factory=dict)
-    """key:value / JSON keys → field names, beside the built-in MSG, Vrms, V1, P1, E1, T1, pulse."""
-    text_node: str = "serial"
-    """``node`` tag of key:value / JSON lines, which carry no node id."""
-    energy: str = "auto"
-    """"auto": energy_joules from Wh counters where a layout has them; "integrate": from power."""
-    max_gap: float = field(default=30.0, metadata={"duration": True})
-    """Longest gap between frames that is integrated into energy_joules."""
-    commands: list[str] = field(default_factory=list)
-    """Firmware commands sent after each open (e.g. "5i", "210g"), each followed by CR LF."""
-    max_line: int = 1024
-    reconnect_min: float = field(default=0.5, metadata={"duration": True})
-    reconnect_max: float = field(default=10.0, metadata={"duration": True})
+    root: str = _opt("/", "prefix for the default ports (fixture trees, containers)")
+    port: str = _opt(
+        "",
+        'serial device, /dev/serial/by-id link or pyserial URL (rfc2217://, socket://); "" '
+        "takes the first of /dev/ttyAMA0, /dev/serial0, /dev/ttyUSB0 that exists",
+    )
+    baudrate: int = _opt(38400, "38400 classic emonPi; 115200 emonPi_CM, emonPi2, emonTx4")
+    layouts: list[dict[str, Any]] = field(
+        default_factory=list,
+        metadata={
+            "doc": "extra layouts {name, node|nodes, struct, names, units, scales, missing}; "
+            "one with a built-in's (node, length) replaces it"
+        },
+    )
+    builtin_layouts: bool = _opt(True, "use the built-in layouts")
+    temp_sensors: int = _opt(
+        -1, "temperature sensors fitted: temp1..N kept (0 included), later slots dropped; -1 all"
+    )
+    keys: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "doc": "key:value/JSON keys -> field names, beside MSG, Vrms, Vn, Pn, En, Tn, In, "
+            "pfn, pulse"
+        },
+    )
+    text_node: str = _opt("serial", "node tag of key:value/JSON lines (they carry no node id)")
+    energy: Literal["auto", "integrate"] = _opt(
+        "auto", "auto: energy_joules from Wh counters where a layout has them, else integrated"
+    )
+    max_gap: float = field(
+        default=30.0,
+        metadata={"duration": True, "doc": "longest gap between frames integrated into energy"},
+    )
+    commands: list[str] = field(
+        default_factory=list,
+        metadata={"doc": 'firmware commands sent after each open, e.g. ["5i", "210g"]'},
+    )
+    max_line: int = _opt(1024, "longest line kept, in bytes; longer ones are dropped and counted")
+    reconnect_min: float = field(
+        default=0.5, metadata={"duration": True, "doc": "first retry delay after a port failure"}
+    )
+    reconnect_max: float = field(
+        default=10.0, metadata={"duration": True, "doc": "retry delay cap (doubling backoff)"}
+    )
 
     def validate(self) -> None:
         """ValueError naming the key when an option is out of range."""
