@@ -287,14 +287,24 @@ class FieldSpec:
 
 
 class Layout:
-    """A payload layout: a packed little-endian struct and what each member means."""
+    """A payload layout: a packed little-endian struct and what each member means.
 
-    __slots__ = ("_plan", "_struct", "fields", "name", "nodes", "struct")
+    ``averaged`` says the firmware sends each power as the mean over the interval since its last
+    frame (emonLibCM/DB) rather than a short snapshot (classic discrete sampling).
+    """
+
+    __slots__ = ("_plan", "_struct", "averaged", "fields", "name", "nodes", "struct")
 
     def __init__(
-        self, name: str, nodes: Iterable[int], struct_codes: str, fields: Sequence[FieldSpec]
+        self,
+        name: str,
+        nodes: Iterable[int],
+        struct_codes: str,
+        fields: Sequence[FieldSpec],
+        averaged: bool = False,
     ) -> None:
         self.name = name
+        self.averaged = averaged
         self.nodes = frozenset(nodes)
         self.struct = "<" + struct_codes.lstrip("<")
         self.fields = tuple(fields)
@@ -350,7 +360,7 @@ class Layout:
                 fields.append(dataclasses.replace(spec, missing=spec.missing - {0}))
             else:
                 fields.append(dataclasses.replace(spec, keep=False))
-        return Layout(self.name, self.nodes, self.struct, fields)
+        return Layout(self.name, self.nodes, self.struct, fields, self.averaged)
 
     def __repr__(self) -> str:
         return f"Layout({self.name!r}, nodes={sorted(self.nodes)}, struct={self.struct!r})"
@@ -391,6 +401,7 @@ def make_layout(
     units: Sequence[str],
     scales: Sequence[float] | None = None,
     missing: Mapping[str, Iterable[int]] | None = None,
+    averaged: bool = False,
 ) -> Layout:
     """Build and check a layout; ValueError (naming the key) when the parts do not fit."""
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
@@ -437,7 +448,7 @@ def make_layout(
         FieldSpec(nm, unit, scale, sentinels.get(nm, frozenset()))
         for nm, unit, scale in zip(names, units, scales, strict=True)
     ]
-    return Layout(name, nodes, struct_codes, fields)
+    return Layout(name, nodes, struct_codes, fields, averaged)
 
 
 def _seq(prefix: str, count: int, start: int = 1) -> list[str]:
@@ -484,6 +495,7 @@ BUILTIN_LAYOUTS: tuple[Layout, ...] = (
         ["count"] + ["watts"] * 3 + ["volts"] + ["celsius"] * 6 + ["count"] * 2 + ["wh"] * 2,
         [1, 1, 1, 1, 0.01] + [0.01] * 6 + [1, 1, 1, 1],
         _TEMPS_CM,
+        averaged=True,
     ),
     make_layout(
         "emontx_shield",
@@ -510,6 +522,7 @@ BUILTIN_LAYOUTS: tuple[Layout, ...] = (
         ["count", "volts"] + ["watts"] * 6 + ["wh"] * 6 + ["celsius"] * 3 + ["count"],
         [1, 0.01] + [1] * 12 + [0.01] * 3 + [1],
         {f"temp{i}": [30000] for i in range(1, 4)},
+        averaged=True,
     ),
     make_layout(
         "emonpi2",
@@ -518,6 +531,7 @@ BUILTIN_LAYOUTS: tuple[Layout, ...] = (
         ["msg", "v1", *_seq("power", 6), *_seq("energy", 6), "pulse"],
         ["count", "volts"] + ["watts"] * 6 + ["wh"] * 6 + ["count"],
         [1, 0.01] + [1] * 12 + [1],
+        averaged=True,
     ),
     make_layout(
         "emon_db_3phase",
@@ -526,6 +540,7 @@ BUILTIN_LAYOUTS: tuple[Layout, ...] = (
         ["msg", "v1", "v2", "v3", *_seq("power", 6), *_seq("energy", 6), "pulse"],
         ["count"] + ["volts"] * 3 + ["watts"] * 6 + ["wh"] * 6 + ["count"],
         [1, 0.01, 0.01, 0.01] + [1] * 12 + [1],
+        averaged=True,
     ),
     make_layout(
         "emonth",
@@ -568,7 +583,17 @@ class LayoutTable:
         return list(seen.values())
 
 
-_LAYOUT_KEYS = {"name", "nodes", "node", "struct", "names", "units", "scales", "missing"}
+_LAYOUT_KEYS = {
+    "name",
+    "nodes",
+    "node",
+    "struct",
+    "names",
+    "units",
+    "scales",
+    "missing",
+    "averaged",
+}
 
 
 def parse_layouts(tables: Sequence[Mapping[str, Any]]) -> list[Layout]:
@@ -603,6 +628,9 @@ def parse_layouts(tables: Sequence[Mapping[str, Any]]) -> list[Layout]:
         missing = table.get("missing", {})
         if not isinstance(missing, Mapping):
             raise ValueError(f"{where}.missing: expected a table of name = raw value(s)")
+        averaged = table.get("averaged", False)
+        if not isinstance(averaged, bool):
+            raise ValueError(f"{where}.averaged: expected true or false, got {averaged!r}")
         try:
             out.append(
                 make_layout(
@@ -613,6 +641,7 @@ def parse_layouts(tables: Sequence[Mapping[str, Any]]) -> list[Layout]:
                     table["units"],
                     scales,
                     missing,
+                    averaged,
                 )
             )
         except ValueError as exc:
@@ -662,12 +691,14 @@ class EnergyCounter:
     From the firmware's Wh counters (``energy<ch>_wh``) where the reading has them and ``mode`` is
     ``"auto"``: joules = Wh increase since the first frame × 3600; a counter that steps back (the
     device restored an older EEPROM value) adds nothing and counts a reset. Otherwise integrated
-    from ``power<ch>_watts`` with the trapezoid rule between consecutive frames; a gap longer than
-    ``max_gap_s`` is not integrated (counted in ``gaps``).
+    from ``power<ch>_watts`` between consecutive frames: the trapezoid rule for snapshot powers;
+    for ``averaged`` powers (the mean over the interval the frame closes) power × interval, which
+    is exact. A gap longer than ``max_gap_s`` is not integrated (counted in ``gaps``).
     """
 
-    def __init__(self, mode: str = "auto", max_gap_s: float = 30.0) -> None:
+    def __init__(self, mode: str = "auto", max_gap_s: float = 30.0, averaged: bool = False) -> None:
         self.mode = mode
+        self.averaged = averaged
         self.max_gap_ns = int(max_gap_s * 1e9)
         self.joules: dict[str, float] = {}
         self._last_wh: dict[str, float] = {}
@@ -730,7 +761,10 @@ class EnergyCounter:
             if prev is not None:
                 dt = mono_ns - prev[1]
                 if 0 <= dt <= self.max_gap_ns:
-                    total += (prev[0] + float(value)) * 0.5 * dt / 1e9
+                    if self.averaged:
+                        total += float(value) * dt / 1e9
+                    else:
+                        total += (prev[0] + float(value)) * 0.5 * dt / 1e9
                 else:
                     self.gaps += 1
             self._last_power[ch] = (float(value), mono_ns)
@@ -1112,7 +1146,7 @@ class EmonPiCollector:
                 return
             if parsed.rssi:  # "(-0)" marks the emonPi's own readings: no radio, no RSSI
                 fields["rssi_dbm"] = parsed.rssi
-            node, layout_name = str(parsed.node), layout.name
+            node, layout_name, averaged = str(parsed.node), layout.name, layout.averaged
         else:
             counts["value_lines"] += 1
             mapped = self._map_keys(parsed.values)
@@ -1120,8 +1154,9 @@ class EmonPiCollector:
                 counts["malformed"] += 1
                 return
             fields = mapped
-            node, layout_name = self.config.text_node, parsed.format
-        self._emit_reading(node, layout_name, fields, wall_ns, mono_ns, emit)
+            # key:value and JSON lines come from emonLibCM/DB firmware, which averages
+            node, layout_name, averaged = self.config.text_node, parsed.format, True
+        self._emit_reading(node, layout_name, averaged, fields, wall_ns, mono_ns, emit)
 
     def _map_keys(self, values: Mapping[str, float]) -> dict[str, FieldValue] | None:
         """Field names for printed keys; None when a count is not an integer (a damaged line)."""
@@ -1155,6 +1190,7 @@ class EmonPiCollector:
         self,
         node: str,
         layout_name: str,
+        averaged: bool,
         fields: dict[str, FieldValue],
         wall_ns: int,
         mono_ns: int,
@@ -1174,7 +1210,9 @@ class EmonPiCollector:
             self._msg[stream] = msg
         counter = self._energy.get(stream)
         if counter is None:
-            counter = self._energy[stream] = EnergyCounter(self.config.energy, self.config.max_gap)
+            counter = self._energy[stream] = EnergyCounter(
+                self.config.energy, self.config.max_gap, averaged
+            )
         if not fields:
             return
         fields.update(counter.update(fields, mono_ns, reset))

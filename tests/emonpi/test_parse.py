@@ -306,10 +306,11 @@ def test_user_layout_with_missing_values_and_unsigned_codes() -> None:
                 "units": ["celsius", "percent"],
                 "scales": [0.01, 0.5],
                 "missing": {"temp": 30000},
+                "averaged": True,
             }
         ]
     )
-    assert layout.size == 4 and layout.nodes == {12, 13}
+    assert layout.size == 4 and layout.nodes == {12, 13} and layout.averaged
     assert layout.decode(struct.pack("<hH", 30000, 101)) == {"level_percent": 50.5}
     assert layout.decode(struct.pack("<hH", -1234, 0)) == {
         "temp_celsius": -12.34,
@@ -336,6 +337,7 @@ def test_user_layout_with_missing_values_and_unsigned_codes() -> None:
         ({"missing": {"zzz": 1}}, "layouts[0].missing"),
         ({"name": "Bad Name"}, "layouts[0].name"),
         ({"colour": "red"}, "layouts[0]: unknown key 'colour'"),
+        ({"averaged": "yes"}, "layouts[0].averaged"),
     ],
 )
 def test_bad_layouts_are_config_errors_naming_the_key(
@@ -418,6 +420,17 @@ def test_wh_counters_preferred_and_rebased() -> None:
     assert counter.update({"energy1_wh": 15400.0}, 40 * s, device_reset=True) == {
         "energy1_joules": 10800.0
     }
+
+
+def test_averaged_power_is_integrated_over_the_interval_it_closes() -> None:
+    # emonLibCM sends the mean power since its previous frame: power x interval is exact
+    counter = EnergyCounter("integrate", 30.0, averaged=True)
+    s = 1_000_000_000
+    assert counter.update({"power1_watts": 100.0}, 0) == {"energy1_joules": 0.0}
+    assert counter.update({"power1_watts": 200.0}, 10 * s) == {"energy1_joules": 2000.0}
+    assert counter.update({"power1_watts": 50.0}, 20 * s) == {"energy1_joules": 2500.0}
+    assert LAYOUTS["emonpi_cm"].averaged and LAYOUTS["emontx4"].averaged
+    assert not LAYOUTS["emonpi_classic"].averaged and not LAYOUTS["payloadtx"].averaged
 
 
 def test_integrate_mode_ignores_counters() -> None:
