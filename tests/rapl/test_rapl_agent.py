@@ -1,0 +1,162 @@
+"""The real ``nrg-collect`` with the RAPL collector on fixture trees and the process_power
+processor wired from a config file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from acquisition.lineproto import decode_line
+from tests.rapl.scenarios import FIXTURES, install_tree
+
+NRG = str(Path(sys.executable).with_name("nrg-collect"))
+
+
+def _nrg(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([NRG, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_list_says_why_rapl_is_unavailable(tmp_path: Path) -> None:
+    cfg = tmp_path / "nrg.toml"
+    cfg.write_text(f'[[collectors.rapl]]\nroot = "{FIXTURES / "vm-none" / "tree"}"\n')
+    done = _nrg("list", "--config", str(cfg))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "rapl  unavailable: no powercap zones, no MSR device, no power PMU\n"
+
+
+def test_list_describes_the_zones_found(tmp_path: Path) -> None:
+    cfg = tmp_path / "nrg.toml"
+    cfg.write_text(f'[[collectors.rapl]]\nroot = "{FIXTURES / "laptop-psys-mmio" / "tree"}"\n')
+    done = _nrg("list", "--config", str(cfg))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "rapl  available: powercap: package (socket 0), core (socket 0), uncore (socket 0), "
+        "psys (socket 0)\n"
+    )
+
+
+def test_once_prints_rapl_line_protocol(tmp_path: Path) -> None:
+    root = install_tree("xeon-2s-dram", tmp_path)
+    cfg = tmp_path / "nrg.toml"
+    cfg.write_text(
+        f'[agent]\ninterval = "100ms"\nhost = "xeon"\n\n[[collectors.rapl]]\nroot = "{root}"\n'
+    )
+    done = _nrg("--once", "--config", str(cfg))
+    assert done.returncode == 0, done.stderr
+    points = [decode_line(line) for line in done.stdout.splitlines()]
+    # The fixture's counters stand still: zero energy since open, zero power, never a wrap.
+    assert [(dict(p.tags), dict(p.fields)) for p in points] == [
+        (
+            {"domain": domain, "host": "xeon", "socket": socket},
+            {"energy_joules": 0.0, "power_watts": 0.0},
+        )
+        for socket, domain in (("0", "package"), ("0", "dram"), ("1", "package"), ("1", "dram"))
+    ]
+
+
+def test_bad_rapl_option_is_a_startup_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "nrg.toml"
+    cfg.write_text('[[collectors.rapl]]\nbackend = "rapl-msr"\n')
+    done = _nrg("list", "--config", str(cfg))
+    assert done.returncode != 0
+    assert "backend: 'rapl-msr' is not one of auto, powercap, msr, perf" in done.stderr
+
+
+@pytest.mark.slow
+def test_agent_records_rapl_and_process_power(tmp_path: Path) -> None:
+    root = install_tree("xeon-2s-dram", tmp_path)
+    cfg = tmp_path / "nrg.toml"
+    cfg.write_text(
+        f"""
+[agent]
+interval = "200ms"
+flush_interval = "200ms"
+state_dir = "{tmp_path}/state"
+
+[[collectors.procfs]]
+per_core = false
+
+[[collectors.rapl]]
+root = "{root}"
+
+[[processors.process_power]]
+scopes = ["combined"]
+
+[[sinks.file]]
+path = "{tmp_path}/out/nrg.lp"
+fsync = "always"
+"""
+    )
+    zones = {
+        os.path.realpath(root / "sys/class/powercap" / z): w
+        for z, w in (
+            ("intel-rapl:0", 150),
+            ("intel-rapl:0:0", 20),
+            ("intel-rapl:1", 100),
+            ("intel-rapl:1:0", 12),
+        )
+    }
+    stop = threading.Event()
+    base = {z: int(Path(z, "energy_uj").read_text()) for z in zones}
+    written: dict[str, set[int]] = {z: {0} for z in zones}
+
+    def advance() -> None:
+        # The counters advance as a real package would: watts × elapsed time. (Writing is not
+        # atomic, so the agent also meets torn, empty reads: they must cost nothing.)
+        start = time.monotonic()
+        while not stop.wait(0.02):
+            elapsed = time.monotonic() - start
+            for z, watts in zones.items():
+                uj = int(watts * elapsed * 1e6)
+                written[z].add(uj)
+                Path(z, "energy_uj").write_text(f"{base[z] + uj}\n")
+
+    writer = threading.Thread(target=advance)
+    writer.start()
+    try:
+        proc = subprocess.Popen(
+            [NRG, "--config", str(cfg), "--quiet"], stderr=subprocess.PIPE, text=True
+        )
+        # Wait for enough ticks (not a fixed time: a loaded machine starts the agent slowly).
+        out = tmp_path / "out" / "nrg.lp"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists() and out.read_text().count("process_power,") >= 8:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        stop.set()
+        writer.join()
+    assert proc.returncode == 0, stderr
+    points = [decode_line(line) for line in (tmp_path / "out" / "nrg.lp").read_text().splitlines()]
+    rapl = [p for p in points if p.measurement == "rapl"]
+    assert {(p.tags["socket"], p.tags["domain"]) for p in rapl} == {
+        ("0", "package"), ("0", "dram"), ("1", "package"), ("1", "dram"),
+    }  # fmt: skip
+    package0 = [p.fields for p in rapl if (p.tags["socket"], p.tags["domain"]) == ("0", "package")]
+    assert len(package0) >= 3  # torn reads of the rewritten file cost a few
+    # However the writer and the agent were scheduled, every energy is a value the counter
+    # really had, energy never decreases and power is never negative.
+    package0_uj = written[os.path.realpath(root / "sys/class/powercap/intel-rapl:0")]
+    energies_j = [f["energy_joules"] for f in package0]
+    # (The agent opened at some counter value the writer had written: energies are relative to it.)
+    offsets = [round(float(e) * 1e6) for e in energies_j]
+    assert any(all(o + d in package0_uj for d in offsets) for o in package0_uj), energies_j
+    assert energies_j == sorted(energies_j)
+    assert float(energies_j[-1]) > 0.0
+    assert all(float(f["power_watts"]) >= 0.0 for f in package0)
+    shares = [p for p in points if p.measurement == "process_power"]
+    assert shares, "no process_power points"
+    assert {p.tags["scope"] for p in shares} == {"combined"}
+    assert all(p.fields["cpu_power_watts"] >= 0.0 for p in shares)
+    energies = [p.fields["cpu_energy_joules"] for p in shares if "cpu_energy_joules" in p.fields]
+    assert energies == sorted(energies)
