@@ -26,6 +26,7 @@ it) is sent again; InfluxDB keeps one point per series and timestamp, so this is
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import json
@@ -251,15 +252,17 @@ class InfluxDBSink:
         self._attempt = 0
         self._settings_logged = False
         self._retry_logged = False
-        self._closing = False
         self._retry_after: float | None = None
+        self._inflight: asyncio.Task[None] | None = None
+        self._unspooled: collections.deque[tuple[bytes, int]] = collections.deque()
         # Counters published as nrg_collect self-stats.
-        self.written_points = 0
+        self.sent_points = 0
         self.replayed_points = 0
         self.spooled_points = 0
         self.dead_lettered_points = 0
         self.retries = 0
         self.requests = 0
+        self.lost_points = 0
 
     @staticmethod
     def _resolve_token(config: InfluxDBConfig) -> str:
@@ -301,12 +304,18 @@ class InfluxDBSink:
         self._replayer = asyncio.create_task(self._replay_loop(), name="influxdb replay")
 
     async def aclose(self) -> None:
-        """Give the replayer ``drain_timeout`` to empty the spool, then close everything."""
-        self._closing = True
+        """Finish the post in flight, give the replayer ``drain_timeout`` to empty the spool,
+        then close everything."""
+        try:
+            await self._settle()
+        except WriteError as exc:
+            lost = sum(n for _, n in self._unspooled)
+            self.lost_points += lost
+            log.error("influxdb %s: %d point(s) lost: %s", self.where(), lost, exc)
         if self._replayer is not None:
             if self.spool.records and self._state in ("ok", "replaying"):
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._drained(), self.config.drain_timeout)
+                    await asyncio.wait_for(self.wait_drained(), self.config.drain_timeout)
             self._replayer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._replayer
@@ -323,7 +332,8 @@ class InfluxDBSink:
             await self._client.close()
             self._client = None
 
-    async def _drained(self) -> None:
+    async def wait_drained(self) -> None:
+        """Return when the spool is empty, or at once while the server is failing."""
         while self.spool.records and self._state in ("ok", "replaying"):
             self._progress.clear()
             await self._progress.wait()
@@ -331,21 +341,50 @@ class InfluxDBSink:
     # --- the Sink protocol -------------------------------------------------------------------
 
     async def write(self, batch: Sequence[Point]) -> None:
-        """Post ``batch`` now, or spool it when the spool is not empty or the post fails."""
+        """Hand ``batch`` to the sink: posted now, or spooled when the spool is not empty or the
+        post fails.
+
+        One post may stay in flight after ``write`` returns, so the next batch is encoded while
+        the server works on this one; the sink owns it from here (a failure spools it, and
+        ``aclose`` waits for it). A later batch waits for the one in flight before it is sent or
+        spooled, which keeps the order.
+        """
         if not batch:
             return
         body = self._encoder.encode_many(batch).encode()
+        await self._settle()
         if self.spool.records or self._state != "ok":
             await self._to_spool(body, len(batch))
             return
+        self._inflight = asyncio.create_task(self._send_direct(body, len(batch)))
+
+    async def flush(self) -> None:
+        """Wait until the batch in flight is written or spooled."""
+        await self._settle()
+
+    async def _settle(self) -> None:
+        """Wait for the post in flight; spool what a failed one could not spool then."""
+        task, self._inflight = self._inflight, None
+        if task is not None:
+            await asyncio.shield(task)
+        while self._unspooled:
+            body, points = self._unspooled[0]
+            await self._to_spool(body, points)  # raises a retryable WriteError if it fails again
+            self._unspooled.popleft()
+
+    async def _send_direct(self, body: bytes, points: int) -> None:
         async with self._send_lock:
             try:
                 await self._deliver(body)
             except Failure as exc:
                 self._note_failure(exc)
-                await self._to_spool(body, len(batch))
+            else:
+                self.sent_points += points
                 return
-        self.written_points += len(batch)
+        try:
+            await self._to_spool(body, points)
+        except WriteError:
+            self._unspooled.append((body, points))
 
     def spill(self, points: Sequence[Point]) -> None:
         """The core's queue is full: keep ``points`` on disk (never blocks the loop)."""
@@ -368,7 +407,7 @@ class InfluxDBSink:
 
     def stats(self) -> dict[str, float | int]:
         return {
-            "written_points": self.written_points,
+            "sent_points": self.sent_points,
             "replayed_points": self.replayed_points,
             "spooled_points": self.spooled_points,
             "spool_points": self.spool.points,
@@ -377,8 +416,9 @@ class InfluxDBSink:
             "spool_dropped_points": self.spool.dropped_points,
             "spool_torn_records": self.spool.torn_records + self.spool.corrupt_records,
             "dead_lettered_points": self.dead_lettered_points,
-            "retries": self.retries,
+            "replay_failures": self.retries,
             "requests": self.requests,
+            "lost_points": self.lost_points,
         }
 
     def where(self) -> str:

@@ -408,13 +408,6 @@ class Spool:
                     self.max_bytes,
                 )
             return False
-        if self._dropping:
-            self._dropping = False
-            log.warning(
-                "spool %s has room again; %d points dropped so far",
-                self.directory,
-                self.dropped_points,
-            )
         if self._seq_size and self._seq_size + len(record) > self.segment_bytes:
             self._seq += 1
             self._seq_size = 0
@@ -472,6 +465,14 @@ class Spool:
             rec = self._index.popleft()
             self._bytes -= rec.size
             self._points -= rec.points
+        if self._dropping and batch.records:
+            # The episode ends when replay frees space, not when a small record happens to fit.
+            self._dropping = False
+            log.warning(
+                "spool %s has room again; %d points dropped so far",
+                self.directory,
+                self.dropped_points,
+            )
         if self._index:
             head = self._index[0]
             cursor = (head.seq, head.offset)

@@ -69,7 +69,7 @@ async def test_bad_line_is_dead_lettered_and_the_rest_stored(
     await sink.aclose()
     assert values(influxd, db) == [(T0_NS + i * 1_000_000, float(i)) for i in range(10) if i != 6]
     assert sink.stats()["dead_lettered_points"] == 1
-    assert sink.stats()["written_points"] == 10
+    assert sink.stats()["sent_points"] == 10
     text = sink.dead_letter_path.read_text().splitlines()
     assert len(text) == 2
     assert text[0].startswith("# ") and "HTTP 400: unable to parse" in text[0]
@@ -102,6 +102,7 @@ async def test_unknown_bucket_keeps_every_point_until_it_exists(
     await sink.open()
     await sink.write(make_points(0, 50))
     await sink.write(make_points(50, 50))
+    await sink.flush()
     assert sink.status() == (
         f"error: bucket '{db}' (org '-') does not exist at {translator.url}: create it or fix "
         "[[sinks.influxdb]] bucket / org / url; spooling 100 points"
@@ -139,6 +140,7 @@ async def test_auth_errors_name_the_setting_and_never_show_the_token(
     sink = make_sink(context, translator.url, token=f"{user}:{password}", bucket=db)
     await sink.open()
     await sink.write(make_points(0, 10))
+    await sink.flush()
     await until(lambda: sink.retries >= 1, "a replay attempt")
     status = sink.status()
     assert status.startswith(f"error: {hint}")

@@ -30,7 +30,7 @@ async def test_every_point_stored_exactly_once(
     assert vm.points(run_id, "m_n") == expected(0, 3000)
     (series,) = vm.export(run_id, "m_v")
     assert series["metric"] == {"__name__": "m_v", "k": "a", "host": "testhost", "run": run_id}
-    assert sink.stats()["written_points"] == 3000
+    assert sink.stats()["sent_points"] == 3000
     assert sink.stats()["requests"] == 3
 
 
@@ -48,22 +48,24 @@ async def test_outage_spools_then_replays_everything_once(
     sink = make_sink(context, vm.url)
     await sink.open()
     await sink.write(make_points(0, 100))
+    await sink.flush()
     vm.stop()
     await sink.write(make_points(100, 100))  # fails, goes to the spool
+    await sink.flush()
     assert sink.status().startswith("retrying (")
     assert sink.status().endswith("spooling 100 points")
     await sink.write(make_points(200, 100))  # spool not empty: straight to it
     sink.spill(make_points(300, 100))  # the core's overflow path
     assert sink.spool.points == 300
     await until(lambda: sink.retries >= 2, "two failed replay attempts")
-    assert sink.stats()["written_points"] == 100
+    assert sink.stats()["sent_points"] == 100
     vm.start()
     await until(lambda: sink.spool.records == 0, "the spool to drain")
     assert sink.status() == "ok"
     await sink.write(make_points(400, 100))  # direct again
     await sink.aclose()
     stats = sink.stats()
-    assert (stats["written_points"], stats["replayed_points"], stats["spooled_points"]) == (
+    assert (stats["sent_points"], stats["replayed_points"], stats["spooled_points"]) == (
         200,
         300,
         300,
@@ -105,6 +107,7 @@ async def test_quota_drops_are_counted_and_the_rest_arrives(
     vm.stop()
     for k in range(6):
         await sink.write(make_points(100 * k, 100))
+    await sink.flush()
     stats = sink.stats()
     assert (stats["spool_points"], stats["spool_dropped_points"]) == (300, 300)
     vm.start()
