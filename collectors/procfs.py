@@ -455,6 +455,11 @@ class _ProcfsSource:
         # and pread at offset 0 sees fresh values. A captured tree holds regular files that tests
         # replace between steps: there a kept descriptor would read the old file.
         self.keep_open = st.st_size == 0
+        pid = self.self_pid()
+        if self._children_ok is None and pid is not None:
+            task = f"{self.proc}/{pid}/task"
+            if os.path.isdir(task):
+                self._children_ok = os.path.exists(f"{task}/{pid}/children")
         if self.keep_open:
             self._stat_fd = os.open(path, os.O_RDONLY)
             self._meminfo_fd = os.open(os.path.join(self.proc, "meminfo"), os.O_RDONLY)
@@ -782,8 +787,15 @@ class _Sum:
 
     def merged(self, other: _Sum) -> _Sum:
         out = _Sum()
-        for name in ("count", "cpu", "d", "private", "pss", "rss", "shared", "swap", "threads"):
-            setattr(out, name, getattr(self, name) + getattr(other, name))
+        out.count = self.count + other.count
+        out.cpu = self.cpu + other.cpu
+        out.d = self.d + other.d
+        out.rss = self.rss + other.rss
+        out.threads = self.threads + other.threads
+        out.private = self.private + other.private
+        out.shared = self.shared + other.shared
+        out.pss = self.pss + other.pss
+        out.swap = self.swap + other.swap
         out.all_detail = self.all_detail and other.all_detail
         out.all_pss = self.all_pss and other.all_pss
         out.all_swap = self.all_swap and other.all_swap
@@ -909,7 +921,7 @@ class ProcfsCollector:
                     m = src.detail(p.st.pid)
                     if m is not None:
                         p.detail, p.detail_ns = m, now_ns
-        n_online = sum(1 for name in cpus if name != "total") or 1
+        n_online = max(len(cpus) - ("total" in cpus), 1)
         used = mem.total - mem.available
         for root, members in trees:
             self._emit_tree(emit, now_ns, root, members, d_total, d_busy, n_online, used)
