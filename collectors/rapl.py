@@ -258,12 +258,16 @@ class RaplIO:
         """A whole (small) sysfs or procfs file."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            chunks = []
-            while chunk := os.read(fd, 65536):
-                chunks.append(chunk)
+            data = os.read(fd, 65536)
+            # A sysfs attribute arrives in one read; only a big file (cpuinfo) needs more.
+            if len(data) == 65536:
+                chunks = [data]
+                while chunk := os.read(fd, 65536):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
         finally:
             os.close(fd)
-        return b"".join(chunks).decode("ascii", "replace")
+        return data.decode("ascii", "replace")
 
     def open_msr(self, path: str) -> int:
         """An fd for ``/dev/cpu/N/msr``."""
@@ -339,6 +343,11 @@ class _Counter:
     errors: int = 0
     failing: bool = False
     zone: str = ""  # powercap zone id, for the permission message
+    num: int = 0  # unit as an integer ratio, for exact arithmetic on the hot path
+    den: int = 1
+
+    def __post_init__(self) -> None:
+        self.num, self.den = self.unit.numerator, self.unit.denominator
 
     def first(self, io: RaplIO) -> OSError | None:
         """Baseline read at open; returns the error instead of raising."""
@@ -366,24 +375,25 @@ class _Counter:
         if prev is None:
             self.last_raw, self.last_ns = raw, now
             return None
-        try:
-            d, wrapped = counter_delta(prev, raw, self.modulus)
-        except ValueError as exc:
-            # A 64-bit perf count going down means the event was reset: start over from here.
-            self.last_raw, self.last_ns = raw, now
-            self._failed(exc)
-            return None
-        if wrapped:
+        d = raw - prev
+        if d < 0:  # counter_delta, inlined: this is the per-tick path
+            if self.modulus is None:
+                # A 64-bit perf count going down means the event was reset: start from here.
+                self.last_raw, self.last_ns = raw, now
+                self._failed(ValueError(f"counter went backwards from {prev} to {raw}"))
+                return None
+            d += self.modulus
             self.wraps += 1
         self.total += d
         dt = now - self.last_ns
         self.last_raw, self.last_ns = raw, now
-        unit = self.unit
         # Exact integer ratios, rounded once: the fixture tests compare exact values.
-        fields = {"energy_joules": (self.total * unit.numerator) / unit.denominator}
         if dt > 0:
-            fields["power_watts"] = (d * unit.numerator * 1_000_000_000) / (unit.denominator * dt)
-        return fields
+            return {
+                "energy_joules": (self.total * self.num) / self.den,
+                "power_watts": (d * self.num * 1_000_000_000) / (self.den * dt),
+            }
+        return {"energy_joules": (self.total * self.num) / self.den}
 
     def _failed(self, exc: Exception) -> None:
         self.errors += 1
