@@ -532,7 +532,7 @@ class NvmlCollector:
             try:
                 self._read_gpu(gpu, now_ns, points)
                 if self._config.processes:
-                    processes.extend(self._read_processes(gpu))
+                    processes.extend(self._read_processes(gpu, now_ns))
             except _GpuLost as lost:
                 del points[mark:]  # what this GPU said in its last tick is not to be trusted
                 processes = [entry for entry in processes if entry[0] is not gpu]
@@ -702,14 +702,7 @@ class NvmlCollector:
                 cursor.last_us, stamps, probed=probed
             )
             if went_back:
-                self._counts["sample_cursor_resets"] += 1
-                if not gpu.jump_logged:
-                    gpu.jump_logged = True
-                    log.warning(
-                        "GPU %d: driver sample timestamps went backwards (driver reload?);"
-                        " cursor reset (further resets are only counted)",
-                        gpu.index,
-                    )
+                self._went_back(gpu)
             if keep:
                 cursor.progress_ns = now_ns
             for i in keep:
@@ -719,8 +712,18 @@ class NvmlCollector:
             points.append(Point("gpu_sample", gpu.tags, by_time[stamp], stamp * 1000))
         self._counts["samples"] += len(by_time)
 
+    def _went_back(self, gpu: _Gpu) -> None:
+        self._counts["sample_cursor_resets"] += 1
+        if not gpu.jump_logged:
+            gpu.jump_logged = True
+            log.warning(
+                "GPU %d: driver sample timestamps went backwards (driver reload?); cursor reset"
+                " (further resets are only counted)",
+                gpu.index,
+            )
+
     def _read_processes(
-        self, gpu: _Gpu
+        self, gpu: _Gpu, now_ns: int
     ) -> list[tuple[_Gpu, int, int | None, tuple[int, int] | None]]:
         """(gpu, pid, used bytes or None, (sm %, memory %) or None) per running compute process."""
         nvml = self._nvml
@@ -730,7 +733,7 @@ class NvmlCollector:
         if not running:
             return []
         latest: dict[int, tuple[int, int, int]] = {}
-        for sample in self._process_samples(gpu):
+        for sample in self._process_samples(gpu, now_ns):
             pid, stamp = int(sample.pid), int(sample.timeStamp)
             if pid not in latest or stamp >= latest[pid][0]:
                 latest[pid] = (stamp, int(sample.smUtil), int(sample.memUtil))
@@ -742,15 +745,22 @@ class NvmlCollector:
             out.append((gpu, pid, used, None if util is None else (util[1], util[2])))
         return out
 
-    def _process_samples(self, gpu: _Gpu) -> list[Any]:
+    def _process_samples(self, gpu: _Gpu, now_ns: int) -> list[Any]:
         nvml, cursor = self._nvml, gpu.process_cursor
         # NVML_SUCCESS (0) raised from the size call means "no samples" in the Python binding.
         empty = (ERROR_NOT_FOUND, NVML_SUCCESS)
         samples: Any = None
+        if cursor.progress_ns is None:
+            cursor.progress_ns = now_ns
+        # Processes run but nothing new for a while: re-read from 0 in case the clock went back.
+        probed = now_ns - cursor.progress_ns >= _STALE_NS
+        since = 0 if probed else cursor.last_us
+        if probed:
+            cursor.progress_ns = now_ns
         if not gpu.legacy_process_util:
             samples = self._call(
                 gpu, "process_utilization", nvml.nvmlDeviceGetProcessesUtilizationInfo,
-                gpu.handle, cursor.last_us, empty_codes=empty,
+                gpu.handle, since, empty_codes=empty,
             )  # fmt: skip
             if "process_utilization" in gpu.unsupported:
                 gpu.unsupported.discard("process_utilization")
@@ -758,12 +768,16 @@ class NvmlCollector:
         if gpu.legacy_process_util:
             samples = self._call(
                 gpu, "process_utilization_legacy", nvml.nvmlDeviceGetProcessUtilization,
-                gpu.handle, cursor.last_us, empty_codes=empty,
+                gpu.handle, since, empty_codes=empty,
             )  # fmt: skip
         if not samples:
             return []
         stamps = [int(sample.timeStamp) for sample in samples]
-        keep, cursor.last_us, _ = select_new_samples(cursor.last_us, stamps, probed=False)
+        keep, cursor.last_us, went_back = select_new_samples(cursor.last_us, stamps, probed=probed)
+        if went_back:
+            self._went_back(gpu)
+        if keep:
+            cursor.progress_ns = now_ns
         return [samples[i] for i in keep]
 
     def _start_time(self, pid: int) -> tuple[int, int] | None:

@@ -32,7 +32,7 @@ the fake's ``step``; a shorter list holds its last value. Keys of a ``[[gpu]]``:
     errors = [[step, "function name", code], ...]                  one-off errors
     samples_power / samples_gpu_util / samples_memory_util = [[from_step, timestamp_us, value]]
     sample_generator = {period_us, step_us, depth, power_mw, gpu_util, memory_util}
-    reload_at_step = N                           buffer keeps only entries listed from N on
+    reload_at_step = N                buffers (samples, process samples) keep only entries from N on
     processes = [[step, pid, used_bytes or -1 for "not available"], ...]
     process_samples = [[from_step, timestamp_us, pid, sm_percent, mem_percent], ...]
     process_generator = {pids, used, sm, mem, step_us}   the same processes at every step, one
@@ -248,6 +248,11 @@ class FakeNvml:
 
     # -- buffered samples ---------------------------------------------------------------------
 
+    def _reload_floor(self, gpu: Mapping[str, Any]) -> int:
+        """The first step whose buffered samples survive: a driver reload empties every buffer."""
+        reload_at = gpu.get("reload_at_step")
+        return int(reload_at) if reload_at is not None and self.step >= reload_at else 0
+
     def _buffer(self, gpu: Mapping[str, Any], sampling_type: int) -> list[tuple[int, int]]:
         """The driver's buffer for a type at the current step, oldest first."""
         generator = gpu.get("sample_generator")
@@ -260,8 +265,7 @@ class FakeNvml:
             first = max(start, newest - (depth - 1) * period)
             first += (newest - first) % period
             return [(stamp, value) for stamp in range(first, newest + 1, period)]
-        reload_at = gpu.get("reload_at_step")
-        floor = reload_at if reload_at is not None and self.step >= reload_at else 0
+        floor = self._reload_floor(gpu)
         return [
             (int(stamp), int(value))
             for visible, stamp, value in gpu.get(_SAMPLE_KEYS[sampling_type], [])
@@ -292,7 +296,8 @@ class FakeNvml:
     def _utilization(self, gpu: Mapping[str, Any]) -> list[tuple[int, int, int, int, int]]:
         generator = gpu.get("process_generator")
         if generator is None:
-            return list(gpu.get("process_samples", []))
+            floor = self._reload_floor(gpu)
+            return [entry for entry in gpu.get("process_samples", []) if entry[0] >= floor]
         stamp = int(generator.get("start_us", 1_763_884_800_000_000))
         stamp += self.step * int(generator["step_us"])
         sm, mem = int(generator["sm"]), int(generator["mem"])

@@ -217,6 +217,22 @@ async def test_samples_not_found_and_driver_reload(
     assert collector.stats()["errors_transient"] == 0
 
 
+async def test_process_utilization_recovers_after_a_driver_reload(make: MakeCollector) -> None:
+    collector, fake = make(load_scenario("samples"), samples=False)
+    await collector.open()
+    seen: dict[int, object] = {}
+    try:
+        for step in range(1, 10):
+            [point] = only(await tick(collector, fake, step), "gpu_process", pid="9000")
+            seen[step] = point.fields.get("sm_utilization_ratio")
+    finally:
+        await collector.aclose()
+    # step 1: the newest sample since 0; 2: nothing new; 3: new; 4-7: the reloaded driver's
+    # samples are below the cursor (NOT_FOUND); 8: re-read from 0 after 5 s, newest of them
+    assert seen == {1: 0.5, 2: None, 3: 0.6, 4: None, 5: None, 6: None, 7: None, 8: 0.75, 9: None}
+    assert collector.stats()["sample_cursor_resets"] == 1
+
+
 async def test_processes_and_tracked_trees(make: MakeCollector, tmp_path: Path) -> None:
     write_stat(tmp_path, 4000, 1, 900, "bash")
     write_stat(tmp_path, 4100, 4000, 1000)
