@@ -415,6 +415,7 @@ class NvmlCollector:
 
     def _open_sync(self) -> None:
         nvml = self._nvml
+        self._gpus, self._procs, self._trees = [], {}, {}  # a re-open starts afresh
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:

@@ -387,6 +387,12 @@ async def test_every_call_runs_on_one_worker_thread(make: MakeCollector) -> None
     assert name != threading.current_thread().name
     assert fake.calls["nvmlInit"] == fake.calls["nvmlShutdown"] == 1
     assert fake.refcount == 0
+    await collector.open()  # a re-open starts afresh
+    try:
+        assert len([p for p in await tick(collector, fake, 2) if p.measurement == "gpu"]) == 2
+    finally:
+        await collector.aclose()
+    assert fake.refcount == 0
 
 
 async def test_init_failures_are_nodata_with_the_reason(make: MakeCollector) -> None:
