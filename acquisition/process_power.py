@@ -21,7 +21,7 @@ shared caches) are in docs/rapl.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 from acquisition.api import Emit, PluginContext
 from acquisition.config import duration
@@ -78,21 +78,42 @@ class PowerTable:
         return total if found else None
 
 
+def _doc(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+_VALID_SCOPES = ("main", "descendants", "combined", "pid")
+
+
 @dataclass
 class ProcessPowerConfig:
-    """``[[processors.process_power]]`` options."""
+    """``[[processors.process_power]]``: which RAPL domains to share out, and by what."""
 
-    cpu_domain: str = "package"
-    """RAPL domain whose power CPU time shares out: package (cores + uncore) or core (PP0)."""
-    dram_domain: str = "dram"
-    """RAPL domain whose power memory use shares out."""
-    scopes: list[str] = field(default_factory=lambda: ["main", "descendants", "combined"])
-    """Which ``process`` scopes get a ``process_power`` point (add "pid" for every process)."""
+    cpu_domain: Literal["package", "core", "psys"] = _doc(
+        "package", "RAPL domain shared out by CPU time: package (cores + uncore), core, psys"
+    )
+    dram_domain: str = _doc("dram", "RAPL domain shared out by memory use")
+    scopes: list[str] = field(
+        default_factory=lambda: ["main", "descendants", "combined"],
+        metadata={"doc": "process scopes that get a process_power point (add pid for each one)"},
+    )
     max_age: float = duration(5.0, "RAPL power further than this from a process point is unused")
-    cpu_share_field: str = "cpu_busy_share_ratio"
-    """Field of ``process`` giving the CPU share (cpu_utilization_ratio: share of all CPUs)."""
-    memory_share_field: str = "memory_used_share_ratio"
-    """Field of ``process`` giving the memory share."""
+    cpu_share_field: str = _doc(
+        "cpu_busy_share_ratio", "process field giving the CPU share (or cpu_utilization_ratio)"
+    )
+    memory_share_field: str = _doc(
+        "memory_used_share_ratio", "process field giving the memory share"
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError on a bad value (the core turns it into a ConfigError)."""
+        if self.cpu_domain not in ("package", "core", "psys"):
+            raise ValueError(f"cpu_domain: {self.cpu_domain!r} is not package, core or psys")
+        bad = sorted(set(self.scopes) - set(_VALID_SCOPES))
+        if bad:
+            raise ValueError(f"scopes: unknown {bad}; known: " + ", ".join(_VALID_SCOPES))
+        if not self.max_age > 0:
+            raise ValueError(f"max_age must be positive, got {self.max_age}")
 
 
 @dataclass(slots=True)
@@ -104,9 +125,6 @@ class _Series:
     dram_seen: bool = False
 
 
-_VALID_SCOPES = ("main", "descendants", "combined", "pid")
-
-
 class ProcessPowerShare:
     """Joins RAPL power with procfs CPU and memory shares into ``process_power`` points."""
 
@@ -115,16 +133,10 @@ class ProcessPowerShare:
 
     def __init__(self, config: ProcessPowerConfig | None, context: PluginContext) -> None:
         self.config = cfg = config or ProcessPowerConfig()
-        where = "[processors.process_power]"
-        if cfg.cpu_domain not in ("package", "core", "psys"):
-            raise ConfigError(
-                f"{where} cpu_domain: {cfg.cpu_domain!r} is not package, core or psys"
-            )
-        bad = sorted(set(cfg.scopes) - set(_VALID_SCOPES))
-        if bad:
-            raise ConfigError(f"{where} scopes: unknown {bad}; known: " + ", ".join(_VALID_SCOPES))
-        if cfg.max_age <= 0:
-            raise ConfigError(f"{where} max_age must be positive, got {cfg.max_age}")
+        try:
+            cfg.validate()
+        except ValueError as exc:
+            raise ConfigError(f"[processors.process_power] {exc}") from exc
         self.context = context
         self.power = PowerTable((cfg.cpu_domain, cfg.dram_domain), round(cfg.max_age * 1e9))
         self._scopes = frozenset(cfg.scopes)

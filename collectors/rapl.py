@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 from acquisition.api import Emit, PluginContext
 from acquisition.errors import ConfigError, NoData
@@ -644,18 +644,35 @@ def _open_perf(root: Path, io: RaplIO, fds: list[int]) -> list[_Counter]:
 # -- the collector -----------------------------------------------------------------------------
 
 
+def _doc(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass
 class RaplConfig:
-    """``[[collectors.rapl]]`` options."""
+    """``[[collectors.rapl]]``: where to read RAPL and how."""
 
-    root: str = "/"
-    """Filesystem root holding sys/, dev/ and proc/ (a fixture tree, or /host in a container)."""
-    backend: str = "auto"
-    """auto (powercap, then MSR, then perf), powercap, msr or perf."""
-    max_power_watts: float = 500.0
-    """Plausible peak power of one domain, for the startup warning about counter wraps."""
-    domains: list[str] = field(default_factory=list)
-    """Only these domains (package, core, uncore, dram, psys); empty: all."""
+    root: str = _doc("/", "directory holding sys/, dev/ and proc/ (/host in a container)")
+    backend: Literal["auto", "powercap", "msr", "perf"] = _doc(
+        "auto", "auto tries powercap, then MSR, then the perf power PMU"
+    )
+    max_power_watts: float = _doc(
+        500.0, "plausible peak power of one domain, for the warning about counter wraps"
+    )
+    domains: list[str] = field(
+        default_factory=list,
+        metadata={"doc": "only these of package, core, uncore, dram, psys (empty: all)"},
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError on a bad value (the core turns it into a ConfigError)."""
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend: {self.backend!r} is not one of " + ", ".join(BACKENDS))
+        unknown = sorted(set(self.domains) - set(_DOMAIN_ORDER))
+        if unknown:
+            raise ValueError(f"domains: unknown {unknown}; known: " + ", ".join(_DOMAIN_ORDER))
+        if not self.max_power_watts > 0:
+            raise ValueError(f"max_power_watts must be positive, got {self.max_power_watts}")
 
 
 class RaplCollector:
@@ -668,16 +685,10 @@ class RaplCollector:
         self, config: RaplConfig | None, context: PluginContext, *, io: RaplIO | None = None
     ) -> None:
         self.config = config or RaplConfig()
-        if self.config.backend not in BACKENDS:
-            raise ConfigError(
-                f"[collectors.rapl] backend: {self.config.backend!r} is not one of "
-                + ", ".join(BACKENDS)
-            )
-        unknown = sorted(set(self.config.domains) - set(_DOMAIN_ORDER))
-        if unknown:
-            raise ConfigError(
-                f"[collectors.rapl] domains: unknown {unknown}; known: " + ", ".join(_DOMAIN_ORDER)
-            )
+        try:
+            self.config.validate()
+        except ValueError as exc:
+            raise ConfigError(f"[collectors.rapl] {exc}") from exc
         self.context = context
         self.io = io or RaplIO()
         self.backend: str | None = None

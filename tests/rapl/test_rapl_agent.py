@@ -66,7 +66,10 @@ def test_bad_rapl_option_is_a_startup_error(tmp_path: Path) -> None:
     cfg.write_text('[[collectors.rapl]]\nbackend = "rapl-msr"\n')
     done = _nrg("list", "--config", str(cfg))
     assert done.returncode != 0
-    assert "backend: 'rapl-msr' is not one of auto, powercap, msr, perf" in done.stderr
+    assert (
+        "[collectors.rapl[0]] backend: expected one of 'auto', 'powercap', 'msr', 'perf', "
+        "got 'rapl-msr'" in done.stderr
+    )
 
 
 @pytest.mark.slow
@@ -160,3 +163,18 @@ fsync = "always"
     assert all(p.fields["cpu_power_watts"] >= 0.0 for p in shares)
     energies = [p.fields["cpu_energy_joules"] for p in shares if "cpu_energy_joules" in p.fields]
     assert energies == sorted(energies)
+
+
+def test_bad_process_power_option_is_a_startup_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "nrg.toml"
+    cfg.write_text(
+        f'[agent]\nstate_dir = "{tmp_path}/state"\n\n[[collectors.rapl]]\n\n'
+        '[[processors.process_power]]\nscopes = ["combined", "tree"]\n\n'
+        f'[[sinks.file]]\npath = "{tmp_path}/out.lp"\n'
+    )
+    done = _nrg("--config", str(cfg), "--quiet")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "nrg-collect: configuration error: [processors.process_power[0]] scopes: unknown "
+        "['tree']; known: main, descendants, combined, pid\n"
+    )
