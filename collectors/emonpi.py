@@ -145,8 +145,8 @@ def parse_jeelib(text: str) -> JeeFrame:
                 rssi = int(m.group(1))
                 tokens.pop()
         try:
-            numbers = bytes(map(_BYTE_VALUES.__getitem__, tokens[1:]))
-        except (KeyError, IndexError):
+            numbers = bytes(map(_BYTE_VALUES.__getitem__, tokens[1:])) or None
+        except KeyError:
             numbers = None
     if numbers is None:
         # Slow path: the strict grammar (leading zeros allowed), for a precise rejection.

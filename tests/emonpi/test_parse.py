@@ -158,6 +158,8 @@ def test_rssi_forms() -> None:
         "OK 5 +1 2",
         "OK 5 0x10",
         "OK",
+        "OK (-0)",  # an RSSI but no node
+        "OK 5 (-0) 1",
         "OK 5 " + " ".join(["1"] * 67),  # over JeeLib's 66-byte maximum
         "MSG:1,Vrms:abc,P1:10",
         "MSG:1,,P1:2",

@@ -64,6 +64,7 @@ def test_any_bytes_parse_or_raise_line_error(raw: bytes) -> None:
         assert isinstance(result, JeeFrame | ValueLine)
 
 
+@settings(max_examples=500)
 @given(st.lists(_ALPHABET, max_size=40).map(b"".join))
 def test_near_grammar_bytes_parse_or_raise_line_error(raw: bytes) -> None:
     try:
@@ -74,6 +75,28 @@ def test_near_grammar_bytes_parse_or_raise_line_error(raw: bytes) -> None:
         assert 0 <= result.node <= 255 and len(result.payload) <= 66
     else:
         assert result.values
+
+
+_TOKENS = st.sampled_from(
+    ["OK", "?", "5", "0", "255", "256", "007", "(-0)", "(-44)", "(44)", "(x)", "()", "-1", "a", ""]
+)
+
+
+@settings(max_examples=500)
+@given(
+    st.sampled_from(["OK", "OK", "?", "ok"]),
+    st.lists(_TOKENS, max_size=6) | st.lists(_TOKENS, min_size=60, max_size=70),
+    st.sampled_from([" ", "  ", "\t", " \t"]),
+)
+def test_token_sequences_parse_or_raise_line_error(head: str, tokens: list[str], sep: str) -> None:
+    line = sep.join([head, *tokens])
+    try:
+        result = parse_line(line.encode())
+    except LineError:
+        return
+    assert isinstance(result, JeeFrame)
+    assert result.node == int(line.split()[1])
+    assert len(result.payload) == len([t for t in line.split()[2:] if not t.startswith("(")])
 
 
 @given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=8))
