@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
@@ -52,6 +52,7 @@ __all__ = [
     "memory_detail_from_statm",
     "memory_fields",
     "parse_children",
+    "parse_forks",
     "parse_meminfo",
     "parse_pid_stat",
     "parse_proc_stat",
@@ -152,6 +153,15 @@ def parse_proc_stat(data: bytes) -> dict[str, CpuTimes]:
             name = parts[0].decode("ascii")
             out["total" if name == "cpu" else name] = CpuTimes(*map(int, parts[1:11]))
     return out
+
+
+def parse_forks(data: bytes) -> int | None:
+    """The ``processes`` line of ``/proc/stat``: tasks (processes and threads) created since boot."""
+    i = data.find(b"\nprocesses ")
+    if i < 0:
+        return None
+    j = data.find(b"\n", i + 1)
+    return int(data[i + 11 : j if j > 0 else len(data)])
 
 
 def parse_meminfo(data: bytes, keys: Iterable[bytes] | None = None) -> dict[str, int]:
@@ -372,6 +382,7 @@ class _Source(Protocol):
     def begin_tick(self) -> None: ...
     def self_pid(self) -> int | None: ...
     def cpu_times(self) -> dict[str, CpuTimes]: ...
+    def forks(self) -> int | None: ...
     def memory(self) -> MemInfo: ...
     def sample(self, pid: int) -> PidStat | None: ...
     def children(self, pid: int, threads: int, now_ns: int) -> list[int] | None: ...
@@ -436,6 +447,7 @@ class _ProcfsSource:
         self._stat_fd = -1
         self._meminfo_fd = -1
         self._stat_size = 4096
+        self._forks: int | None = None
         self._handles: dict[int, _Handle] = {}
         self._children_ok: bool | None = (
             None if descendants == "auto" else descendants == "children"
@@ -484,15 +496,15 @@ class _ProcfsSource:
 
     def cpu_times(self) -> dict[str, CpuTimes]:
         if self._stat_fd < 0:
-            return parse_proc_stat(_read_path(os.path.join(self.proc, "stat")))
-        # Only the cpu lines (first in the file) are needed: read enough to hold them all.
-        size = self._stat_size
-        data = os.pread(self._stat_fd, size, 0)
-        while len(data) == size and b"\nintr" not in data:
-            size *= 4
-            data = os.pread(self._stat_fd, size, 0)
-        self._stat_size = size
+            data = _read_path(os.path.join(self.proc, "stat"))
+        else:
+            data = _pread_all(self._stat_fd, self._stat_size)
+            self._stat_size = max(self._stat_size, 2 * len(data))
+        self._forks = parse_forks(data)
         return parse_proc_stat(data)
+
+    def forks(self) -> int | None:
+        return self._forks
 
     def memory(self) -> MemInfo:
         if self._meminfo_fd < 0:
@@ -657,6 +669,9 @@ class _PsutilSource:
         for i, t in enumerate(psutil.cpu_times(percpu=True)):
             out[f"cpu{i}"] = _psutil_cpu(t)
         return out
+
+    def forks(self) -> int | None:
+        return None  # unknown: descendants are looked for at every tick
 
     def memory(self) -> MemInfo:
         vm = psutil.virtual_memory()
@@ -834,6 +849,9 @@ class ProcfsCollector:
         self._roots: dict[int, int] = {}  # root pid -> starttime, once seen
         self._gone: set[int] = set()  # roots that exited (or never existed): not followed again
         self._summary_tags: dict[int, tuple[dict[str, str], ...]] = {}
+        self._forks: int | None = None
+        # root pid -> (pid, ppid) of its descendants at the last tick, parents before children
+        self._shapes: dict[int, list[tuple[int, int]]] = {}
 
     def _make_source(self) -> _Source:
         cfg = self.config
@@ -893,6 +911,8 @@ class ProcfsCollector:
         cpus = src.cpu_times()
         mem = src.memory()
         prev, self._prev_cpus = self._prev_cpus, cpus
+        forks, prev_forks = src.forks(), self._forks
+        self._forks = forks
 
         d_total = d_busy = 0
         if prev is not None:
@@ -914,7 +934,9 @@ class ProcfsCollector:
         roots = self._root_pids()
         if not roots and not self._procs:
             return
-        trees = self._discover(src, roots, now_ns)
+        # No task created anywhere since the last tick: no tree can have gained a member.
+        quiet = forks is not None and forks == prev_forks
+        trees = self._discover(src, roots, now_ns, quiet)
         if self.config.memory_detail:
             for p in self._procs.values():
                 if p.detail is None or now_ns - p.detail_ns >= self._detail_ns:
@@ -927,9 +949,14 @@ class ProcfsCollector:
             self._emit_tree(emit, now_ns, root, members, d_total, d_busy, n_online, used)
 
     def _discover(
-        self, src: _Source, roots: set[int], now_ns: int
+        self, src: _Source, roots: set[int], now_ns: int, quiet: bool
     ) -> list[tuple[_Proc, list[_Proc]]]:
-        """Find every tracked tree's live members and update the process table."""
+        """Find every tracked tree's live members and update the process table.
+
+        When ``quiet`` (the kernel's fork counter did not move), a tree whose previous members are
+        all alive, unchanged and still children of their previous parents keeps them without
+        reading any children file; otherwise it is walked again.
+        """
         old = self._procs
         new: dict[int, _Proc] = {}
 
@@ -965,6 +992,12 @@ class ProcfsCollector:
                 self._summary_tags.pop(root_pid, None)
                 continue
             self._roots[root_pid] = root.st.starttime
+            shape = self._shapes.get(root_pid)
+            if quiet and shape is not None and root.prev_cpu is not None:
+                same = self._same_members(get, root, shape)
+                if same is not None:
+                    trees.append((root, same))
+                    continue
             members = [root]
             in_tree = {root_pid}
             stack = [root]
@@ -993,6 +1026,9 @@ class ProcfsCollector:
                     stack.append(child)
             trees.append((root, members))
 
+        self._shapes = {
+            root.st.pid: [(p.st.pid, p.st.ppid) for p in members[1:]] for root, members in trees
+        }
         table = {p.st.pid: p for _, members in trees for p in members}
         for pid in (old.keys() | new.keys()) - table.keys():
             if pid in old:
@@ -1000,6 +1036,21 @@ class ProcfsCollector:
             src.release(pid)
         self._procs = table
         return trees
+
+    @staticmethod
+    def _same_members(
+        get: Callable[[int], _Proc | None], root: _Proc, shape: list[tuple[int, int]]
+    ) -> list[_Proc] | None:
+        """The previous members again, or None if any exited, changed or moved."""
+        members = [root]
+        alive = {root.st.pid}
+        for pid, ppid in shape:
+            p = get(pid)
+            if p is None or p.prev_cpu is None or p.st.ppid != ppid or ppid not in alive:
+                return None
+            members.append(p)
+            alive.add(pid)
+        return members
 
     def _emit_tree(
         self,

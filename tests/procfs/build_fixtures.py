@@ -35,9 +35,13 @@ MEM0 = (16000000, 10000000, 12000000, 1000000, 1000000)
 MEM1 = (16000000, 9000000, 11000000, 1000000, 900000)
 
 
-def proc_stat(cpus: dict[str, list[int]]) -> bytes:
+def proc_stat(cpus: dict[str, list[int]], forks: int) -> bytes:
     lines = (CAPTURED / "stat").read_bytes().split(b"\n")
-    rest = [ln for ln in lines if not ln.startswith(b"cpu")]
+    rest = [
+        f"processes {forks}".encode() if ln.startswith(b"processes ") else ln
+        for ln in lines
+        if not ln.startswith(b"cpu")
+    ]
     head = [
         (f"{name}  " if name == "cpu" else f"{name} ").encode() + " ".join(map(str, v)).encode()
         for name, v in cpus.items()
@@ -91,8 +95,17 @@ def write(path: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def system(step: Path, cpus: dict[str, list[int]], mem: tuple[int, int, int, int, int]) -> None:
-    write(step / "proc" / "stat", proc_stat(cpus))
+def system(
+    step: Path,
+    cpus: dict[str, list[int]],
+    mem: tuple[int, int, int, int, int],
+    forks: int | None = None,
+) -> None:
+    """/proc/stat and /proc/meminfo; the fork counter (``processes``) grows by 10 per step
+    unless given."""
+    if forks is None:
+        forks = 5000 + 10 * int(step.name.removeprefix("step"))
+    write(step / "proc" / "stat", proc_stat(cpus, forks))
     write(step / "proc" / "meminfo", meminfo(mem))
 
 
@@ -277,7 +290,8 @@ def pid_reused_between_ticks(base: Path) -> None:
 def process_vanishes(base: Path) -> None:
     s0, s1 = base / "step0", base / "step1"
     system(s0, CPU0, MEM0)
-    system(s1, CPU1, MEM1)
+    # Nothing forked (same fork counter): the tree is walked again because a member is gone.
+    system(s1, CPU1, MEM1, forks=5000)
     process(s0, T_PYTHON, 4242, "python", 1, 80, 20, 300000, 1000, children={4242: [4250, 4255]})
     process(s0, T_SLEEP, 4250, "sleep", 4242, 15, 5, 300010, 500)
     process(s0, T_SLEEP, 4255, "sleep", 4242, 25, 5, 300020, 600)
@@ -307,6 +321,18 @@ def no_children_files(base: Path) -> None:
     process(s0, T_SLEEP, 777, "sleep", 1, 5, 5, 50, 100, children_files=False)
 
 
+def no_fork_keeps_members(base: Path) -> None:
+    s0, s1 = base / "step0", base / "step1"
+    system(s0, CPU0, MEM0, forks=7000)
+    system(s1, CPU1, MEM1, forks=7000)
+    process(s0, T_PYTHON, 4242, "python", 1, 80, 20, 600000, 1000, children={4242: [4250]})
+    process(s0, T_SLEEP, 4250, "sleep", 4242, 15, 5, 600010, 500)
+    # Same fork counter: no process was created, so the members are kept without reading any
+    # children file. Here the files are absent at step1 to show they are not read.
+    process(s1, T_PYTHON, 4242, "python", 1, 90, 30, 600000, 1000, children_files=False)
+    process(s1, T_SLEEP, 4250, "sleep", 4242, 25, 5, 600010, 500, children_files=False)
+
+
 SCENARIOS = [
     two_ticks_cpu_and_memory,
     offline_cpu,
@@ -315,6 +341,7 @@ SCENARIOS = [
     process_vanishes,
     no_smaps_rollup,
     no_children_files,
+    no_fork_keeps_members,
 ]
 
 
