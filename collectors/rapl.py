@@ -509,25 +509,36 @@ def _open_powercap(root: Path, io: RaplIO) -> list[_Counter]:
     return counters
 
 
-def _packages(root: Path, io: RaplIO) -> dict[int, int]:
-    """Package id → its lowest-numbered online CPU."""
-    cpu_dir = root / "sys/devices/system/cpu"
+def _topology(root: Path, io: RaplIO, cpu: int, name: str) -> int:
+    """``topology/<name>`` of one CPU (physical_package_id, die_id); ValueError/OSError."""
+    return int(io.read_text(str(root / f"sys/devices/system/cpu/cpu{cpu}/topology/{name}")))
+
+
+def _lead_cpus(root: Path, io: RaplIO, per_die: bool) -> dict[tuple[int, int], int]:
+    """(package, die) → its lowest-numbered online CPU; die is 0 unless ``per_die``."""
     try:
-        entries = os.listdir(cpu_dir)
+        entries = os.listdir(root / "sys/devices/system/cpu")
     except OSError:
         return {}
-    packages: dict[int, int] = {}
+    leads: dict[tuple[int, int], int] = {}
     for entry in entries:
         if not (entry.startswith("cpu") and entry[3:].isdigit()):
             continue
         cpu = int(entry[3:])
         try:
-            pkg = int(io.read_text(str(cpu_dir / entry / "topology/physical_package_id")))
+            pkg = _topology(root, io, cpu, "physical_package_id")
         except (OSError, ValueError):
             continue  # offline CPUs have no topology
-        if pkg not in packages or cpu < packages[pkg]:
-            packages[pkg] = cpu
-    return packages
+        die = 0
+        if per_die:
+            try:
+                die = _topology(root, io, cpu, "die_id")
+            except (OSError, ValueError):
+                pass  # kernels before 5.2 have no die_id: one die per package
+        key = (pkg, die)
+        if key not in leads or cpu < leads[key]:
+            leads[key] = cpu
+    return leads
 
 
 def _open_msr(root: Path, io: RaplIO, fds: list[int]) -> list[_Counter]:
@@ -544,17 +555,19 @@ def _open_msr(root: Path, io: RaplIO, fds: list[int]) -> list[_Counter]:
         unit_msr, registers = MSR_AMD_POWER_UNIT, _AMD_ENERGY_MSRS
     else:
         raise _Unavailable(f"MSR: no RAPL registers known for {cpu.vendor}")
-    packages = _packages(root, io)
-    if not packages:
+    # Intel's package counter is per die (Cascade Lake-AP has two per package); AMD's per package.
+    leads = _lead_cpus(root, io, per_die=cpu.vendor == "GenuineIntel")
+    if not leads:
         raise _Unavailable("MSR: no CPU topology under sys/devices/system/cpu")
+    multi_die = len(leads) > len({pkg for pkg, _ in leads})
     intel = cpu.vendor == "GenuineIntel" and cpu.family == 6
     counters: list[_Counter] = []
-    for socket in sorted(packages):
-        path = str(root / f"dev/cpu/{packages[socket]}/msr")
+    for (socket, die), lead in sorted(leads.items()):
+        path = str(root / f"dev/cpu/{lead}/msr")
         try:
             fd = io.open_msr(path)
         except FileNotFoundError:
-            raise _Unavailable(f"no MSR device for cpu{packages[socket]}") from None
+            raise _Unavailable(f"no MSR device for cpu{lead}") from None
         except PermissionError as exc:
             raise _Unavailable(
                 f"MSR device not readable ({exc.strerror}: needs root with CAP_SYS_RAWIO)"
@@ -586,7 +599,8 @@ def _open_msr(root: Path, io: RaplIO, fds: list[int]) -> list[_Counter]:
             if probe == 0:
                 continue  # the kernel treats a zero counter as an absent domain; so do we
             label = f"{path} register {address:#x}"
-            counters.append(_Counter(_tags(socket, domain), label, read, unit, _COUNTER_RANGE))
+            tags = _tags(socket, domain, die if multi_die else None)
+            counters.append(_Counter(tags, label, read, unit, _COUNTER_RANGE))
     if not counters:
         raise _Unavailable("MSR: no RAPL energy counter reads non-zero")
     return counters
@@ -602,8 +616,6 @@ def _open_perf(root: Path, io: RaplIO, fds: list[int]) -> list[_Counter]:
         events = sorted(os.listdir(pmu / "events"))
     except (OSError, ValueError) as exc:
         raise _Unavailable(f"power PMU unreadable ({exc})") from exc
-    # cpumask names one CPU per package, in package order.
-    socket_of = {cpu: pkg for pkg, cpu in _packages(root, io).items()}
     counters: list[_Counter] = []
     for event in events:
         domain = _PERF_EVENT_DOMAINS.get(event)
@@ -617,7 +629,10 @@ def _open_perf(root: Path, io: RaplIO, fds: list[int]) -> list[_Counter]:
             log.warning("rapl: skipping perf event %s: %s", event, exc)
             continue
         for index, cpu in enumerate(cpus):
-            socket = socket_of.get(cpu, index)
+            try:
+                socket = _topology(root, io, cpu, "physical_package_id")
+            except (OSError, ValueError):
+                socket = index  # cpumask names one CPU per package, in package order
             try:
                 fd = io.perf_event_open(pmu_type, config, cpu)
             except PermissionError as exc:

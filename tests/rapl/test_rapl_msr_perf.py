@@ -70,6 +70,31 @@ async def test_msr_reads_one_cpu_per_package(tmp_path: Path) -> None:
     await collector.aclose()
 
 
+async def test_msr_reads_one_cpu_per_die_on_multi_die_intel(tmp_path: Path) -> None:
+    """Cascade Lake-AP keeps a package energy counter per die: read each die's first CPU."""
+    root = install_tree("msr-skx-2s", tmp_path)
+    for cpu in (2, 3):
+        (root / f"sys/devices/system/cpu/cpu{cpu}/topology/die_id").write_text("1\n")
+    spec = tomllib.loads((FIXTURES / "msr-skx-2s" / "msr.toml").read_text())
+    write_msr_files(root, spec["registers"])
+    opened: list[str] = []
+
+    class Recording(SteppedIO):
+        def open_msr(self, path: str) -> int:
+            opened.append(Path(path).parent.name)
+            return super().open_msr(path)
+
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=Recording())
+    await collector.open()
+    assert opened == ["0", "2", "1", "3"]  # (package, die) = (0, 0), (0, 1), (1, 0), (1, 1)
+    assert collector.describe() == (
+        "msr: package (socket 0 die 0), dram (socket 0 die 0), package (socket 0 die 1), "
+        "dram (socket 0 die 1), package (socket 1 die 0), dram (socket 1 die 0), "
+        "package (socket 1 die 1), dram (socket 1 die 1)"
+    )
+    await collector.aclose()
+
+
 async def test_msr_fds_are_closed(tmp_path: Path) -> None:
     fds: list[int] = []
 
