@@ -926,7 +926,8 @@ _STAT_KEYS = (
 )
 
 _BAUD_WINDOW = 512
-"""Bytes after each connect on which the wrong-baud-rate hint is judged (once)."""
+"""Bytes after a connect before the wrong-baud-rate hint is judged (then on every read, until it
+has been given once for that connect)."""
 
 
 class EmonPiCollector:

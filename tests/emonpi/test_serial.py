@@ -133,25 +133,31 @@ async def test_noise_is_counted_and_data_still_decodes(pty_pair: Pty) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("layout", "sent_at", "read_at"),
+    [("emonpi_cm", 115200, 38400), ("emonpi_classic", 38400, 115200)],
+)
 async def test_wrong_baud_rate_is_named_in_the_log(
-    pty_pair: Pty, caplog: pytest.LogCaptureFixture
+    pty_pair: Pty, caplog: pytest.LogCaptureFixture, layout: str, sent_at: int, read_at: int
 ) -> None:
-    sim = Simulator(LAYOUTS["emonpi_cm"], 9.85, seed=7)
-    sent = b"".join((sim.frame(sim.step(), 5, 0) + "\r\n").encode() for _ in range(150))
-    garbled = uart_misread(sent, 115200, 38400)  # CM firmware read at the default 38400
+    sim = Simulator(LAYOUTS[layout], 5.0, seed=7)
+    sent = b"".join((sim.frame(sim.step(), 5, 0) + "\r\n").encode() for _ in range(100))
+    garbled = uart_misread(sent, sent_at, read_at)  # what a UART at the wrong rate reads
+    assert b"\n" not in garbled  # no line end survives: one endless line
     caplog.set_level(logging.WARNING, "collectors.emonpi")
-    async with running(fast_config(pty_pair.path, max_line=256)) as r:
+    async with running(fast_config(pty_pair.path, baudrate=read_at, max_line=256)) as r:
         await wait_until(lambda: r.stat("connects") == 1)
-        await pty_pair.write(garbled)
-        await pty_pair.write(b"\n")
-        await wait_until(lambda: r.lines_seen() >= garbled.count(b"\n") + 1)
+        await pty_pair.write(garbled + b"\n")
+        await wait_until(lambda: r.stat("overlong") == 1)
         assert r.points == []
-        # the right data still decodes
+        # then the right data still decodes
         await pty_pair.write(CLASSIC)
         await wait_until(lambda: len(r.points) == 1)
+        stats = {k: v for k, v in r.collector.stats().items() if v}
+    assert stats == {"overlong": 1, "lines": 1, "frames": 1, "points": 1, "connects": 1}
     warnings = [rec.getMessage() for rec in caplog.records if "baud" in rec.getMessage()]
     assert len(warnings) == 1
-    assert "the baud rate 38400 is probably wrong (try 115200" in warnings[0]
+    assert f"the baud rate {read_at} is probably wrong (try {sent_at}" in warnings[0]
 
 
 async def test_reconnects_when_the_linked_port_is_replaced(
