@@ -463,6 +463,9 @@ def _open_powercap(root: Path, io: RaplIO) -> list[_Counter]:
         except (OSError, ValueError) as exc:
             log.warning("rapl: skipping powercap zone %s: %s", zone, exc)
             continue
+        if modulus <= 0:
+            log.warning("rapl: skipping powercap zone %s: max_energy_range_uj is 0", zone)
+            continue
         names[zone] = zname
         socket, die = zname.socket, zname.die
         if socket is None:
@@ -491,9 +494,6 @@ def _open_powercap(root: Path, io: RaplIO) -> list[_Counter]:
         def read(path: str = path, read_text: Callable[[str], str] = read_text) -> int:
             return parse_uint(read_text(path))
 
-        if modulus <= 0:
-            log.warning("rapl: powercap zone %s has max_energy_range_uj 0; skipping it", zone)
-            continue
         counters.append(
             _Counter(
                 tags,
