@@ -193,6 +193,9 @@ def _kib(parts: list[bytes]) -> int:
     return value * 1024 if len(parts) > 1 and parts[1] == b"kB" else value
 
 
+_new_tuple = tuple.__new__
+
+
 class PidStat(NamedTuple):
     """The fields of ``/proc/<pid>/stat`` that nrg uses (ticks and pages, as the kernel gives)."""
 
@@ -216,16 +219,21 @@ def parse_pid_stat(data: bytes) -> PidStat:
     lp = data.index(b"(")
     rp = data.rindex(b")")
     rest = data[rp + 2 :].split(b" ", 22)
-    return PidStat(
-        int(data[:lp]),
-        data[lp + 1 : rp].decode("utf-8", "replace"),
-        rest[0].decode("ascii", "replace"),
-        int(rest[1]),
-        int(rest[11]),
-        int(rest[12]),
-        int(rest[17]),
-        int(rest[19]),
-        int(rest[21]),
+    # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs for every tracked
+    # process at every tick.
+    return _new_tuple(
+        PidStat,
+        (
+            int(data[:lp]),
+            data[lp + 1 : rp].decode("utf-8", "replace"),
+            rest[0].decode("ascii", "replace"),
+            int(rest[1]),
+            int(rest[11]),
+            int(rest[12]),
+            int(rest[17]),
+            int(rest[19]),
+            int(rest[21]),
+        ),
     )
 
 
