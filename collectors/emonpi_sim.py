@@ -22,7 +22,9 @@ import json
 import math
 import os
 import random
+import signal
 import sys
+import threading
 import time
 import tty
 from collections.abc import Callable, Iterator
@@ -315,6 +317,10 @@ def _port_writer(
     return device, write, port.close
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str]) -> int:
     """Entry point of ``nrg-collect emonpi-sim``; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -350,6 +356,10 @@ def main(argv: list[str]) -> int:
     )
     sent = dropped = readings = 0
     deadline = time.monotonic()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM ends the run like Ctrl-C, so the pty closes and the link goes away.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         for line, is_reading in _lines(args, layout):
             data = (line + "\r\n").encode()
@@ -371,6 +381,8 @@ def main(argv: list[str]) -> int:
         pass
     finally:
         close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     print(f"emonpi-sim: {sent} lines written, {dropped} dropped (nobody reading)", flush=True)
     return 0
 

@@ -269,7 +269,8 @@ def test_simulator_writes_to_a_given_port(
     frames = [parse_line(line) for line in lines if line.startswith(b"OK")]
     assert len(frames) == 3 and len(lines) == 3 + 12 + 1
     assert all(f.node == 5 and len(f.payload) == 24 for f in frames)  # type: ignore[union-attr]
-    assert "3 readings" not in capsys.readouterr().err
+    out_text = capsys.readouterr().out
+    assert f"on {pty_pair.path}" in out_text and "15 lines written, 0 dropped" in out_text
 
 
 async def test_simulator_process_feeds_the_collector(tmp_path: Path) -> None:
