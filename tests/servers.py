@@ -189,8 +189,10 @@ class Influxd(_Server):
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self._started = False
 
     def start(self) -> None:
+        """Start (again, on the same port and data) and wait for ``/ping``."""
         self.root.mkdir(parents=True, exist_ok=True)
         conf = self.root / "influxdb.conf"
         conf.write_text(_INFLUXD_CONF.format(root=self.root, port=self.port, rpc_port=free_port()))
@@ -201,6 +203,9 @@ class Influxd(_Server):
             env={**os.environ, "INFLUXDB_DATA_QUERY_LOG_ENABLED": "false"},
         )
         _wait_ready(f"{self.url}/ping", self.proc, "influxd")
+        if self._started:
+            return
+        self._started = True
         # With no user yet, influxd allows creating the first admin without credentials.
         self.query(
             f"CREATE USER {self.admin_user} WITH PASSWORD '{self.admin_password}' "

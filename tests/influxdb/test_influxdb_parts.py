@@ -1,0 +1,181 @@
+"""Pure parts of the InfluxDB sink: error classes, Retry-After, backoff, settings, token handling."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from acquisition.api import PluginContext
+from acquisition.config import parse_config
+from acquisition.errors import ConfigError
+from sinks.influxdb import (
+    REJECT,
+    RETRY,
+    SETTINGS,
+    TOO_LARGE,
+    InfluxDBConfig,
+    InfluxDBSink,
+    backoff_delay,
+    classify_status,
+    parse_retry_after,
+    settings_hint,
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (400, REJECT),
+        (422, REJECT),
+        (413, TOO_LARGE),
+        (401, SETTINGS),
+        (403, SETTINGS),
+        (404, SETTINGS),
+        (405, SETTINGS),
+        (408, RETRY),
+        (429, RETRY),
+        (500, RETRY),
+        (502, RETRY),
+        (503, RETRY),
+        (504, RETRY),
+    ],
+)
+def test_classify_status(status: int, kind: str) -> None:
+    assert classify_status(status) == kind
+
+
+def test_parse_retry_after() -> None:
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("") is None
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after(" 1.5 ") == 1.5
+    assert parse_retry_after("-3") == 0.0
+    # HTTP date: 2026-11-23 08:00:30 GMT, 30 s after "now".
+    now = 1_795_420_800.0
+    assert parse_retry_after("Mon, 23 Nov 2026 08:00:30 GMT", now_s=now) == 30.0
+    assert parse_retry_after("Mon, 23 Nov 2026 07:59:00 GMT", now_s=now) == 0.0
+    assert parse_retry_after("soon") is None
+
+
+def test_backoff_is_exponential_jittered_and_capped() -> None:
+    low, high = (lambda: 0.0), (lambda: 1.0)
+    assert [backoff_delay(a, 0.5, 30.0, high) for a in range(8)] == [
+        0.5,
+        1.0,
+        2.0,
+        4.0,
+        8.0,
+        16.0,
+        30.0,
+        30.0,
+    ]
+    assert [backoff_delay(a, 0.5, 30.0, low) for a in range(3)] == [0.25, 0.5, 1.0]
+    assert backoff_delay(10_000, 0.5, 30.0, high) == 30.0
+
+
+def test_settings_hints_name_the_setting() -> None:
+    config = InfluxDBConfig(url="http://db:8086", org="lab", bucket="energy")
+    assert "token (or token_file)" in settings_hint(401, config)
+    assert "bucket 'energy'" in settings_hint(403, config)
+    assert settings_hint(404, config) == (
+        "bucket 'energy' (org 'lab') does not exist at http://db:8086: create it or fix "
+        "[[sinks.influxdb]] bucket / org / url"
+    )
+
+
+def make(context: PluginContext, **kw: object) -> InfluxDBSink:
+    return InfluxDBSink(InfluxDBConfig(**kw), context)  # type: ignore[arg-type]
+
+
+def test_token_from_file(context: PluginContext, tmp_path: Path) -> None:
+    (tmp_path / "tok").write_text("  s3cret-token\n")
+    sink = make(context, token_file=str(tmp_path / "tok"))
+    assert sink._token == "s3cret-token"
+
+
+def test_token_settings_errors_never_echo_the_token(context: PluginContext, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="token or token_file, not both"):
+        make(context, token="abc", token_file=str(tmp_path / "tok"))
+    with pytest.raises(ConfigError, match="token_file: cannot read") as err:
+        make(context, token_file=str(tmp_path / "missing"))
+    assert "missing" in str(err.value)
+    config = InfluxDBConfig(token="very-secret-value")
+    assert "very-secret-value" not in repr(config)
+    assert "very-secret-value" not in str(config)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"url": "localhost:8086"}, "url: 'localhost:8086' is not an http"),
+        ({"bucket": ""}, "bucket: must not be empty"),
+        ({"fsync": "sometimes"}, "fsync:"),
+        ({"timeout": 0.0}, "timeout: must be > 0"),
+    ],
+)
+def test_bad_settings_are_config_errors(
+    context: PluginContext, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make(context, **options)
+
+
+def test_toml_keys_map_to_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFLUX_TOKEN", "tok-from-env")
+    config = parse_config(
+        """
+[[sinks.influxdb]]
+url = "http://127.0.0.1:8086"
+org = "lab"
+bucket = "energy"
+token = "${INFLUX_TOKEN}"
+timeout = "2s"
+batch_size = 1000
+flush_interval = "500ms"
+spool_max_bytes = "64MiB"
+fsync = "1s"
+retry_max = "1m"
+"""
+    )
+    (spec,) = config.sinks
+    assert (spec.batch_size, spec.flush_interval) == (1000, 0.5)
+    from acquisition.config import build_dataclass
+
+    built = build_dataclass(InfluxDBConfig, spec.options, spec.where)
+    assert built.token == "tok-from-env"
+    assert (built.timeout, built.spool_max_bytes, built.fsync, built.retry_max) == (
+        2.0,
+        64 << 20,
+        "1s",
+        60.0,
+    )
+
+
+async def test_spool_dir_is_per_destination(context: PluginContext) -> None:
+    a = make(context, url="http://a:8086", bucket="x")
+    b = make(context, url="http://b:8086", bucket="x")
+    again = make(context, url="http://a:8086", bucket="x")
+    assert a.spool.directory != b.spool.directory
+    assert a.spool.directory == again.spool.directory
+    assert a.spool.directory.parent == context.state_dir / "spool"
+
+
+async def test_unreachable_server_spools_and_logs_once(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.influxdb.helpers import make_points, make_sink
+    from tests.servers import free_port
+
+    caplog.set_level(logging.WARNING)
+    sink = make_sink(context, f"http://127.0.0.1:{free_port()}", drain_timeout=0.0)
+    await sink.open()
+    for k in range(3):
+        await sink.write(make_points(10 * k, 10))
+    await sink.flush()
+    assert sink.spool.points == 30
+    assert sink.status().startswith("retrying (ClientConnectorError")
+    assert sink.status().endswith("spooling 30 points")
+    await sink.aclose()
+    assert sum("unreachable (" in r.getMessage() for r in caplog.records) == 1
