@@ -153,9 +153,10 @@ async def run_msr(
     table = _registers(spec["registers"])
     # The device files exist in both layouts (the collector looks for them); with the "table"
     # layout their content is not read.
-    write_msr_files(root, spec["registers"] if spec["layout"] == "file" else {
-        cpu: {} for cpu in spec["registers"]
-    })  # fmt: skip
+    write_msr_files(
+        root,
+        spec["registers"] if spec["layout"] == "file" else {cpu: {} for cpu in spec["registers"]},
+    )
     if spec["layout"] == "table":
         io.msr_table = table
     collector = RaplCollector(RaplConfig(root=str(root)), context(), io=io)

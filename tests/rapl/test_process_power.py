@@ -25,8 +25,13 @@ def rapl(t: int, socket: str, domain: str, watts: float, die: str | None = None)
     return Point("rapl", tags, {"energy_joules": 1000.0, "power_watts": watts}, t)
 
 
-def proc(t: int, scope: str = "combined", cpu: float | None = None, mem: float | None = None,
-         **extra: str) -> Point:  # fmt: skip
+def proc(
+    t: int,
+    scope: str = "combined",
+    cpu: float | None = None,
+    mem: float | None = None,
+    **extra: str,
+) -> Point:
     fields: dict[str, float | int] = {"cpu_seconds": 12.5, "rss_bytes": 1 << 30}
     if cpu is not None:
         fields["cpu_busy_share_ratio"] = cpu
@@ -203,8 +208,12 @@ async def test_real_procfs_and_rapl_fixture_through_the_bus(tmp_path: Path) -> N
     x = 0
     for i in range(300_000):  # burn CPU so this tree has a busy share
         x += i * i
-    for zone, uj in (("intel-rapl:0", 184_799_780_118), ("intel-rapl:0:0", 40_140_715_906),
-                     ("intel-rapl:1", 179_146_718_744), ("intel-rapl:1:0", 38_521_012_170)):  # fmt: skip
+    for zone, uj in (
+        ("intel-rapl:0", 184_799_780_118),
+        ("intel-rapl:0:0", 40_140_715_906),
+        ("intel-rapl:1", 179_146_718_744),
+        ("intel-rapl:1:0", 38_521_012_170),
+    ):
         (Path(str(root / "sys/class/powercap" / zone)) / "energy_uj").write_text(f"{uj}\n")
     io.now = S
     await rapl_c.collect(bus.emit, T0 + S)

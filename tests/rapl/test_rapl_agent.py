@@ -143,8 +143,11 @@ fsync = "always"
     points = [decode_line(line) for line in (tmp_path / "out" / "nrg.lp").read_text().splitlines()]
     rapl = [p for p in points if p.measurement == "rapl"]
     assert {(p.tags["socket"], p.tags["domain"]) for p in rapl} == {
-        ("0", "package"), ("0", "dram"), ("1", "package"), ("1", "dram"),
-    }  # fmt: skip
+        ("0", "package"),
+        ("0", "dram"),
+        ("1", "package"),
+        ("1", "dram"),
+    }
     package0 = [p.fields for p in rapl if (p.tags["socket"], p.tags["domain"]) == ("0", "package")]
     assert len(package0) >= 3  # torn reads of the rewritten file cost a few
     # However the writer and the agent were scheduled, every energy is a value the counter

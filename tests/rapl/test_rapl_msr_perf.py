@@ -164,9 +164,15 @@ async def test_msr_read_failure_emits_nothing_for_that_domain(tmp_path: Path) ->
     await collector.open()
     io.fail_address = 0x619
     write_msr_files(
-        root, {"0": {"0x611": 0x3A5F1200 + 16384 * 100, "0x619": 0x08810044 + 16384 * 40,
-                     "0x64d": 0x7D15A + 600}}
-    )  # fmt: skip
+        root,
+        {
+            "0": {
+                "0x611": 0x3A5F1200 + 16384 * 100,
+                "0x619": 0x08810044 + 16384 * 40,
+                "0x64d": 0x7D15A + 600,
+            }
+        },
+    )
     io.now = 2_000_000_000
     points: list[Point] = []
     await collector.collect(points.append, 7)

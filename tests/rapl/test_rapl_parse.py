@@ -133,3 +133,58 @@ def test_permission_guidance_is_exact() -> None:
         "  or use the perf backend, which this change does not affect: "
         "sysctl kernel.perf_event_paranoid=0 (or give the agent CAP_PERFMON)."
     )
+
+
+@given(
+    modulus=st.integers(min_value=1_000, max_value=262143328850),
+    start=st.integers(min_value=0, max_value=10**12),
+    steps=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=1 << 40), st.booleans()),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_energy_survives_wraps_and_failed_reads(
+    modulus: int, start: int, steps: list[tuple[int, bool]]
+) -> None:
+    """Whatever the wraps and failed reads, the cumulative energy after a good read is the sum
+    of every increment so far, as long as less than one wrap passes between two good reads."""
+    from fractions import Fraction
+
+    from collectors.rapl import RaplIO, _Counter
+
+    class Clock(RaplIO):
+        now = 0
+
+        def monotonic_ns(self) -> int:
+            return self.now
+
+    io = Clock()
+    state = {"raw": start % modulus, "fail": False}
+
+    def read() -> int:
+        if state["fail"]:
+            raise OSError(5, "Input/output error")
+        return state["raw"]
+
+    c = _Counter({"domain": "package"}, "test", read, Fraction(1, 10**6), modulus)
+    assert c.first(io) is None
+    # Keep the increments between two good reads under one wrap: cap each, fail at most 7 in a row.
+    cap = modulus // 8
+    expected = 0
+    run = 0
+    for inc, fail in steps:
+        inc %= cap + 1
+        fail = fail and run < 7
+        run = run + 1 if fail else 0
+        expected += inc
+        state["raw"] = (state["raw"] + inc) % modulus
+        state["fail"] = fail
+        io.now += 1_000_000_000
+        fields = c.sample(io)
+        if fail:
+            assert fields is None
+        else:
+            assert fields is not None
+            assert fields["energy_joules"] == expected / 10**6
+            assert fields["power_watts"] >= 0.0

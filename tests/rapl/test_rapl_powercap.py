@@ -267,8 +267,11 @@ async def test_duplicate_zone_names_are_read_once(tmp_path: Path) -> None:
     with the same tags: only the first is read."""
     root = install_tree("xeon-2s-dram", tmp_path)
     devices = root / "sys/devices/virtual/powercap"
-    shutil.copytree(devices / "intel-rapl/intel-rapl:0", devices / "intel-rapl-tpmi/intel-rapl-tpmi:0",
-                    ignore=shutil.ignore_patterns("intel-rapl:0:0"))  # fmt: skip
+    shutil.copytree(
+        devices / "intel-rapl/intel-rapl:0",
+        devices / "intel-rapl-tpmi/intel-rapl-tpmi:0",
+        ignore=shutil.ignore_patterns("intel-rapl:0:0"),
+    )
     os.symlink(
         "../../devices/virtual/powercap/intel-rapl-tpmi/intel-rapl-tpmi:0",
         root / "sys/class/powercap/intel-rapl-tpmi:0",
