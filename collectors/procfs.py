@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple, Protocol
@@ -431,13 +432,17 @@ class _Handle:
         self.tids_ns = 0
         self.child_fds: dict[int, int] = {}
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Close every descriptor; returns how many were open."""
+        n = len(self.child_fds)
         if self.stat_fd >= 0:
             os.close(self.stat_fd)
             self.stat_fd = -1
+            n += 1
         for fd in self.child_fds.values():
             os.close(fd)
         self.child_fds.clear()
+        return n
 
 
 class _ProcfsSource:
@@ -452,6 +457,8 @@ class _ProcfsSource:
         self.page_size = page_size
         self.relist_ns = relist_ns
         self.keep_open = False
+        self.max_kept = 0  # descriptors kept open for processes, at most (set by open)
+        self._kept = 0
         self._stat_fd = -1
         self._meminfo_fd = -1
         self._stat_size = 4096
@@ -475,6 +482,10 @@ class _ProcfsSource:
         # and pread at offset 0 sees fresh values. A captured tree holds regular files that tests
         # replace between steps: there a kept descriptor would read the old file.
         self.keep_open = st.st_size == 0
+        # Stay well inside the descriptor limit the agent shares with sinks and sockets; past
+        # this many, process files are opened and closed at each read instead.
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.max_kept = 1024 if soft == resource.RLIM_INFINITY else min(1024, soft // 4)
         pid = self.self_pid()
         if self._children_ok is None and pid is not None:
             task = f"{self.proc}/{pid}/task"
@@ -488,6 +499,7 @@ class _ProcfsSource:
         for h in self._handles.values():
             h.close()
         self._handles.clear()
+        self._kept = 0
         for fd in (self._stat_fd, self._meminfo_fd):
             if fd >= 0:
                 os.close(fd)
@@ -540,12 +552,13 @@ class _ProcfsSource:
                 return None
         path = f"{self.proc}/{pid}/stat"
         try:
-            if not self.keep_open:
+            if not self.keep_open or self._kept >= self.max_kept:
                 return parse_pid_stat(_read_path(path))
             fd = os.open(path, os.O_RDONLY)
             if h is None:
                 h = self._handles[pid] = _Handle()
             h.stat_fd = fd
+            self._kept += 1
             return parse_pid_stat(os.pread(fd, 4096, 0))
         except (OSError, ValueError, IndexError) as exc:
             log.debug("pid %d: stat unreadable (%s)", pid, exc)
@@ -556,6 +569,7 @@ class _ProcfsSource:
         tids = sorted(int(t) for t in os.listdir(f"{self.proc}/{pid}/task") if t.isdigit())
         for tid in [t for t in h.child_fds if t not in tids]:
             os.close(h.child_fds.pop(tid))
+            self._kept -= 1
         h.tids, h.tids_threads, h.tids_ns = tids, threads, now_ns
         return tids
 
@@ -584,8 +598,13 @@ class _ProcfsSource:
                         data = _pread_all(fd, 65536)
                 else:
                     path = f"{self.proc}/{pid}/task/{tid}/children"
-                    if self.keep_open and len(fds) < _MAX_KEPT_CHILDREN_FDS:
+                    if (
+                        self.keep_open
+                        and len(fds) < _MAX_KEPT_CHILDREN_FDS
+                        and self._kept < self.max_kept
+                    ):
                         fd = fds[tid] = os.open(path, os.O_RDONLY)
+                        self._kept += 1
                         data = _pread_all(fd, 65536)
                     else:
                         data = _read_path(path)
@@ -597,6 +616,7 @@ class _ProcfsSource:
                 fd = fds.pop(tid, -1)
                 if fd >= 0:
                     os.close(fd)
+                    self._kept -= 1
                 h.tids = None  # that thread exited: re-list next time
                 continue
             self._children_ok = True
@@ -636,7 +656,7 @@ class _ProcfsSource:
     def release(self, pid: int) -> None:
         h = self._handles.pop(pid, None)
         if h is not None:
-            h.close()
+            self._kept -= h.close()
 
     def describe(self) -> str:
         how = {None: "auto", True: "task/*/children", False: "ppid scan"}[self._children_ok]

@@ -277,3 +277,22 @@ async def test_missing_proc_and_bad_config(tmp_path: Path) -> None:
     for bad in ({"pids": [0]}, {"memory_detail_interval": -1.0}, {"backend": "wmi"}):
         with pytest.raises(ConfigError):
             ProcfsCollector(ProcfsConfig(**bad), _context(tmp_path))
+
+
+async def test_kept_descriptors_stay_within_the_budget(tree: Tree, tmp_path: Path) -> None:
+    c = await _opened(tmp_path, pids=[tree.pid], track_self=False)
+    src = c._source
+    assert src is not None and hasattr(src, "max_kept")
+    src.max_kept = 3  # private: a tiny budget; files past it are opened per read
+    members = {tree.pid} | tree.descendants()
+    try:
+        for _ in range(3):
+            points = await _tick(c)
+            assert {int(p.tags["pid"]) for p in _proc(points, tree.pid, "pid")} == members
+            assert len(_fds_on(members)) == 3
+        tree.command("quit")
+        await _tick(c)
+        assert _fds_on(members) == []
+        assert src._kept == 0  # type: ignore[attr-defined]
+    finally:
+        await c.aclose()
