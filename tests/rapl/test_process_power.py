@@ -235,3 +235,12 @@ async def test_real_procfs_and_rapl_fixture_through_the_bus(tmp_path: Path) -> N
     assert out.fields["cpu_power_watts"] == share * (0.0 + 187.25 + 142.5)
     assert out.fields["dram_power_watts"] == mem * (0.0 + 23.48 + 19.02)
     assert out.fields["cpu_energy_joules"] == out.fields["cpu_power_watts"]  # 1 s interval
+
+
+def test_series_of_exited_processes_are_forgotten() -> None:
+    """Per-pid series come and go: state for one silent for 100 × max_age is dropped."""
+    r = Recorder(ProcessPowerConfig(scopes=["pid"], max_age=1.0))
+    for i in range(2048):
+        r.feed(proc(T0 + i * S, "pid", pid=str(10_000 + i), comm="worker"))
+    # Pruned at the 2048th point (t = 2047 s): only the last 100 s of series remain.
+    assert len(r.proc._series) == 101
