@@ -90,7 +90,7 @@ class ProcessPowerConfig:
     """``[[processors.process_power]]``: which RAPL domains to share out, and by what."""
 
     cpu_domain: Literal["package", "core", "psys"] = _doc(
-        "package", "RAPL domain shared out by CPU time: package (cores + uncore), core, psys"
+        "package", "RAPL domain shared out by CPU time (package = cores + uncore)"
     )
     dram_domain: str = _doc("dram", "RAPL domain shared out by memory use")
     scopes: list[str] = field(

@@ -669,7 +669,7 @@ class RaplConfig:
 
     root: str = _doc("/", "directory holding sys/, dev/ and proc/ (/host in a container)")
     backend: Literal["auto", "powercap", "msr", "perf"] = _doc(
-        "auto", "auto tries powercap, then MSR, then the perf power PMU"
+        "auto", "auto: powercap, else MSR, else the perf power PMU"
     )
     max_power_watts: float = _doc(
         500.0, "plausible peak power of one domain, for the warning about counter wraps"
