@@ -209,4 +209,5 @@ class ProcessPowerShare:
             del self._series[k]
 
     def stats(self) -> dict[str, float | int]:
-        return {"points": self.emitted, "missing_power": self.missing_power}
+        # The bus already counts points in and out; this says why some process points gave none.
+        return {"missing_power": self.missing_power}

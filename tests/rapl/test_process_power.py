@@ -92,7 +92,8 @@ def test_shares_of_machine_power_and_cumulative_joules() -> None:
             "dram_energy_joules": 20.0,  # + 8 W × 2 s
         }
     ]
-    assert r.proc.stats() == {"points": 2, "missing_power": 0}
+    assert r.proc.stats() == {"missing_power": 0}
+    assert r.proc.emitted == 2
 
 
 def test_scopes_and_tags() -> None:
@@ -121,7 +122,8 @@ def test_stale_or_missing_rapl_power_leaves_fields_out() -> None:
     r = Recorder(ProcessPowerConfig(max_age=2.0))
     # No RAPL at all (a VM): nothing to share out.
     assert r.feed(proc(T0), proc(T0 + S, cpu=0.5, mem=0.5)) == []
-    assert r.proc.stats() == {"points": 0, "missing_power": 1}
+    assert r.proc.stats() == {"missing_power": 1}
+    assert r.proc.emitted == 0
     # Package power 3 s older than the process point: too old; DRAM is fresh.
     r.feed(rapl(T0 + S, "0", "package", 90.0), rapl(T0 + 4 * S, "0", "dram", 6.0))
     out = r.feed(proc(T0 + 4 * S, cpu=0.5, mem=0.5))
