@@ -253,6 +253,8 @@ class InfluxDBSink:
         self._settings_logged = False
         self._retry_logged = False
         self._retry_after: float | None = None
+        self.last_backoff_s = 0.0
+        """The delay before the latest replay attempt (backoff, at least Retry-After)."""
         self._inflight: asyncio.Task[None] | None = None
         self._unspooled: collections.deque[tuple[bytes, int]] = collections.deque()
         # Counters published as nrg_collect self-stats.
@@ -514,6 +516,7 @@ class InfluxDBSink:
         )
 
     def _note_failure(self, exc: Failure) -> None:
+        self._retry_after = exc.retry_after_s
         self._reason = f"HTTP {exc.status}: {exc}" if exc.status else str(exc)
         if exc.kind == SETTINGS:
             self._state = "settings"
@@ -562,7 +565,8 @@ class InfluxDBSink:
                     else backoff_delay(self._attempt, self.config.retry_initial, cap)
                 )
                 if self._retry_after is not None:
-                    delay = max(delay, self._retry_after)
+                    delay = max(delay, self._retry_after)  # the server asked for at least this
+                self.last_backoff_s = delay
                 await asyncio.sleep(delay)
             try:
                 batch = await spool.read(self.config.replay_batch_bytes)
@@ -572,7 +576,6 @@ class InfluxDBSink:
             except Failure as exc:
                 self._attempt += 1
                 self.retries += 1
-                self._retry_after = exc.retry_after_s
                 self._note_failure(exc)
                 self._progress.set()
                 continue

@@ -9,6 +9,8 @@
   endpoint does: ``POST /api/v2/write?bucket=db[/rp]&precision=P`` with ``Authorization: Token
   user:password`` becomes ``POST /write?db=db&rp=rp&precision=P&u=user&p=password``; status, headers
   and body pass through, except that a "field type conflict" 400 becomes 422 as in InfluxDB 2.x.
+  It can also answer the next writes itself (:meth:`V2Translator.answer_next`) with 429/503 and
+  ``Retry-After``, which influxd 1.6 never sends but InfluxDB Cloud and proxies do.
 
 See ../shared/test-servers.md for how these servers behave.
 """
@@ -264,6 +266,11 @@ class _TranslatorHandler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length)
         url = urllib.parse.urlsplit(self.path)
+        if url.path == "/api/v2/write" and self.server.faults:
+            status, headers, reply = self.server.faults.pop(0)
+            self.server.requests += 1
+            self._reply(status, reply, headers)
+            return
         if url.path != "/api/v2/write":
             self._reply(404, b'{"code":"not found","message":"path not found"}', {})
             return
@@ -309,6 +316,7 @@ class _TranslatorServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     upstream_port = 0
     requests = 0
+    faults: list[tuple[int, dict[str, str], bytes]]
 
 
 class V2Translator:
@@ -317,12 +325,18 @@ class V2Translator:
     def __init__(self, influxd: Influxd) -> None:
         self.server = _TranslatorServer(("127.0.0.1", 0), _TranslatorHandler)
         self.server.upstream_port = influxd.port
+        self.server.faults = []
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def requests(self) -> int:
         return self.server.requests
+
+    def answer_next(self, status: int, times: int, headers: dict[str, str], body: bytes) -> None:
+        """Answer the next ``times`` writes with ``status`` instead of forwarding them, as an
+        overloaded InfluxDB Cloud or a proxy in front of InfluxDB does (429/503 + Retry-After)."""
+        self.server.faults.extend([(status, headers, body)] * times)
 
     def start(self) -> None:
         self._thread.start()

@@ -152,3 +152,26 @@ async def test_auth_errors_name_the_setting_and_never_show_the_token(
     if user == "reader":
         influxd.query("DROP USER reader")
     assert values(influxd, db) == []
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_retry_after_is_honoured(
+    influxd: Influxd,
+    translator: V2Translator,
+    context: PluginContext,
+    db: str,
+    status: int,
+) -> None:
+    body = b'{"code":"too many requests","message":"slow down"}'
+    translator.answer_next(status, 2, {"Retry-After": "1"}, body)
+    sink = make_sink(context, translator.url, token=TOKEN, bucket=db, retry_max=0.2)
+    await sink.open()
+    await sink.write(make_points(0, 20))
+    await sink.flush()
+    assert sink.status() == f"retrying (HTTP {status}: slow down); spooling 20 points"
+    await until(lambda: sink.spool.records == 0, "the spool to drain")
+    # The backoff cap is 0.2 s, but the server asked for 1 s each time.
+    assert sink.last_backoff_s == 1.0
+    assert (sink.retries, sink.stats()["replayed_points"]) == (1, 20)
+    await sink.aclose()
+    assert values(influxd, db) == [(T0_NS + i * 1_000_000, float(i)) for i in range(20)]
