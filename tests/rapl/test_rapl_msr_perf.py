@@ -55,6 +55,7 @@ async def test_msr_skylake_server_domains_units_and_wrap(tmp_path: Path) -> None
     # Reserved bits 63:32 of package 1 change between steps; masking keeps 131 W.
     assert by[("1", "package", 1763884802000000000)]["power_watts"] == 131.0
     assert collector.stats() == {"read_errors": 0, "wraps": 1}
+    await collector.aclose()
 
 
 async def test_msr_reads_one_cpu_per_package(tmp_path: Path) -> None:
@@ -189,6 +190,7 @@ async def test_msr_read_failure_emits_nothing_for_that_domain(tmp_path: Path) ->
     assert [dict(p.fields) for p in points if p.tags["domain"] == "dram"] == [
         {"energy_joules": 40.0, "power_watts": 20.0}
     ]
+    await collector.aclose()
 
 
 # -- perf -------------------------------------------------------------------------------------
