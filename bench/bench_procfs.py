@@ -129,6 +129,33 @@ def _floor_us(c: ProcfsCollector, n: int) -> float:
     return (time.process_time_ns() - t0) / n / 1000
 
 
+def _read_costs(pid: int, n: int) -> dict[str, tuple[float, float]]:
+    out = {}
+    for path in (
+        "/proc/stat",
+        "/proc/meminfo",
+        f"/proc/{pid}/stat",
+        f"/proc/{pid}/task/{pid}/children",
+    ):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+
+            def plain(path: str = path) -> bytes:
+                f = os.open(path, os.O_RDONLY)
+                try:
+                    return os.read(f, 65536)
+                finally:
+                    os.close(f)
+
+            out[path.replace(str(pid), "<pid>")] = (
+                _cpu_per_call_us(plain, n),
+                _cpu_per_call_us(lambda fd=fd: os.pread(fd, 65536, 0), n),  # type: ignore[misc]
+            )
+        finally:
+            os.close(fd)
+    return out
+
+
 async def _agent_cpu(config: ProcfsConfig | None, seconds: float) -> float:
     """CPU % of one core for a 10 Hz asyncio loop (collector + line-protocol encoding)."""
     enc = LineEncoder({"host": "bench"})
@@ -246,6 +273,7 @@ async def _run(root_pid: int, n: int, seconds: float, bare: float) -> None:
             src.detail(pid)
     detail_all = (time.process_time_ns() - t0) / reps / 1000
     await c.aclose()
+    reads = _read_costs(root_pid, n)
     ticks = max(int(seconds * 10), 10)
     cold_base, _ = await _tick_cost_10hz(None, ticks)
     cold_tree, cpts = await _tick_cost_10hz(tree, ticks)
@@ -267,6 +295,9 @@ async def _run(root_pid: int, n: int, seconds: float, bare: float) -> None:
         f"  memory detail (smaps_rollup) of all {size}, one pass          {detail_all:8.1f}"
         f"  = {detail_all / 50:.1f} µs/tick at 10 Hz, 5 s interval"
     )
+    print("CPU µs per read: open+read+close / pread on a kept descriptor:")
+    for name, (plain, kept) in reads.items():
+        print(f"  {name:<34} {plain:8.1f} / {kept:5.1f}")
     print(f"CPU µs per tick at 10 Hz (median of {ticks}; cold caches, real deltas):")
     print(f"  baseline work                                               {cold_base:8.1f}")
     print(
