@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -80,7 +81,7 @@ class Agent:
         self.bus = Bus()
         self.collectors: list[_Collected] = []
         self.sinks: list[SinkRunner] = []
-        self.processors: list[tuple[str, ProcessorStats]] = []
+        self.processors: list[tuple[str, ProcessorStats, Any]] = []
         self.state = AgentState()
         self._tasks: list[asyncio.Task[None]] = []
         self._sink_tasks: list[asyncio.Task[None]] = []
@@ -92,7 +93,11 @@ class Agent:
         """Build one plugin; None (recorded as unavailable) when the embedded default meets a
         plugin that cannot load here."""
         try:
-            return build_plugin(spec, self.context)
+            context = self.context
+            if spec.kind == "collectors" and spec.interval:
+                # Same shared status dict; only the collector's own interval differs.
+                context = dataclasses.replace(context, interval_s=spec.interval)
+            return build_plugin(spec, context)
         except ConfigError:
             raise
         except NoData as exc:
@@ -132,7 +137,7 @@ class Agent:
             proc = self._build(spec)
             if proc is not None:
                 label = plugin_label(spec)
-                self.processors.append((label, self.bus.add_processor(label, proc)))
+                self.processors.append((label, self.bus.add_processor(label, proc), proc))
 
     async def open_collectors(self, *, streams: bool = True) -> None:
         agent = self.config.agent
@@ -245,15 +250,10 @@ class Agent:
             }
             fields.update(_plugin_stats(r.sink))
             points.append(Point("nrg_collect", {"plugin": r.name, "kind": "sink"}, fields, now))
-        for label, ps in self.processors:
-            points.append(
-                Point(
-                    "nrg_collect",
-                    {"plugin": label, "kind": "processor"},
-                    {"points_in": ps.points_in, "points_out": ps.points_out, "errors": ps.errors},
-                    now,
-                )
-            )
+        for label, ps, proc in self.processors:
+            fields = {"points_in": ps.points_in, "points_out": ps.points_out, "errors": ps.errors}
+            fields.update(_plugin_stats(proc))
+            points.append(Point("nrg_collect", {"plugin": label, "kind": "processor"}, fields, now))
         dropped = sum(r.stats.dropped_points for r in self.sinks)
         points.append(
             Point(
