@@ -32,6 +32,7 @@ __all__ = [
     "EPOCH",
     "FWD_POST",
     "FWD_PRE",
+    "RESUME",
     "RETIME",
     "STEP",
     "Event",
@@ -50,6 +51,8 @@ EPOCH = 5
 RETIME = 6
 """The module's open call (and, if nothing finished yet, the step) restarts now: the session
 spent the time since its enter on one-off analysis (graph export, FLOP count)."""
+RESUME = 7
+"""Recording resumes after a pause; a step with no module call yet starts now."""
 
 Event = tuple[Any, ...]
 """``(module_or_payload, perf_counter_ns, kind)`` or, on CUDA, ``(..., cuda_event)``."""
@@ -172,9 +175,23 @@ class ModuleHooks:
     def install_backward(self, modules: Iterable[nn.Module]) -> None:
         with self._lock:
             for module in modules:
+                self.backward_modules.append(module)
                 self._backward.append(module.register_full_backward_pre_hook(self.bwd_pre))
                 self._backward.append(module.register_full_backward_hook(self.bwd_post))
-                self.backward_modules.append(module)
+
+    def pause(self) -> None:
+        """Remove every hook but remember the backward set, for :meth:`resume`."""
+        self.remove_forward()
+        with self._lock:
+            handles, self._backward = self._backward, []
+        for handle in handles:
+            handle.remove()
+
+    def resume(self) -> None:
+        with self._lock:
+            modules, self.backward_modules = self.backward_modules, []
+        self.install_backward(modules)
+        self.install_forward()
 
     def remove_all(self) -> None:
         self.remove_forward()

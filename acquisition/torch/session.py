@@ -13,6 +13,7 @@ and ``nrg_module`` (per step), tagged ``experiment``, ``run`` and ``rank``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from acquisition.paths import data_dir
 from acquisition.point import Point
 from acquisition.torch import complexity
 from acquisition.torch.graph import GraphCapture, capture_graph
-from acquisition.torch.hooks import EPOCH, RETIME, STEP, EventLog, ModuleHooks
+from acquisition.torch.hooks import EPOCH, RESUME, RETIME, STEP, EventLog, ModuleHooks
 from acquisition.torch.steps import StepAggregator, step_points
 from acquisition.torch.transport import LineSender, default_fallback_dir, default_socket_path
 
@@ -122,6 +123,7 @@ class Session:
         self._lock = threading.Lock()
         self._started = False
         self._closed = False
+        self._paused = False
         self.offset_ns = 0
         self.start_time_ns = 0
 
@@ -187,6 +189,32 @@ class Session:
         self._events.append((self._epoch, time.perf_counter_ns(), EPOCH))
         return self._epoch
 
+    def pause(self) -> None:
+        """Stop recording (every hook out, optimizer steps ignored) until :meth:`resume`.
+
+        Pause between steps, e.g. around evaluation, to keep that time out of every step."""
+        if self._hooks is None or self._paused or self._closed:
+            return
+        self._paused = True
+        self._hooks.pause()
+
+    def resume(self) -> None:
+        """Record again; a step with no module call yet starts now."""
+        if self._hooks is None or not self._paused or self._closed:
+            return
+        self._paused = False
+        self._events.append((None, time.perf_counter_ns(), RESUME))
+        self._hooks.resume()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """``with session.paused(): evaluate()``."""
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
+
     def close(self) -> None:
         """Remove every hook, send what is left (a last partial step included), stop."""
         if not self._started or self._closed:
@@ -238,7 +266,7 @@ class Session:
             self._events.append((module, time.perf_counter_ns(), RETIME))
 
     def _on_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._manual_steps or not self._auto_step:
+        if self._manual_steps or not self._auto_step or self._paused:
             return
         ours = self._optimizers.get(optimizer)
         if ours is None:

@@ -26,6 +26,7 @@ from acquisition.torch.hooks import (
     EPOCH,
     FWD_POST,
     FWD_PRE,
+    RESUME,
     RETIME,
     STEP,
     Event,
@@ -63,20 +64,16 @@ class StepRecord:
 
 
 @dataclass
-class _Frame:
-    module: Any
-    start_ns: int
-    child_ns: int = 0
-    start_event: Any = None
-    child_events: list[tuple[Any, Any]] = field(default_factory=list)
-
-
-@dataclass
 class _GpuSpan:
-    key: tuple[str, str]
+    key: tuple[Any, int]
     start: Any
     end: Any
     children: list[tuple[Any, Any]]
+
+
+# A frame is a list, not an object: this loop runs for every event and allocation dominates.
+# [module, start_ns, child_inclusive_ns, start_cuda_event, child_cuda_event_pairs]
+_MODULE, _START, _CHILD, _EVENT, _CHILD_EVENTS = range(5)
 
 
 class StepAggregator:
@@ -95,8 +92,11 @@ class StepAggregator:
         self.unclosed_enters = 0
         """Enters whose exit never came (a frame skipped by a later exit of its parent)."""
         self._start_ns: int | None = None
-        self._stacks: dict[str, list[_Frame]] = {"forward": [], "backward": []}
-        self._stats: dict[tuple[str, str], ModuleTiming] = {}
+        fwd: list[list[Any]] = []
+        bwd: list[list[Any]] = []
+        self._stacks = (fwd, fwd, bwd, bwd)  # indexed by event kind
+        # (module, kind of the exit event) -> [calls, inclusive_ns, exclusive_ns]
+        self._stats: dict[tuple[Any, int], list[int]] = {}
         self._gpu: list[_GpuSpan] = []
 
     @property
@@ -108,29 +108,57 @@ class StepAggregator:
         """Consume events; return the steps they completed."""
         done: list[StepRecord] = []
         names = self.names
+        stacks = self._stacks
+        stats = self._stats
+        enters, exits = (FWD_PRE, BWD_PRE), (FWD_POST, BWD_POST)
         for ev in events:
-            obj, t, kind = ev[0], ev[1], ev[2]
+            kind = ev[2]
             if self._start_ns is None:
-                self._start_ns = t
-            if kind in (FWD_PRE, BWD_PRE):
-                if obj in names:
-                    self._stacks[_PHASE[kind]].append(
-                        _Frame(obj, t, start_event=ev[3] if len(ev) > 3 else None)
+                self._start_ns = ev[1]
+            if kind in enters:
+                if ev[0] in names:
+                    stacks[kind].append([ev[0], ev[1], 0, ev[3] if len(ev) > 3 else None, None])
+            elif kind in exits:
+                module = ev[0]
+                if module not in names:
+                    continue
+                stack = stacks[kind]
+                if stack and stack[-1][_MODULE] is module:
+                    frame = stack.pop()
+                else:
+                    frame = self._unwind(stack, module)
+                    if frame is None:
+                        continue
+                inclusive = ev[1] - frame[_START]
+                key = (module, kind)
+                timing = stats.get(key)
+                if timing is None:
+                    timing = stats[key] = [0, 0, 0]
+                timing[0] += 1
+                timing[1] += inclusive
+                timing[2] += inclusive - frame[_CHILD]
+                if stack:
+                    stack[-1][_CHILD] += inclusive
+                if frame[_EVENT] is not None and len(ev) > 3:
+                    self._gpu.append(
+                        _GpuSpan(key, frame[_EVENT], ev[3], frame[_CHILD_EVENTS] or [])
                     )
-            elif kind in (FWD_POST, BWD_POST):
-                name = names.get(obj)
-                if name is not None:
-                    self._exit(name, _PHASE[kind], obj, t, ev[3] if len(ev) > 3 else None)
+                    if stack:
+                        if stack[-1][_CHILD_EVENTS] is None:
+                            stack[-1][_CHILD_EVENTS] = []
+                        stack[-1][_CHILD_EVENTS].append((frame[_EVENT], ev[3]))
             elif kind == STEP:
-                done.append(self._finish(t))
+                done.append(self._finish(ev[1]))
             elif kind == EPOCH:
-                self.epoch = int(obj)
+                self.epoch = int(ev[0])
             elif kind == RETIME:
-                stack = self._stacks["forward"]
-                if stack and stack[-1].module is obj:
-                    stack[-1].start_ns = t
-                if not self._stats:
-                    self._start_ns = t
+                stack = stacks[FWD_PRE]
+                if stack and stack[-1][_MODULE] is ev[0]:
+                    stack[-1][_START] = ev[1]
+                if not stats:
+                    self._start_ns = ev[1]
+            elif kind == RESUME and not stats:
+                self._start_ns = ev[1]
         return done
 
     def finish_pending(self, end_ns: int) -> StepRecord | None:
@@ -139,53 +167,47 @@ class StepAggregator:
             return None
         return self._finish(end_ns)
 
-    def _exit(self, name: str, phase: str, module: Any, t: int, end_event: Any) -> None:
-        stack = self._stacks[phase]
+    def _unwind(self, stack: list[list[Any]], module: Any) -> list[Any] | None:
+        """The frame of ``module`` below the top; frames above it never saw their exit."""
         for i in range(len(stack) - 1, -1, -1):
-            if stack[i].module is module:
-                break
-        else:
-            self.unmatched_exits += 1
-            return
-        if i != len(stack) - 1:
-            self.unclosed_enters += len(stack) - 1 - i
-            del stack[i + 1 :]
-        frame = stack.pop()
-        inclusive = t - frame.start_ns
-        key = (name, phase)
-        timing = self._stats.get(key)
-        if timing is None:
-            timing = self._stats[key] = ModuleTiming()
-        timing.calls += 1
-        timing.inclusive_ns += inclusive
-        timing.exclusive_ns += inclusive - frame.child_ns
-        if stack:
-            stack[-1].child_ns += inclusive
-        if end_event is not None and frame.start_event is not None:
-            self._gpu.append(_GpuSpan(key, frame.start_event, end_event, frame.child_events))
-            if stack:
-                stack[-1].child_events.append((frame.start_event, end_event))
+            if stack[i][_MODULE] is module:
+                self.unclosed_enters += len(stack) - 1 - i
+                frame = stack[i]
+                del stack[i:]
+                return frame
+        self.unmatched_exits += 1
+        return None
 
     def _finish(self, end_ns: int) -> StepRecord:
         start = self._start_ns if self._start_ns is not None else end_ns
-        record = StepRecord(self.step, self.epoch, start, end_ns, self._stats)
+        names = self.names
+        modules: dict[tuple[str, str], ModuleTiming] = {}
+        by_key: dict[tuple[Any, int], ModuleTiming] = {}
+        for key, (calls, inclusive, exclusive) in self._stats.items():
+            name = names.get(key[0])
+            if name is None:
+                continue  # removed from the model since it ran
+            timing = ModuleTiming(calls, inclusive, exclusive)
+            modules[(name, _PHASE[key[1]])] = by_key[key] = timing
         if self._gpu:
-            _resolve_gpu(self._gpu, record.modules)
+            _resolve_gpu(self._gpu, by_key)
             self._gpu = []
-        self._stats = {}
+        self._stats.clear()  # in place: feed() holds a reference to it
         self.step += 1
         self._start_ns = end_ns
-        return record
+        return StepRecord(self.step - 1, self.epoch, start, end_ns, modules)
 
 
-def _resolve_gpu(spans: list[_GpuSpan], modules: dict[tuple[str, str], ModuleTiming]) -> None:
+def _resolve_gpu(spans: list[_GpuSpan], modules: dict[tuple[Any, int], ModuleTiming]) -> None:
     """Read CUDA event pairs (blocking this background thread, never the training thread)."""
     spans[-1].end.synchronize()
     for span in spans:
         span.end.synchronize()
         inclusive = float(span.start.elapsed_time(span.end))
         children = sum(float(s.elapsed_time(e)) for s, e in span.children)
-        timing = modules[span.key]
+        timing = modules.get(span.key)
+        if timing is None:
+            continue
         timing.gpu_inclusive_ms = (timing.gpu_inclusive_ms or 0.0) + inclusive
         timing.gpu_exclusive_ms = (timing.gpu_exclusive_ms or 0.0) + max(0.0, inclusive - children)
 

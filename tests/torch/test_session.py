@@ -179,3 +179,26 @@ def test_importing_acquisition_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_paused_evaluation_stays_out_of_every_step(listener: Listener) -> None:
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with instrument(model, run="paused", experiment="unit") as session:
+        for _ in range(2):
+            model(torch.randn(16, 4)).sum().backward()
+            opt.step()
+            with session.paused():
+                model(torch.randn(4, 4))  # not recorded
+                opt.step()  # not a step either
+    pts = points(listener.text())
+    steps = [p for p in pts if p.measurement == "nrg_step"]
+    assert [p.fields["step"] for p in steps] == [0, 1]
+    # Step 1 starts when recording resumed, after step 0 ended: the pause is in neither.
+    assert steps[1].fields["start_time_ns"] > steps[0].fields["end_time_ns"]
+    calls = Counter()
+    for p in pts:
+        if p.measurement == "nrg_module":
+            calls[p.fields["step"], p.tags["module"], p.tags["phase"]] += p.fields["calls"]
+    assert calls[0, "(root)", "forward"] == 1 and calls[1, "(root)", "forward"] == 1
+    assert calls[1, "3", "backward"] == 1
