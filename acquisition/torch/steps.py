@@ -123,12 +123,13 @@ class StepAggregator:
                 if module not in names:
                     continue
                 stack = stacks[kind]
+                frame: list[Any] | None
                 if stack and stack[-1][_MODULE] is module:
                     frame = stack.pop()
                 else:
                     frame = self._unwind(stack, module)
-                    if frame is None:
-                        continue
+                if frame is None:
+                    continue
                 inclusive = ev[1] - frame[_START]
                 key = (module, kind)
                 timing = stats.get(key)
