@@ -1,0 +1,89 @@
+"""Property test of descendant discovery on generated process forests.
+
+Hypothesis draws a forest (pid, parent, starttime; some children "started" before their parent,
+as a reused pid's leftovers would look) and which pids are tracked. The tree is written as a
+procfs directory (real captured file formats, see build_fixtures.py); the collector's ``scope=pid``
+points of each tree must be exactly the members an independent recursive definition gives, with
+the children files and with the ppid scan alike.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from acquisition.api import PluginContext
+from acquisition.point import Point
+from collectors.procfs import ProcfsCollector, ProcfsConfig
+from tests.procfs.build_fixtures import CPU0, MEM0, T_SLEEP, process, system
+
+Forest = dict[int, tuple[int, int]]  # pid -> (ppid, starttime)
+
+
+@st.composite
+def forests(draw: st.DrawFn) -> tuple[Forest, list[int]]:
+    pids = draw(st.lists(st.integers(100, 999), min_size=1, max_size=12, unique=True))
+    forest: Forest = {}
+    for i, pid in enumerate(pids):
+        parent = draw(st.integers(-1, i - 1))
+        ppid = 1 if parent < 0 else pids[parent]
+        forest[pid] = (ppid, draw(st.integers(0, 50)))
+    tracked = draw(st.lists(st.sampled_from(pids), min_size=1, max_size=3, unique=True))
+    return forest, tracked
+
+
+def members(forest: Forest, root: int) -> set[int]:
+    """The root and, recursively, every child of a member that did not start before it."""
+    out = {root}
+    for pid, (ppid, start) in forest.items():
+        if ppid == root and pid != root and start >= forest[root][1]:
+            out |= members(forest, pid)
+    return out
+
+
+def _write(base: Path, forest: Forest) -> None:
+    system(base, CPU0, MEM0, forks=1)
+    for pid, (ppid, start) in forest.items():
+        kids = [c for c, (pp, _) in forest.items() if pp == pid]
+        process(base, T_SLEEP, pid, f"p{pid}", ppid, 1, 1, start, 10, children={pid: kids})
+
+
+async def _trees(base: Path, tracked: list[int], descendants: str) -> dict[str, set[int]]:
+    ctx = PluginContext(host="t", interval_s=1.0, state_dir=base, data_dir=base, runtime_dir=base)
+    config = ProcfsConfig(
+        root=str(base),
+        pids=tracked,
+        track_self=False,
+        memory_detail=False,
+        descendants=descendants,  # type: ignore[arg-type]
+    )
+    c = ProcfsCollector(config, ctx, clock_ticks=100, page_size=4096)
+    points: list[Point] = []
+    await c.open()
+    try:
+        await c.collect(points.append, 1)
+    finally:
+        await c.aclose()
+    out: dict[str, set[int]] = {}
+    for p in points:
+        if p.measurement == "process" and p.tags["scope"] == "pid":
+            out.setdefault(p.tags["tree"], set()).add(int(p.tags["pid"]))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(forests())
+async def test_collector_finds_exactly_the_descendants(case: tuple[Forest, list[int]]) -> None:
+    forest, tracked = case
+    want = {str(r): members(forest, r) for r in tracked}
+    base = Path(tempfile.mkdtemp(prefix="nrg-forest-"))
+    try:
+        _write(base, forest)
+        assert await _trees(base, tracked, "children") == want
+        assert await _trees(base, tracked, "scan") == want
+    finally:
+        shutil.rmtree(base)
