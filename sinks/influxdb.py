@@ -199,6 +199,10 @@ def _server_message(exc: Any) -> str:
     return str(getattr(exc, "reason", "") or "no message")
 
 
+_ENCODE_SLICE = 500
+"""Points encoded between two yields to the event loop (~1 ms of work)."""
+
+
 def _lines(body: bytes) -> list[bytes]:
     return [line for line in body.split(b"\n") if line]
 
@@ -353,12 +357,25 @@ class InfluxDBSink:
         """
         if not batch:
             return
-        body = self._encoder.encode_many(batch).encode()
+        body = await self._encode(batch)
         await self._settle()
         if self.spool.records or self._state != "ok":
             await self._to_spool(body, len(batch))
             return
         self._inflight = asyncio.create_task(self._send_direct(body, len(batch)))
+
+    async def _encode(self, batch: Sequence[Point]) -> bytes:
+        """Encode in slices, yielding to the loop between them so the request in flight is
+        sent and its answer read while this batch encodes (the server ingests meanwhile)."""
+        encode_many = self._encoder.encode_many
+        step = _ENCODE_SLICE
+        if len(batch) <= step or self._inflight is None:
+            return encode_many(batch).encode()
+        parts = []
+        for i in range(0, len(batch), step):
+            parts.append(encode_many(batch[i : i + step]))
+            await asyncio.sleep(0)
+        return "".join(parts).encode()
 
     async def flush(self) -> None:
         """Wait until the batch in flight is written or spooled."""
