@@ -358,7 +358,9 @@ class EnergyAttribution:
             self._clock = point.time_ns
         m = point.measurement
         if m == "nrg_module":
-            self._on_module(point)
+            # A module point completes earlier steps only when it is the first of a new step.
+            if not self._on_module(point) and self._clock < self._next_due:
+                return
         elif m == "nrg_step":
             self._on_step(point)
         elif m == "nrg_run":
@@ -420,24 +422,29 @@ class EnergyAttribution:
                 self._counts["steps_dropped"] += 1
         return entry
 
-    def _note_step(self, run: RunKey, step: int) -> None:
+    def _note_step(self, run: RunKey, step: int) -> bool:
+        """Record the newest step seen of a run; True when ``step`` is newer than all before."""
         if step > self._latest_step.get(run, -1):
             self._latest_step[run] = step
+            return True
+        return False
 
-    def _on_module(self, point: Point) -> None:
+    def _on_module(self, point: Point) -> bool:
+        """Take a module point; True when it is the first point of a new step of its run."""
         f = point.fields
         step = _int_field(f, "step")
         excl = _float_field(f, "exclusive_seconds")
         if step is None or excl is None:
-            return
+            return False
         run = _run_key(point.tags)
-        self._note_step(run, step)
+        newer = self._note_step(run, step)
         entry = self._step_for(run, step)
         if entry is None:
             self._counts["modules_late"] += 1
-            return
+            return newer
         key = (point.tags.get("module", ""), point.tags.get("phase", ""))
         entry.modules[key] = (excl, _float_field(f, "gpu_seconds"))
+        return newer
 
     def _on_step(self, point: Point) -> None:
         f = point.fields
