@@ -175,3 +175,21 @@ async def test_retry_after_is_honoured(
     assert (sink.retries, sink.stats()["replayed_points"]) == (1, 20)
     await sink.aclose()
     assert values(influxd, db) == [(T0_NS + i * 1_000_000, float(i)) for i in range(20)]
+
+
+async def test_replay_keeps_the_order_of_writes(
+    influxd: Influxd, translator: V2Translator, context: PluginContext, db: str
+) -> None:
+    """InfluxDB keeps the last write of a series and time: rewriting the same points with new
+    values while spooling shows, from the server, that replay went oldest first."""
+    translator.answer_next(503, 1, {}, b'{"message":"starting up"}')
+    sink = make_sink(context, translator.url, token=TOKEN, bucket=db, replay_batch_bytes=1)
+    await sink.open()
+    for version in (1.0, 2.0, 3.0, 4.0):
+        await sink.write([Point("o", {}, {"v": version}, T0_NS + i) for i in range(5)])
+    await sink.flush()
+    assert sink.spool.records == 4
+    await until(lambda: sink.spool.records == 0, "the spool to drain")
+    await sink.aclose()
+    assert sink.stats()["requests"] == 5  # the 503, then one request per record
+    assert values(influxd, db, "o") == [(T0_NS + i, 4.0) for i in range(5)]

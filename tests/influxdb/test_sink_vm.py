@@ -114,3 +114,26 @@ async def test_quota_drops_are_counted_and_the_rest_arrives(
     await until(lambda: sink.spool.records == 0, "the spool to drain")
     await sink.aclose()
     assert vm.points(run_id, "m_v") == expected(0, 300)
+
+
+async def test_torn_record_from_a_power_loss_is_skipped_and_counted(
+    vm: VictoriaMetrics, context: PluginContext, run_id: str
+) -> None:
+    vm.stop()
+    first = make_sink(context, vm.url, drain_timeout=0.0)
+    await first.open()
+    for k in range(3):
+        await first.write(make_points(100 * k, 100))
+    await first.aclose()
+    (segment,) = first.spool.directory.glob("seg-*.nrgspool")
+    with open(segment, "r+b") as f:  # the last record never fully reached the disk
+        f.truncate(segment.stat().st_size - 100)
+
+    vm.start()
+    second = make_sink(context, vm.url)
+    await second.open()
+    await second.wait_drained()
+    await second.aclose()
+    stats = second.stats()
+    assert (stats["spool_torn_records"], stats["replayed_points"]) == (1, 200)
+    assert vm.points(run_id, "m_v") == expected(0, 200)
