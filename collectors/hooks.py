@@ -15,6 +15,12 @@ rejected and counted by reason (``stats()``, published in ``nrg_collect``).
 
 On shutdown the listener stops reading new connections, drains what the peers already sent, and
 removes the socket file if it is still the one it created.
+
+Fallback files: when no agent listened, the training library appended the same lines to
+``<fallback dir>/nrg-<run>-<pid>.lp`` (env ``NRG_FALLBACK_DIR``, else ``<data dir>/spool-hooks``).
+Every ``ingest_interval`` the listener takes each such file whose writing process has exited,
+renames it ``….lp.ingesting`` (a claim), feeds its lines through the same checks, and renames it
+``….lp.ingested`` when done (kept for ``influx write`` or the user to delete).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import socket
 import stat
 import struct
@@ -33,9 +40,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from acquisition.api import Emit, PluginContext
-from acquisition.config import size
+from acquisition.config import duration, size
 from acquisition.errors import ConfigError, LineProtocolError, NoData
 from acquisition.lineproto import decode_line
+from acquisition.paths import data_dir
 from acquisition.point import Point
 
 __all__ = [
@@ -43,7 +51,9 @@ __all__ = [
     "HookLineRejected",
     "HooksCollector",
     "HooksConfig",
+    "default_fallback_dir",
     "default_socket_path",
+    "fallback_file_pid",
     "parse_hook_line",
     "split_lines",
 ]
@@ -51,6 +61,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SOCKET_ENV = "NRG_SOCKET"
+FALLBACK_ENV = "NRG_FALLBACK_DIR"
 MEASUREMENT_PREFIX = "nrg_"
 REJECT_REASONS = ("too_long", "encoding", "syntax", "measurement", "truncated")
 """Why a line is rejected; each is counted as ``rejected_<reason>``."""
@@ -59,6 +70,7 @@ _MAX_UNIX_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
 _READ_CHUNK = 256 * 1024
 _DRAIN_TIMEOUT_S = 5.0
 _PEERCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
+_FALLBACK_RE = re.compile(r"^nrg-.*-(\d+)\.lp(\.ingesting)?$")
 
 
 @dataclass
@@ -75,6 +87,11 @@ class HooksConfig:
     checked; the socket file stays 0600, so they also need a way in, e.g. ACLs on it)."""
     track_pids: bool = True
     """Add each peer's pid to the shared tracked_pids so procfs reports the training process."""
+    ingest: bool = True
+    """Ingest the fallback files of training jobs that ran while no agent listened."""
+    ingest_dir: str = ""
+    """Where those files are (default: env NRG_FALLBACK_DIR, else <data dir>/spool-hooks)."""
+    ingest_interval: float = duration(30.0, "how often the fallback directory is scanned")
 
     def validate(self) -> None:
         if self.max_line_bytes < 64:
@@ -88,6 +105,30 @@ def default_socket_path(runtime_dir: Path, environ: dict[str, str] | None = None
     env = os.environ if environ is None else environ
     override = env.get(SOCKET_ENV, "")
     return Path(override).expanduser() if override else runtime_dir / "hooks.sock"
+
+
+def default_fallback_dir(environ: dict[str, str] | None = None) -> Path:
+    """Where training jobs write when no agent listens: ``NRG_FALLBACK_DIR``, else
+    ``<data dir>/spool-hooks`` (the library's rule)."""
+    env = os.environ if environ is None else environ
+    override = env.get(FALLBACK_ENV, "")
+    return Path(override).expanduser() if override else data_dir() / "spool-hooks"
+
+
+def fallback_file_pid(name: str) -> int | None:
+    """The writer's pid from a fallback file name ``nrg-<run>-<pid>.lp[.ingesting]``."""
+    m = _FALLBACK_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
 
 
 # --- pure parsing ------------------------------------------------------------------------------
@@ -205,6 +246,9 @@ class HooksCollector:
         self._emit: Emit | None = None
         self._connections: dict[asyncio.Task[Any], _Connection] = {}
         self._added_pids: dict[int, int] = {}
+        self.ingest_dir = (
+            Path(config.ingest_dir).expanduser() if config.ingest_dir else default_fallback_dir()
+        )
         self._allowed_uids = {os.geteuid(), 0, *config.allowed_uids}
         self._logged: set[str] = set()
         self._counts: dict[str, int] = {
@@ -213,6 +257,8 @@ class HooksCollector:
             "connections_total": 0,
             "connections_refused_limit": 0,
             "connections_refused_uid": 0,
+            "files_ingested": 0,
+            "lines_ingested": 0,
         }
 
     # -- lifecycle --
@@ -273,7 +319,10 @@ class HooksCollector:
             raise RuntimeError("open() first")
         self._emit = emit
         await self._server.start_serving()
-        await asyncio.Event().wait()
+        while True:
+            if self._config.ingest:
+                await self.ingest_fallback_files()
+            await asyncio.sleep(self._config.ingest_interval if self._config.ingest else 3600)
 
     async def aclose(self) -> None:
         """Stop listening, drain what peers already sent, remove our socket file."""
@@ -339,28 +388,69 @@ class HooksCollector:
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         buf = _LineBuffer()
-        limit = self._config.max_line_bytes
-        host = self._context.host
         while True:
             chunk = await reader.read(_READ_CHUNK)
             if not chunk:
                 break
-            now = time.time_ns()
-            for line in split_lines(buf, chunk, limit):
-                if line is None:
-                    self._reject("too_long", f"a line longer than {limit} bytes")
-                    continue
-                try:
-                    point = parse_hook_line(line, host=host, now_ns=now, max_bytes=limit)
-                except HookLineRejected as exc:
-                    self._reject(exc.reason, str(exc))
-                    continue
-                if point is not None:
-                    self._counts["lines_accepted"] += 1
-                    assert self._emit is not None
-                    self._emit(point)
+            self._feed(buf, chunk, "lines_accepted")
+        self._finish(buf)
+
+    def _feed(self, buf: _LineBuffer, chunk: bytes, counter: str) -> None:
+        """Split, check and emit the complete lines in ``chunk``."""
+        limit = self._config.max_line_bytes
+        host = self._context.host
+        now = time.time_ns()
+        for line in split_lines(buf, chunk, limit):
+            if line is None:
+                self._reject("too_long", f"a line longer than {limit} bytes")
+                continue
+            try:
+                point = parse_hook_line(line, host=host, now_ns=now, max_bytes=limit)
+            except HookLineRejected as exc:
+                self._reject(exc.reason, str(exc))
+                continue
+            if point is not None:
+                self._counts[counter] += 1
+                assert self._emit is not None
+                self._emit(point)
+
+    def _finish(self, buf: _LineBuffer) -> None:
         if buf.data.strip() and not buf.discarding:
             self._reject("truncated", f"{len(buf.data)} bytes without a final newline")
+
+    # -- fallback files --
+
+    async def ingest_fallback_files(self) -> None:
+        """Ingest every fallback file whose writer has exited (see the module docstring)."""
+        try:
+            names = sorted(os.listdir(self.ingest_dir))
+        except OSError:
+            return  # no directory yet: no job ever fell back
+        for name in names:
+            pid = fallback_file_pid(name)
+            if pid is None or (not name.endswith(".ingesting") and _pid_alive(pid)):
+                continue
+            path = self.ingest_dir / name
+            claimed = path if name.endswith(".ingesting") else path.with_name(name + ".ingesting")
+            try:
+                if claimed != path:
+                    os.rename(path, claimed)  # another agent may have claimed it first
+                await self._ingest(claimed)
+                os.rename(
+                    claimed,
+                    claimed.with_name(claimed.name.removesuffix(".ingesting") + ".ingested"),
+                )
+            except OSError as exc:
+                self._log_once("ingest", "hooks: cannot ingest %s: %s", path, exc)
+                continue
+            self._counts["files_ingested"] += 1
+
+    async def _ingest(self, path: Path) -> None:
+        buf = _LineBuffer()
+        with open(path, "rb") as f:  # reads go through to_thread below
+            while chunk := await asyncio.to_thread(f.read, _READ_CHUNK):
+                self._feed(buf, chunk, "lines_ingested")
+        self._finish(buf)
 
     def _reject(self, reason: str, detail: str) -> None:
         self._counts[f"rejected_{reason}"] += 1

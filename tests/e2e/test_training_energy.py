@@ -135,6 +135,7 @@ backend = "powercap"
 
 [[collectors.hooks]]
 socket_path = "{socket_path}"
+ingest_dir = "{tmp}/fallback"
 
 [[processors.attribution]]
 

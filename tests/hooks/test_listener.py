@@ -21,7 +21,7 @@ from acquisition.config import PluginSpec
 from acquisition.errors import ConfigError, NoData
 from acquisition.point import Point
 from acquisition.registry import build_plugin
-from collectors.hooks import HooksCollector, HooksConfig
+from collectors.hooks import HooksCollector, HooksConfig, fallback_file_pid
 
 STEP = (
     b"nrg_step,experiment=e1,rank=0,run=r1 step=3i,epoch=1i,start_time_ns=1000i,"
@@ -72,6 +72,7 @@ def short_tmp() -> Iterator[Path]:
 
 async def start_listener(tmp: Path, **options: object) -> Listener:
     context = make_context(tmp)
+    options.setdefault("ingest_dir", str(tmp / "spool"))  # never the user's real spool
     config = HooksConfig(socket_path=str(tmp / "hooks.sock"), **options)  # type: ignore[arg-type]
     listener = Listener(HooksCollector(config, context), context)
     await listener.start()
@@ -144,6 +145,7 @@ async def test_rejects_foreign_overlong_broken_and_truncated_lines(short_tmp: Pa
     assert listener.points[0].fields["step"] == 3
     assert {k: v for k, v in stats.items() if k.startswith(("rejected_", "lines_"))} == {
         "lines_accepted": 1,
+        "lines_ingested": 0,
         "rejected_too_long": 1,
         "rejected_encoding": 1,
         "rejected_syntax": 1,
@@ -357,3 +359,65 @@ async def test_second_user_is_refused_by_peer_credentials(shared_tmp: Path) -> N
     assert result in ("CONNECTED b''", "CONNECTED, then closed")
     assert listener.points == []
     assert listener.collector.stats()["connections_open"] == 0
+
+
+# --- fallback files -----------------------------------------------------------------------------
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_fallback_file_pid() -> None:
+    assert fallback_file_pid("nrg-r1-1234.lp") == 1234
+    assert fallback_file_pid("nrg-lr-3e-4-77.lp") == 77
+    assert fallback_file_pid("nrg-r1-1234.lp.ingesting") == 1234
+    assert fallback_file_pid("nrg-r1-1234.lp.ingested") is None
+    assert fallback_file_pid("other-1234.lp") is None
+    assert fallback_file_pid("nrg-r1-x.lp") is None
+
+
+async def test_ingests_fallback_files_of_exited_jobs_only(short_tmp: Path) -> None:
+    spool = short_tmp / "spool"
+    spool.mkdir()
+    gone = dead_pid()
+    (spool / f"nrg-r1-{gone}.lp").write_bytes(STEP + b"cpu usage_ratio=1.0 1\n")
+    # Left by an agent that died while ingesting: taken again.
+    (spool / f"nrg-r2-{gone}.lp.ingesting").write_bytes(STEP.replace(b"run=r1", b"run=r2"))
+    live = spool / f"nrg-r3-{os.getpid()}.lp"  # its job still runs and may append
+    live.write_bytes(STEP)
+    (spool / "notes.txt").write_text("not ours")
+    listener = await start_listener(short_tmp, ingest_dir=str(spool))
+    try:
+        await listener.until(lambda: listener.collector.stats()["files_ingested"] == 2)
+    finally:
+        await listener.stop()
+    stats = listener.collector.stats()
+    assert stats["lines_ingested"] == 2
+    assert stats["rejected_measurement"] == 1
+    assert sorted(p.tags["run"] for p in listener.points) == ["r1", "r2"]
+    assert all(p.tags["host"] == "testhost" for p in listener.points)
+    assert sorted(os.listdir(spool)) == sorted(
+        [
+            f"nrg-r1-{gone}.lp.ingested",
+            f"nrg-r2-{gone}.lp.ingested",
+            live.name,
+            "notes.txt",
+        ]
+    )
+
+
+async def test_ingest_can_be_turned_off(short_tmp: Path) -> None:
+    spool = short_tmp / "spool"
+    spool.mkdir()
+    (spool / f"nrg-r1-{dead_pid()}.lp").write_bytes(STEP)
+    listener = await start_listener(short_tmp, ingest=False)
+    try:
+        await send(short_tmp / "hooks.sock", STEP)
+        await listener.until(lambda: listener.collector.stats()["lines_accepted"] == 1)
+    finally:
+        await listener.stop()
+    assert listener.collector.stats()["files_ingested"] == 0
+    assert len(listener.points) == 1
