@@ -306,11 +306,17 @@ class Agent:
                 log.warning("closing collector %s failed: %r", getattr(inst, "name", inst), exc)
         self._open_collectors.clear()
         self.emit_self_stats()
-        for t in self._sink_tasks:
-            t.cancel()
-        for t in self._sink_tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        for r in self.sinks:
+            r.stop()
+        if self._sink_tasks:
+            _, stuck = await asyncio.wait(
+                self._sink_tasks, timeout=max(0.0, deadline - time.monotonic())
+            )
+            for t in stuck:  # a write hung past the deadline: only now cancel it
+                t.cancel()
+            for t in self._sink_tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
         for r in self.sinks:
             await r.close(deadline)
             try:

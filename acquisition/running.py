@@ -292,6 +292,8 @@ class SinkRunner:
         self._wake: asyncio.Event | None = None
         self._failure = FailureLog(log, f"sink {name}")
         self._drop_logged = False
+        self._stopping = False
+        self._stopped = asyncio.Event()
 
     # -- bus side -----------------------------------------------------------------------------
 
@@ -346,9 +348,9 @@ class SinkRunner:
         return [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
 
     async def run(self) -> None:
-        """Flush every ``flush_interval`` or as soon as a batch is full, until cancelled."""
+        """Flush every ``flush_interval`` or as soon as a batch is full, until ``stop()``."""
         self._wake = asyncio.Event()
-        while True:
+        while not self._stopping:
             if len(self.queue) < self.batch_size:
                 try:
                     async with asyncio.timeout(self.flush_interval_s):
@@ -356,11 +358,19 @@ class SinkRunner:
                 except TimeoutError:
                     pass
             self._wake.clear()
-            while self.queue:
+            while self.queue and not self._stopping:
                 batch = self.take_batch()
                 await self.write(batch, deadline=None)
                 if len(self.queue) < self.batch_size:
                     break
+
+    def stop(self) -> None:
+        """Ask ``run`` to return after the write in progress (never cancel a write: a file or
+        HTTP write that completes after its caller was cancelled would be written twice)."""
+        self._stopping = True
+        self._stopped.set()
+        if self._wake is not None:
+            self._wake.set()
 
     async def write(self, batch: list[Point], deadline: float | None) -> bool:
         """Write one batch, retrying retryable errors; False when ``deadline`` (monotonic s)
@@ -411,7 +421,18 @@ class SinkRunner:
             if deadline is not None and time.monotonic() + delay > deadline:
                 self.queue.extendleft(reversed(batch))
                 return False
-            await asyncio.sleep(delay)
+            if deadline is None and self._stopping:  # shutdown: close() takes over the batch
+                self.queue.extendleft(reversed(batch))
+                return False
+            await self._pause(delay)
+
+    async def _pause(self, delay: float) -> None:
+        """Sleep between retries; ``stop()`` cuts it short."""
+        try:
+            async with asyncio.timeout(delay):
+                await self._stopped.wait()
+        except TimeoutError:
+            pass
 
     async def close(self, deadline: float) -> None:
         """Final flush before ``deadline`` (monotonic s); spill or count what is left."""

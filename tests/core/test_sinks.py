@@ -194,3 +194,39 @@ def test_file_sink_default_dir_is_the_data_dir(tmp_path: Path) -> None:
     sink = FileSink(FileConfig(), ctx(tmp_path))
     assert sink.dir == tmp_path / "data"
     assert os.path.basename(sink.where()) == "data"
+
+
+async def test_stop_lets_the_write_in_progress_finish_and_never_writes_twice() -> None:
+    class SlowSink:
+        name = "slow"
+
+        def __init__(self) -> None:
+            self.written: list[int] = []
+
+        async def write(self, batch: Sequence[Point]) -> None:
+            await asyncio.sleep(0.05)  # e.g. a file write finishing in a worker thread
+            self.written.extend(int(p.fields["n"]) for p in batch)
+
+    sink = SlowSink()
+    runner = SinkRunner("t", sink, batch_size=3, flush_interval_s=0.01, buffer_limit=100)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.run())
+    for p in pts(7):
+        runner.offer(p)
+    await asyncio.sleep(0.02)  # the first batch is being written
+    runner.stop()
+    await asyncio.wait_for(task, 1)
+    await runner.close(deadline=time.monotonic() + 1)
+    assert sink.written == list(range(7))
+
+
+async def test_stop_cuts_a_retry_backoff_short_and_close_keeps_the_batch() -> None:
+    sink = FlakySink(fail=10**6)
+    runner = SinkRunner("t", sink, batch_size=5, flush_interval_s=0.01, buffer_limit=100)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.run())
+    for p in pts(5):
+        runner.offer(p)
+    await asyncio.sleep(0.05)
+    runner.stop()
+    await asyncio.wait_for(task, 1)
+    await runner.close(deadline=time.monotonic() + 0.05)
+    assert sorted(sink.spilled) == [0, 1, 2, 3, 4]
