@@ -383,9 +383,12 @@ class InfluxDBSink:
 
     async def _settle(self) -> None:
         """Wait for the post in flight; spool what a failed one could not spool then."""
-        task, self._inflight = self._inflight, None
+        task = self._inflight
         if task is not None:
+            # Shielded, and forgotten only once done: a cancelled write() must not orphan it.
             await asyncio.shield(task)
+            if self._inflight is task:
+                self._inflight = None
         while self._unspooled:
             body, points = self._unspooled[0]
             await self._to_spool(body, points)  # raises a retryable WriteError if it fails again
@@ -397,6 +400,9 @@ class InfluxDBSink:
                 await self._deliver(body)
             except Failure as exc:
                 self._note_failure(exc)
+            except Exception as exc:  # unexpected: keep the batch rather than lose it
+                log.exception("influxdb %s: write failed", self.where())
+                self._note_failure(Failure(RETRY, f"{type(exc).__name__}: {exc}"))
             else:
                 self.sent_points += points
                 return

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import socket
 from pathlib import Path
 
 import pytest
@@ -179,3 +182,29 @@ async def test_unreachable_server_spools_and_logs_once(
     assert sink.status().endswith("spooling 30 points")
     await sink.aclose()
     assert sum("unreachable (" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_a_cancelled_write_does_not_orphan_the_batch_in_flight(
+    context: PluginContext,
+) -> None:
+    from tests.influxdb.helpers import make_points, make_sink
+
+    # A server that accepts connections and never answers: the post in flight ends by timeout.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        sink = make_sink(context, url, timeout=0.5, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 100))  # in flight until the timeout
+        second = asyncio.create_task(sink.write(make_points(100, 10)))
+        await asyncio.sleep(0.05)  # second is now waiting for the first
+        second.cancel()  # as the core does at shutdown; the core keeps that batch itself
+        with contextlib.suppress(asyncio.CancelledError):
+            await second
+        await sink.aclose()  # must wait for the first and spool it
+    assert sink.stats()["lost_points"] == 0
+    reopened = make_sink(context, url)
+    await reopened.spool.open()
+    assert reopened.spool.points == 100
+    await reopened.spool.close()
