@@ -233,7 +233,7 @@ async def main() -> None:
             print(
                 f"  (beside the sink's direct writes above:                     {rate(n, best_sink)})"
             )
-            counters = vm.counters()
+            counters = vm.total_counters()
             assert counters == {"vm_rows_invalid_total": 0.0, "vm_rows_ignored_total": 0.0}, (
                 counters
             )

@@ -299,6 +299,13 @@ class InfluxDBSink:
             enable_gzip=self.config.gzip,
         )
         self._write_api = self._client.write_api()
+        log.debug(
+            "influxdb %s: spool %s (fsync %s, quota %d bytes)",
+            self.where(),
+            self.spool.directory,
+            self.spool.policy.describe(),
+            self.spool.max_bytes,
+        )
         if self.spool.records:
             log.info(
                 "influxdb %s: %d point(s) left in the spool by an earlier run; replaying",

@@ -100,6 +100,7 @@ class VictoriaMetrics(_Server):
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self._earlier: dict[str, float] = {}
 
     def start(self) -> None:
         """Start (again, on the same port and data) and wait for ``/health``."""
@@ -118,8 +119,22 @@ class VictoriaMetrics(_Server):
         )
         _wait_ready(f"{self.url}/health", self.proc, "victoria-metrics")
 
+    def stop(self) -> None:
+        """Stop, keeping the drop counters of this process (a restart starts them at 0)."""
+        if self.running:
+            for name, value in self.counters().items():
+                self._earlier[name] = self._earlier.get(name, 0.0) + value
+        super().stop()
+
+    def total_counters(self) -> dict[str, float]:
+        """The drop counters over every start of this server."""
+        now = self.counters() if self.running else {}
+        names = {"vm_rows_invalid_total", "vm_rows_ignored_total"}
+        return {n: self._earlier.get(n, 0.0) + now.get(n, 0.0) for n in sorted(names)}
+
     def counters(self) -> dict[str, float]:
-        """``vm_rows_invalid_total`` and ``vm_rows_ignored_total``, summed over their labels."""
+        """``vm_rows_invalid_total`` and ``vm_rows_ignored_total`` of the running process,
+        summed over their labels."""
         _, body = _http("GET", f"{self.url}/metrics")
         out = {"vm_rows_invalid_total": 0.0, "vm_rows_ignored_total": 0.0}
         for line in body.decode().splitlines():

@@ -41,14 +41,12 @@ def vm(tmp_path: Path) -> Iterator[VictoriaMetrics]:
         pytest.skip("victoria-metrics is not installed (apt-get install victoria-metrics)")
     server = VictoriaMetrics(tmp_path / "vm-data")
     server.start()
-    before = server.counters()
+    before = server.total_counters()
     try:
         yield server
-        if not server.running:
-            server.start()
-        after = server.counters()
     finally:
         server.stop()
+    after = server.total_counters()
     assert after == before, f"VictoriaMetrics dropped rows silently: {before} -> {after}"
 
 

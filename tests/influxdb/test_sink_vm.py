@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from acquisition.api import PluginContext
 from tests.influxdb.helpers import T0_NS, make_points, make_sink, until
-from tests.servers import VictoriaMetrics
+from tests.servers import VictoriaMetrics, have
 
 pytestmark = pytest.mark.server
 
@@ -137,3 +138,28 @@ async def test_torn_record_from_a_power_loss_is_skipped_and_counted(
     stats = second.stats()
     assert (stats["spool_torn_records"], stats["replayed_points"]) == (1, 200)
     assert vm.points(run_id, "m_v") == expected(0, 200)
+
+
+def test_the_silent_drop_check_is_not_vacuous(tmp_path: Path) -> None:
+    """What the ``vm`` fixture asserts after every test does move on a silent drop, and survives
+    a restart of the server."""
+    if not have("victoria-metrics"):
+        pytest.skip("victoria-metrics is not installed (apt-get install victoria-metrics)")
+    server = VictoriaMetrics(tmp_path / "vm-data")
+    server.start()
+    try:
+        # A line that does not parse, and one from 2032 (more than 2 days ahead).
+        body = b"m v=1 1763000000000000000\nm,x v= 5\nm v=2 1963000000000000000\n"
+        req = urllib.request.Request(
+            f"{server.url}/api/v2/write?bucket=b&org=o&precision=ns", data=body
+        )
+        with urllib.request.urlopen(req) as resp:
+            assert resp.status == 204  # VictoriaMetrics answers 204 all the same
+        server.stop()
+        server.start()
+        assert server.total_counters() == {
+            "vm_rows_ignored_total": 1.0,
+            "vm_rows_invalid_total": 1.0,
+        }
+    finally:
+        server.stop()
