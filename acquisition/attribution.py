@@ -224,16 +224,13 @@ class _Series:
         self.times: list[int] = []
         self.values: list[float] = []
 
-    def add(self, t: int, v: float) -> bool:
-        """Append; False (and nothing added) for a sample out of order."""
-        if self.times and t <= self.times[-1]:
-            if t == self.times[-1]:
-                self.values[-1] = v
-                return True
-            return False
+    def add(self, t: int, v: float) -> None:
+        """Append a sample no older than the last; one at the same time replaces it."""
+        if self.times and t == self.times[-1]:
+            self.values[-1] = v
+            return
         self.times.append(t)
         self.values.append(v)
-        return True
 
     def prune(self, before: int) -> None:
         """Drop samples older than ``before``, keeping the last one at or before it."""
@@ -398,13 +395,15 @@ class EnergyAttribution:
         if src is None:
             src = self._sources[sample.source] = _Source(sample.source, sample.kind, sample.domain)
         series = src.counter if sample.counter else src.power
+        if series.times and point.time_ns < series.times[-1]:
+            self._counts["samples_out_of_order"] += 1
+            return
         if sample.counter and series.values and sample.value < series.values[-1]:
             # The collector restarted (counters count from its open): the old base is gone.
             self._counts["counter_resets"] += 1
             series.times.clear()
             series.values.clear()
-        if not series.add(point.time_ns, sample.value):
-            self._counts["samples_out_of_order"] += 1
+        series.add(point.time_ns, sample.value)
         if len(series.times) > 64 and series.times[-1] - series.times[0] > 2 * self._history_ns:
             series.prune(series.times[-1] - self._history_ns)
 

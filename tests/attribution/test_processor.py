@@ -290,6 +290,21 @@ def test_counter_reset_drops_the_old_base() -> None:
     assert h.proc.stats()["steps_without_source"] == 1
 
 
+def test_a_late_sample_is_skipped_not_taken_for_a_counter_reset() -> None:
+    h = Harness()
+    samples = counter("package", 10.0, 0, 1000)
+    h.feed(samples[:6])
+    h.feed([samples[2]])  # arrives again, late: older time, smaller value
+    h.feed([*samples[6:], step(0, 250, 550), run_event("end", 1000)])
+    stats = h.proc.stats()
+    assert stats["samples_out_of_order"] == 1
+    assert stats["counter_resets"] == 0
+    assert h.rows() == [
+        ("rapl:package-0", "step", "", "", 0, 3.0, 0.3),
+        ("rapl:package-0", "unattributed", "", "", 0, 3.0, 0.3),
+    ]
+
+
 def test_a_restarted_run_is_attributed_again() -> None:
     h = Harness()
     h.feed([*counter("package", 10.0, 0, 2000), run_event("start", 0), step(0, 100, 300)])
