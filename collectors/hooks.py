@@ -73,24 +73,25 @@ _PEERCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid
 _FALLBACK_RE = re.compile(r"^nrg-.*-(\d+)\.lp(\.ingesting)?$")
 
 
+def _doc(default: Any, doc: str) -> Any:
+    """A config field with the comment ``nrg-collect config`` prints beside it."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass
 class HooksConfig:
     """``[[collectors.hooks]]`` keys."""
 
-    socket_path: str = ""
-    """Where to listen (default: env NRG_SOCKET, else <user runtime dir>/nrg/hooks.sock)."""
+    socket_path: str = _doc("", "default: $NRG_SOCKET, else <runtime dir>/hooks.sock")
     max_line_bytes: int = size(65_536, "longer lines are rejected (counted as too_long)")
-    max_connections: int = 64
-    """Connections beyond this many are closed at once (counted)."""
-    allowed_uids: list[int] = field(default_factory=list)
-    """Other users allowed to send besides the agent's own user and root (peer credentials are
-    checked; the socket file stays 0600, so they also need a way in, e.g. ACLs on it)."""
-    track_pids: bool = True
-    """Add each peer's pid to the shared tracked_pids so procfs reports the training process."""
-    ingest: bool = True
-    """Ingest the fallback files of training jobs that ran while no agent listened."""
-    ingest_dir: str = ""
-    """Where those files are (default: env NRG_FALLBACK_DIR, else <data dir>/spool-hooks)."""
+    max_connections: int = _doc(64, "connections beyond this many are closed (counted)")
+    allowed_uids: list[int] = field(
+        default_factory=list,
+        metadata={"doc": "uids allowed to send besides the agent's own and root"},
+    )
+    track_pids: bool = _doc(True, "add connected jobs' pids to the procfs tracked trees")
+    ingest: bool = _doc(True, "ingest fallback files of jobs that ran without an agent")
+    ingest_dir: str = _doc("", "default: $NRG_FALLBACK_DIR, else <data dir>/spool-hooks")
     ingest_interval: float = duration(30.0, "how often the fallback directory is scanned")
 
     def validate(self) -> None:
