@@ -193,3 +193,25 @@ async def test_replay_keeps_the_order_of_writes(
     await sink.aclose()
     assert sink.stats()["requests"] == 5  # the 503, then one request per record
     assert values(influxd, db, "o") == [(T0_NS + i, 4.0) for i in range(5)]
+
+
+async def test_bisection_isolates_several_bad_lines(
+    influxd: Influxd, translator: V2Translator, context: PluginContext, db: str
+) -> None:
+    sink = make_sink(context, translator.url, token=TOKEN, bucket=db)
+    await sink.open()
+    batch = make_points(0, 50)
+    bad = (0, 17, 18, 49)
+    for i in bad:
+        batch[i] = Point("m", {"k": "a"}, {"v": -(2**63) - 1 - i}, T0_NS + i * 1_000_000)
+    await sink.write(batch)
+    await sink.aclose()
+    assert values(influxd, db) == [
+        (T0_NS + i * 1_000_000, float(i)) for i in range(50) if i not in bad
+    ]
+    lines = sink.dead_letter_path.read_text().splitlines()
+    assert lines[1::2] == [
+        f"m,host=testhost,k=a,run={db} v={-(2**63) - 1 - i}i {T0_NS + i * 1_000_000}" for i in bad
+    ]
+    assert all(h.startswith("# ") and "HTTP 400: unable to parse" in h for h in lines[::2])
+    assert sink.stats()["dead_lettered_points"] == 4
