@@ -432,7 +432,8 @@ class InfluxDBSink:
         if self._state == "settings":
             return f"error: {self._reason}; spooling {n} points"
         if self._state == "retrying":
-            return f"retrying ({self._reason}); spooling {n} points"
+            reason = self._reason if len(self._reason) <= 80 else self._reason[:79] + "…"
+            return f"retrying ({reason}); spooling {n} points"
         if n:
             return f"replaying {n} points"
         return "ok"
