@@ -33,79 +33,87 @@ from acquisition.torch import instrument
 from acquisition.torch.hooks import EventLog, ModuleHooks
 
 
-def per_call_us(fn: Callable[[], object], n: int, repeats: int = 5) -> float:
-    for _ in range(min(n, 2000)):
-        fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t) / n * 1e6)
-    return best
-
-
-def bench_module_call(n: int, tmp: str) -> None:
+def bench_module_call(n: int, rounds: int, tmp: str) -> None:
     model = nn.Linear(4, 4)
     x = torch.randn(1, 4)
+    log = EventLog()
+    nrg_hooks = ModuleHooks(log)
+    size = 1 << 22
+    ring: list[object] = [None] * size
+    counter = itertools.count()
 
-    def call() -> object:
-        return model(x)
+    def ring_pre(m: object, a: object, r=ring, c=counter, t=perf_counter_ns) -> None:  # type: ignore[no-untyped-def]
+        r[next(c) & (size - 1)] = (m, t(), 0)
 
-    results = {}
-    with torch.no_grad():
-        results["no hooks"] = per_call_us(call, n)
+    def ring_post(m: object, a: object, o: object, r=ring, c=counter, t=perf_counter_ns) -> None:  # type: ignore[no-untyped-def]
+        r[next(c) & (size - 1)] = (m, t(), 1)
 
-        handles = [
-            torch_module.register_module_forward_pre_hook(lambda m, a: None),
-            torch_module.register_module_forward_hook(lambda m, a, o: None, always_call=True),
-        ]
-        results["global no-op pre+post"] = per_call_us(call, n)
-        for h in handles:
-            h.remove()
+    def global_pair(
+        pre: Callable[..., None], post: Callable[..., None]
+    ) -> Callable[[], Callable[[], None]]:
+        def install() -> Callable[[], None]:
+            handles = [
+                torch_module.register_module_forward_pre_hook(pre),
+                torch_module.register_module_forward_hook(post, always_call=True),
+            ]
+            return lambda: [h.remove() for h in handles] and None
 
-        log = EventLog()
-        hooks = ModuleHooks(log)
-        hooks.install_forward()
-        results["nrg hook bodies (append)"] = per_call_us(call, n)
-        hooks.remove_all()
+        return install
 
-        size = 1 << 22
-        ring: list[object] = [None] * size
-        counter = itertools.count()
+    def nrg_bodies() -> Callable[[], None]:
+        nrg_hooks.install_forward()
 
-        def pre(m: object, a: object, r=ring, c=counter, t=perf_counter_ns) -> None:  # type: ignore[no-untyped-def]
-            r[next(c) & (size - 1)] = (m, t(), 0)
+        def undo() -> None:
+            nrg_hooks.remove_all()
+            log.drain()
 
-        def post(m: object, a: object, o: object, r=ring, c=counter, t=perf_counter_ns) -> None:  # type: ignore[no-untyped-def]
-            r[next(c) & (size - 1)] = (m, t(), 1)
+        return undo
 
-        handles = [
-            torch_module.register_module_forward_pre_hook(pre),
-            torch_module.register_module_forward_hook(post, always_call=True),
-        ]
-        results["preallocated ring (compare)"] = per_call_us(call, n)
-        for h in handles:
-            h.remove()
-
+    def nrg_session() -> Callable[[], None]:
         session = instrument(
             model,
+            example_inputs=(x,),
             graph=False,
-            backward=False,
             run="bench",
             socket_path=f"{tmp}/none.sock",
             fallback_dir=tmp,
             graph_dir=tmp,
         ).start()
-        results["nrg session (hooks + aggregator thread)"] = per_call_us(call, n)
-        session.close()
+        return session.close
 
-    base = results["no hooks"]
-    noop = results["global no-op pre+post"]
-    print("\n== per module call: nn.Linear(4, 4), 1x4 input, no_grad ==")
-    print(f"{'configuration':42} {'us/call':>8} {'vs none':>8} {'vs no-op':>9}")
-    for name, us in results.items():
-        print(f"{name:42} {us:8.2f} {us - base:+8.2f} {us - noop:+9.2f}")
+    configs: dict[str, Callable[[], Callable[[], None]]] = {
+        "no hooks": lambda: lambda: None,
+        "global no-op pre+post": global_pair(lambda m, a: None, lambda m, a, o: None),
+        "nrg hook bodies (list append)": nrg_bodies,
+        "preallocated ring (for comparison)": global_pair(ring_pre, ring_post),
+        "nrg session (+ aggregator thread)": nrg_session,
+    }
+    best = dict.fromkeys(configs, float("inf"))
+    order = list(configs)
+    rng = random.Random(1)
+    with torch.no_grad():
+        for _ in range(2000):
+            model(x)
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for name in order:
+                undo = configs[name]()
+                for _ in range(200):
+                    model(x)
+                t = time.perf_counter()
+                for _ in range(n):
+                    model(x)
+                best[name] = min(best[name], (time.perf_counter() - t) / n * 1e6)
+                undo()
+    base = best["no hooks"]
+    noop = best["global no-op pre+post"]
+    print(
+        f"\n== per module call: nn.Linear(4, 4), 1x4 input, no_grad; best of {rounds} "
+        f"interleaved rounds of {n} calls =="
+    )
+    print(f"{'configuration':38} {'us/call':>8} {'vs none':>8} {'vs no-op':>9}")
+    for name, us in best.items():
+        print(f"{name:38} {us:8.2f} {us - base:+8.2f} {us - noop:+9.2f}")
 
 
 class BasicBlock(nn.Module):
@@ -159,8 +167,9 @@ def bench_resnet(rounds: int, steps: int, tmp: str) -> None:
         loss_fn(model(x), y).backward()
         opt.step()
 
-    wall: dict[str, list[float]] = {"plain": [], "nrg": [], "torch.profiler": []}
-    cpu: dict[str, list[float]] = {"plain": [], "nrg": [], "torch.profiler": []}
+    names = ["plain", "plain (again: noise)", "nrg", "torch.profiler"]
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
 
     def timed(name: str) -> None:
         for _ in range(steps):
@@ -171,33 +180,31 @@ def bench_resnet(rounds: int, steps: int, tmp: str) -> None:
 
     for _ in range(3):
         step()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        session = instrument(
-            model,
-            example_inputs=(x,),
-            run="bench-resnet",
-            socket_path=f"{tmp}/none.sock",
-            fallback_dir=tmp,
-            graph_dir=tmp,
-        ).start()
+    session = instrument(
+        model,
+        example_inputs=(x,),
+        run="bench-resnet",
+        socket_path=f"{tmp}/none.sock",
+        fallback_dir=tmp,
+        graph_dir=tmp,
+    ).start()
     print(
         f"\n== ResNet-18-sized training step: {params / 1e6:.1f} M params, batch 8x3x64x64, "
         f"SGD, {rounds} rounds x {steps} steps per configuration, order shuffled per round =="
     )
     print(
-        f"nrg: backward timed on {len(session.backward_modules)} modules, "
-        f"{len(session.backward_unsafe)} excluded ({len(caught)} warning)"
+        f"nrg: forward timed on every module, backward on {len(session.backward_modules)} leaf "
+        f"modules; wall and whole-process CPU time (nrg's threads included) per step, medians"
     )
     session.pause()
     from torch.profiler import ProfilerActivity, profile
 
-    order = ["plain", "nrg", "torch.profiler"]
+    order = list(names)
     rng = random.Random(0)
     for _ in range(rounds):
         rng.shuffle(order)
         for name in order:
-            if name == "plain":
+            if name.startswith("plain"):
                 timed(name)
             elif name == "nrg":
                 session.resume()
@@ -207,12 +214,12 @@ def bench_resnet(rounds: int, steps: int, tmp: str) -> None:
                 with profile(activities=[ProfilerActivity.CPU], with_modules=True):
                     timed(name)
     session.close()
-    print(f"{'configuration':16} {'wall ms':>9} {'slowdown':>9} {'CPU ms':>9} {'slowdown':>9}")
+    print(f"{'configuration':22} {'wall ms':>9} {'slowdown':>9} {'CPU ms':>9} {'slowdown':>9}")
     base_w, base_c = statistics.median(wall["plain"]), statistics.median(cpu["plain"])
     for name in wall:
         w, c = statistics.median(wall[name]), statistics.median(cpu[name])
         print(
-            f"{name:16} {w * 1e3:9.2f} {(w / base_w - 1) * 100:+8.2f}% "
+            f"{name:22} {w * 1e3:9.2f} {(w / base_w - 1) * 100:+8.2f}% "
             f"{c * 1e3:9.2f} {(c / base_c - 1) * 100:+8.2f}%"
         )
     for label, table, base in (("wall", wall, base_w), ("CPU", cpu, base_c)):
@@ -226,12 +233,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads")
+    parser.add_argument("--skip-calls", action="store_true", help="only the ResNet step")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     with tempfile.TemporaryDirectory() as tmp:
-        bench_module_call(20_000 if args.quick else 200_000, tmp)
+        if not args.skip_calls:
+            bench_module_call(20_000 if args.quick else 50_000, 3 if args.quick else 15, tmp)
         bench_resnet(2 if args.quick else 12, 2 if args.quick else 5, tmp)
 
 

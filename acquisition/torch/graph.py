@@ -14,12 +14,6 @@ Document (``format: "nrg-graph/1"``): ``nodes`` is a list of op nodes
 ``{"id", "kind": "input"|"parameter"|"buffer"|"constant"|"activation", "shape", "dtype",
 "target"?, "producer"?}``; ``inputs``/``outputs`` hold data-node ids; ``outputs`` at the top
 level names the graph outputs. Shapes are lists of ints (symbolic sizes as strings).
-
-:func:`backward_safety` reads the exported graph to find the modules where a full backward hook
-would break training (torch wraps a hooked module's inputs and outputs in a
-``BackwardHookFunction``; an in-place op on such a tensor raises "Output 0 of
-BackwardHookFunction is a view and is being modified inplace") or would only mis-time it (no
-input requires grad: torch then fires the hook at once, with a warning).
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ import logging
 import operator
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import acquisition.torch.complexity as complexity
@@ -36,7 +30,7 @@ import acquisition.torch.complexity as complexity
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["GraphCapture", "backward_safety", "capture_graph"]
+__all__ = ["GraphCapture", "capture_graph", "export_document"]
 
 log = logging.getLogger("acquisition.torch")
 
@@ -45,15 +39,11 @@ FORMAT = "nrg-graph/1"
 
 @dataclass
 class GraphCapture:
-    """A captured graph and what it says about backward hooks."""
+    """A captured graph document and where it came from."""
 
     doc: dict[str, Any]
     source: str
     """``"torch.export"``, ``"torch.jit.trace"`` or ``"none"``."""
-    backward_unsafe: dict[str, str] | None = None
-    """qualname → reason, for modules called in forward; None when unknown (no export graph)."""
-    called: list[str] = field(default_factory=list)
-    """Qualnames of the modules the forward pass called."""
 
 
 def _shape(value: Any) -> list[int | str] | None:
@@ -167,110 +157,6 @@ def export_document(ep: Any) -> dict[str, Any]:
     return {"nodes": nodes, "outputs": graph_outputs}
 
 
-def _write_args(node: Any) -> tuple[list[Any], Any]:
-    """(nodes written in place, node whose storage the result aliases) for one op node."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return [], None
-    written: list[Any] = []
-    aliased = None
-    ret_alias = schema.returns[0].alias_info if schema.returns else None
-    for i, arg in enumerate(schema.arguments):
-        info = arg.alias_info
-        if info is None:
-            continue
-        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-        nodes = _flat_nodes(value)
-        if info.is_write:
-            written.extend(nodes)
-        if ret_alias is not None and nodes and info.before_set & ret_alias.before_set:
-            aliased = nodes[0]
-    return written, aliased
-
-
-def backward_safety(ep: Any, model: nn.Module) -> tuple[dict[str, str], list[str]]:
-    """Modules whose full backward hooks would break or mis-time, from an exported graph.
-
-    Returns ``({qualname: reason}, called)``: a module is unsafe when an in-place op writes one of
-    its input tensors (inside it) or one of its output tensors (after it returned), or an alias
-    of one; or when none of its tensor inputs requires grad. ``called`` lists every module the
-    graph shows being called.
-    """
-    kinds = _placeholder_kinds(ep)
-    requires = {n: p.requires_grad for n, p in model.named_parameters()}
-    order: dict[Any, int] = {}
-    stacks: dict[Any, frozenset[str]] = {}
-    grad: dict[Any, bool] = {}
-    group: dict[Any, Any] = {}
-    writes: list[tuple[Any, Any]] = []  # (writer node, written node)
-    boundary_in: dict[str, set[Any]] = {}
-    boundary_out: dict[str, set[Any]] = {}
-    called: list[str] = []
-    for i, node in enumerate(ep.graph.nodes):
-        order[node] = i
-        if node.op == "placeholder":
-            kind, target = kinds.get(node.name, ("input", None))
-            stacks[node] = frozenset()
-            group[node] = node
-            val = node.meta.get("val")
-            if kind == "parameter":
-                grad[node] = requires.get(str(target), True)
-            else:
-                grad[node] = kind == "input" and bool(getattr(val, "requires_grad", False))
-            continue
-        args = _flat_nodes((node.args, node.kwargs))
-        if node.op == "output":
-            for a in args:
-                for m in stacks.get(a, frozenset()):
-                    boundary_out.setdefault(m, set()).add(a)
-            continue
-        if node.op != "call_function":
-            stacks[node] = frozenset()
-            group[node] = node
-            grad[node] = False
-            continue
-        stack = _module_stack(node)
-        for name in stack:
-            if name not in called:
-                called.append(name)
-        mine = frozenset(stack)
-        stacks[node] = mine
-        grad[node] = any(grad.get(a, False) for a in args)
-        if node.target is operator.getitem:
-            group[node] = group.get(node.args[0], node.args[0])
-        else:
-            written, aliased = _write_args(node)
-            group[node] = group.get(aliased, aliased) if aliased is not None else node
-            writes.extend((node, w) for w in written)
-        for a in args:
-            if kinds.get(a.name, ("",))[0] in ("parameter", "buffer", "constant"):
-                continue  # state, not a forward argument: torch does not wrap it
-            theirs = stacks.get(a, frozenset())
-            for m in mine - theirs:
-                boundary_in.setdefault(m, set()).add(a)
-            for m in theirs - mine:
-                boundary_out.setdefault(m, set()).add(a)
-    unsafe: dict[str, str] = {}
-    for name in called:
-        inputs = boundary_in.get(name, set())
-        outputs = boundary_out.get(name, set())
-        in_groups = {group[a] for a in inputs}
-        out_groups = {group[a]: order[a] for a in outputs}
-        for writer, target in writes:
-            g = group.get(target, target)
-            inside = name in stacks[writer]
-            if inside and g in in_groups:
-                unsafe[name] = f"in-place op {writer.target} on its input"
-                break
-            if not inside and g in out_groups and order[writer] > out_groups[g]:
-                unsafe[name] = f"in-place op {writer.target} on its output"
-                break
-        else:
-            if not any(grad.get(a, False) for a in inputs):
-                unsafe[name] = "no input requires grad"
-    return unsafe, called
-
-
 def _jit_document(model: nn.Module, args: tuple[Any, ...]) -> dict[str, Any]:
     import torch
 
@@ -351,8 +237,7 @@ def capture_graph(
     else:
         header["source"] = "torch.export"
         header.update(export_document(ep))
-        unsafe, called = backward_safety(ep, model)
-        return GraphCapture(header, "torch.export", unsafe, called)
+        return GraphCapture(header, "torch.export")
     if kwargs:
         message = "torch.jit.trace cannot pass keyword arguments; no graph recorded"
         log.warning("nrg: %s", message)

@@ -1,8 +1,9 @@
 """Module hooks of the training-side tracer: the hot path.
 
 Source: torch's global module hooks (``torch.nn.modules.module.register_module_forward_pre_hook``
-and ``register_module_forward_hook(..., always_call=True)``) and, where safe, per-module full
-backward hooks (``Module.register_full_backward_pre_hook`` / ``register_full_backward_hook``).
+and ``register_module_forward_hook(..., always_call=True)``) and, for backward, pre- and
+post-hooks on the autograd node that produced a leaf module's output
+(``grad_fn.register_prehook`` / ``grad_fn.register_hook``).
 
 Each hook body does one ``time.perf_counter_ns()`` and one ``list.append`` of a
 ``(module, t_ns, kind)`` tuple into the session's :class:`EventLog`; names, nesting and sums are
@@ -10,10 +11,11 @@ worked out later by :mod:`acquisition.torch.steps` on a background thread. On CU
 record a ``torch.cuda.Event`` (a fourth tuple item) so GPU execution time can be resolved off the
 hot path: the hooks fire when kernels are *launched*, not when they run.
 
-Why a list and not a preallocated ring: in CPython a bound ``list.append`` measured the same per
-call as an indexed store into a preallocated ring (see ``bench/bench_hooks.py``), and a list never
-overwrites unread events when the reader lags; the reader drains it in place (slice + ``del``,
-each atomic under the GIL) every few milliseconds, so it stays small.
+Why a list and not a preallocated ring: an indexed store into a preallocated ring measured
+~0.5 µs per module call faster (``bench/bench_hooks.py``; some of that is the leaf check the real
+post-hook does), but a ring overwrites unread events whenever the reader lags by a lap, and a
+list never does; the reader drains it in place (slice + ``del``, each atomic under the GIL)
+every 50 ms, so it stays small.
 """
 
 from __future__ import annotations
@@ -82,18 +84,13 @@ class EventLog:
         return chunk
 
 
-def _make_cpu_hooks(append: Callable[[Event], None]) -> tuple[Callable[..., None], ...]:
+def _make_cpu_hooks(
+    append: Callable[[Event], None], leaves: set[Any]
+) -> tuple[Callable[..., None], Callable[..., None]]:
+    from functools import partial
     from time import perf_counter_ns
 
     # Default arguments turn global look-ups into fast locals: this is the hot path.
-    def fwd_pre(module: Any, args: Any, _a: Any = append, _t: Any = perf_counter_ns) -> None:
-        _a((module, _t(), 0))
-
-    def fwd_post(
-        module: Any, args: Any, output: Any, _a: Any = append, _t: Any = perf_counter_ns
-    ) -> None:
-        _a((module, _t(), 1))
-
     def bwd_pre(module: Any, grad_output: Any, _a: Any = append, _t: Any = perf_counter_ns) -> None:
         _a((module, _t(), 2))
 
@@ -102,10 +99,32 @@ def _make_cpu_hooks(append: Callable[[Event], None]) -> tuple[Callable[..., None
     ) -> None:
         _a((module, _t(), 3))
 
-    return fwd_pre, fwd_post, bwd_pre, bwd_post
+    def fwd_pre(module: Any, args: Any, _a: Any = append, _t: Any = perf_counter_ns) -> None:
+        _a((module, _t(), 0))
+
+    def fwd_post(
+        module: Any,
+        args: Any,
+        output: Any,
+        _a: Any = append,
+        _t: Any = perf_counter_ns,
+        _leaves: Any = leaves,
+        _p: Any = partial,
+    ) -> None:
+        _a((module, _t(), 1))
+        if module in _leaves:
+            node = getattr(output, "grad_fn", None)  # None under no_grad and for non-tensors
+            if node is not None:
+                node.register_prehook(_p(bwd_pre, module))
+                node.register_hook(_p(bwd_post, module))
+
+    return fwd_pre, fwd_post
 
 
-def _make_cuda_hooks(append: Callable[[Event], None]) -> tuple[Callable[..., None], ...]:
+def _make_cuda_hooks(
+    append: Callable[[Event], None], leaves: set[Any]
+) -> tuple[Callable[..., None], Callable[..., None]]:
+    from functools import partial
     from time import perf_counter_ns
 
     import torch
@@ -114,14 +133,11 @@ def _make_cuda_hooks(append: Callable[[Event], None]) -> tuple[Callable[..., Non
 
     def _mark(module: Any, kind: int) -> None:
         ev = event_cls(enable_timing=True)
-        ev.record()
+        ev.record()  # on the current stream; read later by the aggregator thread
         append((module, perf_counter_ns(), kind, ev))
 
     def fwd_pre(module: Any, args: Any) -> None:
         _mark(module, 0)
-
-    def fwd_post(module: Any, args: Any, output: Any) -> None:
-        _mark(module, 1)
 
     def bwd_pre(module: Any, grad_output: Any) -> None:
         _mark(module, 2)
@@ -129,7 +145,15 @@ def _make_cuda_hooks(append: Callable[[Event], None]) -> tuple[Callable[..., Non
     def bwd_post(module: Any, grad_input: Any, grad_output: Any) -> None:
         _mark(module, 3)
 
-    return fwd_pre, fwd_post, bwd_pre, bwd_post
+    def fwd_post(module: Any, args: Any, output: Any) -> None:
+        _mark(module, 1)
+        if module in leaves:
+            node = getattr(output, "grad_fn", None)
+            if node is not None:
+                node.register_prehook(partial(bwd_pre, module))
+                node.register_hook(partial(bwd_post, module))
+
+    return fwd_pre, fwd_post
 
 
 class ModuleHooks:
@@ -139,21 +163,37 @@ class ModuleHooks:
     modules outside the instrumented model). The forward post-hook is registered without kwargs
     and with ``always_call=True``: torch then calls it with ``output=None`` when ``forward``
     raises, so module exits are recorded on exceptions too (with kwargs it would be re-called
-    with the wrong arity and the exit lost). Backward hooks are per module, on the modules that
-    :func:`acquisition.torch.graph.backward_safety` cleared.
+    with the wrong arity and the exit lost).
+
+    Backward is timed without module backward hooks: torch's full backward hooks wrap a module's
+    inputs and outputs in a ``BackwardHookFunction``, which makes any in-place op on them raise
+    (``ReLU(inplace=True)``, ``out += x``), fires at once for modules whose inputs need no grad,
+    and cost ~3 % of a ResNet-18 step on CPU. Instead, when a *leaf* module in
+    ``backward_leaves`` returns a tensor with a ``grad_fn``, the forward post-hook puts a pre-hook
+    and a post-hook on that autograd node: they fire when the node's backward starts and ends,
+    which for the usual single-op leaves (linear, convolution, norm, activation, pooling) is the
+    module's whole backward. The node is freed with the graph after ``backward()``, and the hooks
+    with it; in-place ops later on the output do not matter (they add a node, this one still
+    runs).
     """
 
     def __init__(self, log: EventLog, *, cuda: bool = False) -> None:
         self._lock = threading.Lock()
+        self.backward_leaves: set[Any] = set()
+        """Leaf modules whose backward is timed; the hooks read this set on every call."""
         make = _make_cuda_hooks if cuda else _make_cpu_hooks
-        self.fwd_pre, self.fwd_post, self.bwd_pre, self.bwd_post = make(log.append)
+        self.fwd_pre, self.fwd_post = make(log.append, self.backward_leaves)
         self._forward: list[RemovableHandle] = []
-        self._backward: list[RemovableHandle] = []
-        self.backward_modules: list[nn.Module] = []
 
     @property
     def forward_installed(self) -> bool:
         return bool(self._forward)
+
+    def set_backward(self, modules: Iterable[nn.Module]) -> None:
+        """Time the backward of these leaf modules (replaces the previous set)."""
+        with self._lock:
+            self.backward_leaves.clear()
+            self.backward_leaves.update(modules)
 
     def install_forward(self) -> None:
         from torch.nn.modules import module as torch_module
@@ -172,31 +212,7 @@ class ModuleHooks:
         for handle in handles:
             handle.remove()
 
-    def install_backward(self, modules: Iterable[nn.Module]) -> None:
-        with self._lock:
-            for module in modules:
-                self.backward_modules.append(module)
-                self._backward.append(module.register_full_backward_pre_hook(self.bwd_pre))
-                self._backward.append(module.register_full_backward_hook(self.bwd_post))
-
-    def pause(self) -> None:
-        """Remove every hook but remember the backward set, for :meth:`resume`."""
-        self.remove_forward()
-        with self._lock:
-            handles, self._backward = self._backward, []
-        for handle in handles:
-            handle.remove()
-
-    def resume(self) -> None:
-        with self._lock:
-            modules, self.backward_modules = self.backward_modules, []
-        self.install_backward(modules)
-        self.install_forward()
-
     def remove_all(self) -> None:
+        """Remove the global hooks; node hooks already placed die with their autograd graph."""
         self.remove_forward()
-        with self._lock:
-            handles, self._backward = self._backward, []
-            self.backward_modules = []
-        for handle in handles:
-            handle.remove()
+        self.set_backward(())

@@ -2,9 +2,9 @@
 
 Calls used: the global module and optimizer hooks of torch (``register_module_forward_pre_hook``,
 ``register_module_forward_hook``, ``torch.optim.optimizer.register_optimizer_step_post_hook``,
-``register_module_module_registration_hook``), per-module full backward hooks where safe, one
-root forward pre-hook with kwargs to capture the first call's inputs when no example inputs were
-given. Clock: ``time.perf_counter_ns()`` on the hot path, converted to Unix-epoch ns with one
+``register_module_module_registration_hook``), autograd-node hooks on leaf modules' outputs for
+backward timing (see :mod:`acquisition.torch.hooks`), one root forward pre-hook with kwargs to
+capture the first call's inputs when no example inputs were given. Clock: ``time.perf_counter_ns()`` on the hot path, converted to Unix-epoch ns with one
 offset measured at start (``time.time_ns() - perf_counter_ns()``).
 
 Points (wire contract): ``nrg_run`` (start/end), ``nrg_model`` (per module, once), ``nrg_step``
@@ -19,7 +19,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -39,13 +38,12 @@ if TYPE_CHECKING:
     from torch import nn
     from torch.utils.hooks import RemovableHandle
 
-__all__ = ["NrgHookWarning", "Session", "resolve_tags"]
+__all__ = ["Session", "resolve_tags"]
 
 log = logging.getLogger("acquisition.torch")
 
-
-class NrgHookWarning(UserWarning):
-    """Backward timing was turned off for some modules (or all) to keep training correct."""
+_SLICE = 128
+"""Events aggregated (and a quarter as many points encoded) per hold of the GIL."""
 
 
 def resolve_tags(
@@ -103,8 +101,6 @@ class Session:
         self._auto_step = auto_step
         self._flush_interval_s = flush_interval_s
         self.capture: GraphCapture | None = None
-        self.backward_unsafe: dict[str, str] = {}
-        """qualname → why its backward is not timed."""
         self._encoder = LineEncoder()
         self._events = EventLog()
         self._hooks: ModuleHooks | None = None
@@ -114,13 +110,13 @@ class Session:
         self._step_optimizer: weakref.ref[Any] | None = None
         self._manual_steps = False
         self._epoch = 0
+        self._epoch_marked = False
         self._names_dirty = False
         self._param_ids: set[int] = set()
         self._aggregator: StepAggregator | None = None
         self._sender: LineSender | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
         self._started = False
         self._closed = False
         self._paused = False
@@ -137,11 +133,14 @@ class Session:
 
     @property
     def backward_modules(self) -> list[str]:
-        """Qualnames of the modules whose backward is timed."""
+        """Qualnames of the (leaf) modules whose backward is timed, in model order."""
         if self._hooks is None:
             return []
-        names = {m: n for n, m in self.model.named_modules()}
-        return [names[m] for m in self._hooks.backward_modules if m in names]
+        leaves = self._hooks.backward_leaves
+        return [n for n, m in self.model.named_modules() if m in leaves]
+
+    def _leaves(self) -> list[Any]:
+        return [m for m in self.model.modules() if next(m.children(), None) is None]
 
     def start(self) -> Session:
         """Install the hooks and start sending; returns the session (for code without ``with``)."""
@@ -165,10 +164,12 @@ class Session:
         args, kwargs = self._example
         if args is not None:
             self._capture(args, kwargs)
-        elif self._graph or self._backward:
+        else:
             self._first_call = model.register_forward_pre_hook(
                 self._on_first_call, with_kwargs=True
             )
+        if self._backward:
+            self._hooks.set_backward(self._leaves())
         self._hooks.install_forward()
         self._handles.append(torch_optimizer.register_optimizer_step_post_hook(self._on_optimizer))
         self._handles.append(
@@ -184,8 +185,12 @@ class Session:
         self._events.append((None, time.perf_counter_ns(), STEP))
 
     def epoch(self, number: int | None = None) -> int:
-        """Set the epoch of the steps that follow (default: the next one); returns it."""
-        self._epoch = self._epoch + 1 if number is None else int(number)
+        """Set the epoch of the steps that follow and return it; without ``number`` the first
+        call gives 0 and each later call the next."""
+        if number is None:
+            number = self._epoch + 1 if self._epoch_marked else 0
+        self._epoch_marked = True
+        self._epoch = int(number)
         self._events.append((self._epoch, time.perf_counter_ns(), EPOCH))
         return self._epoch
 
@@ -196,7 +201,7 @@ class Session:
         if self._hooks is None or self._paused or self._closed:
             return
         self._paused = True
-        self._hooks.pause()
+        self._hooks.remove_forward()
 
     def resume(self) -> None:
         """Record again; a step with no module call yet starts now."""
@@ -204,7 +209,7 @@ class Session:
             return
         self._paused = False
         self._events.append((None, time.perf_counter_ns(), RESUME))
-        self._hooks.resume()
+        self._hooks.install_forward()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -288,7 +293,19 @@ class Session:
     # --- model structure ---------------------------------------------------------------------
 
     def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Record sizes, FLOPs and graph; decide the backward hooks. Runs once."""
+        """Record sizes, FLOPs and graph; decide the backward hooks. Runs once.
+
+        Runs inside the model's first forward call when no example inputs were given: whatever
+        goes wrong is logged, never raised into training (a warning the user turned into an
+        error excepted)."""
+        try:
+            self._analyse(args, kwargs)
+        except Warning:
+            raise
+        except Exception:
+            log.exception("nrg: model analysis failed; no graph, FLOPs or backward timing")
+
+    def _analyse(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         assert self._hooks is not None
         model = self.model
         reinstall = self._hooks.forward_installed
@@ -301,15 +318,11 @@ class Session:
             except Exception as exc:  # a model FlopCounterMode cannot run is still trained
                 log.warning("nrg: FLOP counting failed (%s: %s)", type(exc).__name__, exc)
                 flops = {}
-            capture = None
-            if self._graph or self._backward:
-                capture = capture_graph(model, args, kwargs)
-                self.capture = capture
-            if capture is not None and self.graph_path is not None:
-                self._write_graph(capture, sizes, flops)
+            if self._graph:
+                self.capture = capture_graph(model, args, kwargs)
+                if self.graph_path is not None:
+                    self._write_graph(self.capture, sizes, flops)
             self._send(complexity.model_points(sizes, flops, self._model_tags, self.start_time_ns))
-            if self._backward:
-                self._install_backward(capture)
         finally:
             if reinstall:
                 self._hooks.install_forward()
@@ -335,34 +348,6 @@ class Session:
             log.warning("nrg: cannot write the model graph to %s: %s", self.graph_path, exc)
             self.graph_path = None
 
-    def _install_backward(self, capture: GraphCapture | None) -> None:
-        assert self._hooks is not None
-        if capture is None or capture.backward_unsafe is None:
-            warnings.warn(
-                "nrg: backward timing is off: without a torch.export graph nrg cannot tell "
-                "which modules' backward hooks would break in-place ops",
-                NrgHookWarning,
-                stacklevel=4,
-            )
-            return
-        self.backward_unsafe = dict(capture.backward_unsafe)
-        modules = dict(self.model.named_modules())
-        safe = [
-            modules[n] for n in capture.called if n in modules and n not in self.backward_unsafe
-        ]
-        self._hooks.install_backward(safe)
-        in_place = sorted(n for n, why in self.backward_unsafe.items() if "in-place" in why)
-        if in_place:
-            shown = ", ".join(repr(n or "(root)") for n in in_place[:8])
-            more = f" and {len(in_place) - 8} more" if len(in_place) > 8 else ""
-            warnings.warn(
-                f"nrg: backward timing is off for {len(in_place)} module(s) whose inputs or "
-                f"outputs are modified in place ({shown}{more}); a full backward hook there "
-                f"would make torch raise. Their backward time counts in their parent's.",
-                NrgHookWarning,
-                stacklevel=4,
-            )
-
     # --- background thread ------------------------------------------------------------------
 
     def _names(self) -> dict[Any, str]:
@@ -374,17 +359,26 @@ class Session:
         self._flush()
 
     def _flush(self) -> None:
+        """Aggregate and send what the hooks recorded, in small slices.
+
+        Between slices the thread sleeps for 0 s, which hands the GIL back: the training thread
+        returning from a GIL-free torch op must otherwise wait for the interpreter's switch
+        interval (5 ms) before it can run on while this thread computes.
+        """
         assert self._aggregator is not None
         if self._names_dirty:
             self._names_dirty = False
             self._aggregator.names = self._names()
+            if self._backward and self._hooks is not None:
+                self._hooks.set_backward(self._leaves())
         events = self._events.drain()
-        if not events:
-            return
-        points: list[Point] = []
-        for record in self._aggregator.feed(events):
-            points.extend(step_points(record, self.tags, self.offset_ns))
-        self._send(points)
+        for i in range(0, len(events), _SLICE):
+            for record in self._aggregator.feed(events[i : i + _SLICE]):
+                points = step_points(record, self.tags, self.offset_ns)
+                for j in range(0, len(points), _SLICE // 4):
+                    time.sleep(0)
+                    self._send(points[j : j + _SLICE // 4])
+            time.sleep(0)
 
     def _send(self, points: list[Point]) -> None:
         if not points or self._sender is None:

@@ -140,3 +140,12 @@ def test_step_points_follow_the_wire_contract() -> None:
             10**18 + 4_000,
         ),
     ]
+
+
+def test_epoch_numbering_without_arguments(private_dirs: object) -> None:
+    from torch import nn
+
+    from acquisition.torch import instrument
+
+    session = instrument(nn.Linear(2, 2), run="epochs", graph=False)
+    assert [session.epoch(), session.epoch(), session.epoch(7), session.epoch()] == [0, 1, 7, 8]
