@@ -36,8 +36,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
-import psutil
-
 from acquisition.api import Emit, PluginContext
 from acquisition.config import duration
 from acquisition.errors import ConfigError, NoData
@@ -670,6 +668,13 @@ def _psutil_cpu(t: Any) -> CpuTimes:
     return CpuTimes(*[round(getattr(t, name, 0.0) * 1_000_000) for name in CpuTimes._fields])
 
 
+def _psutil() -> Any:
+    """psutil, imported on first use: most machines never need it and it costs start-up time."""
+    import psutil
+
+    return psutil
+
+
 class _PsutilSource:
     """The same readings through psutil, for machines without procfs (macOS).
 
@@ -684,7 +689,7 @@ class _PsutilSource:
         return True
 
     def open(self) -> None:
-        psutil.cpu_times()
+        _psutil().cpu_times()
 
     def close(self) -> None:
         pass
@@ -696,8 +701,8 @@ class _PsutilSource:
         return os.getpid()
 
     def cpu_times(self) -> dict[str, CpuTimes]:
-        out = {"total": _psutil_cpu(psutil.cpu_times())}
-        for i, t in enumerate(psutil.cpu_times(percpu=True)):
+        out = {"total": _psutil_cpu(_psutil().cpu_times())}
+        for i, t in enumerate(_psutil().cpu_times(percpu=True)):
             out[f"cpu{i}"] = _psutil_cpu(t)
         return out
 
@@ -705,21 +710,21 @@ class _PsutilSource:
         return None  # unknown: descendants are looked for at every tick
 
     def memory(self) -> MemInfo:
-        vm = psutil.virtual_memory()
-        sm = psutil.swap_memory()
+        vm = _psutil().virtual_memory()
+        sm = _psutil().swap_memory()
         return MemInfo(vm.total, vm.available, vm.free, sm.total, sm.free)
 
     def sample(self, pid: int) -> PidStat | None:
         # A fresh Process each time: psutil caches create_time, so a reused pid would otherwise
         # pass for the old process.
         try:
-            p = psutil.Process(pid)
+            p = _psutil().Process(pid)
             with p.oneshot():
                 ct = p.cpu_times()
                 return PidStat(
                     pid,
                     p.name(),
-                    "Z" if p.status() == psutil.STATUS_ZOMBIE else "R",
+                    "Z" if p.status() == _psutil().STATUS_ZOMBIE else "R",
                     p.ppid(),
                     round(ct.user * 1_000_000),
                     round(ct.system * 1_000_000),
@@ -727,7 +732,7 @@ class _PsutilSource:
                     round(p.create_time() * 1_000_000),
                     p.memory_info().rss,
                 )
-        except (psutil.Error, OSError) as exc:
+        except (_psutil().Error, OSError) as exc:
             log.debug("pid %d: unreadable through psutil (%s)", pid, exc)
             return None
 
@@ -736,7 +741,7 @@ class _PsutilSource:
 
     def scan(self) -> dict[int, tuple[int, int]]:
         out: dict[int, tuple[int, int]] = {}
-        for p in psutil.process_iter(["ppid", "create_time"]):
+        for p in _psutil().process_iter(["ppid", "create_time"]):
             ppid, ct = p.info["ppid"], p.info["create_time"]
             if ppid is not None and ct is not None:
                 out[p.pid] = (ppid, round(ct * 1_000_000))
@@ -744,8 +749,8 @@ class _PsutilSource:
 
     def detail(self, pid: int) -> MemoryDetail | None:
         try:
-            m = psutil.Process(pid).memory_full_info()
-        except (psutil.Error, OSError):
+            m = _psutil().Process(pid).memory_full_info()
+        except (_psutil().Error, OSError):
             return None
         return MemoryDetail(
             m.uss, max(m.rss - m.uss, 0), getattr(m, "pss", None), getattr(m, "swap", None)
