@@ -571,10 +571,10 @@ class InfluxDBSink:
                     self.spool.directory,
                 )
 
-    def _note_success(self) -> None:
+    def _note_success(self, remaining: int) -> None:
         if self._state in ("retrying", "settings"):
             log.info("influxdb %s answers again; replaying the spool", self.where())
-        self._state = "replaying" if self.spool.records else "ok"
+        self._state = "replaying" if remaining else "ok"
         self._attempt = 0
         self._retry_logged = False
         self._settings_logged = False
@@ -617,9 +617,11 @@ class InfluxDBSink:
                 self._progress.set()
                 continue
             self._retry_after = None
-            await spool.commit(batch)
+            # The server has it: count it and update the state before the index shrinks (at the
+            # start of commit), so no observer sees an empty spool with a stale state.
             self.replayed_points += batch.points
-            self._note_success()
+            self._note_success(remaining=spool.records - batch.records)
+            await spool.commit(batch)
             self._progress.set()
 
     def _redact(self, text: str) -> str:
