@@ -30,9 +30,10 @@ Model, per step interval [start, end] and per source:
   covers the platform) − Σ GPU, when a wall meter and a RAPL package domain bracket the step.
 
 A step is emitted once its data is complete: every known source has a sample at or after the
-step's end (or can never bracket it), and its module points are in (a later step or the run's
-``end`` event arrived for the same experiment/run/rank, or ``grace`` passed on the data clock since
-the step point arrived). Modules may arrive before or after their step. The data clock is the
+step's end (or can never bracket it), and its module points are in (a point of a later step, or
+the run's ``end`` event, arrived after the step point for the same experiment/run/rank — a job
+sends a step's points together — or ``grace`` passed on the data clock since the step point
+arrived). Modules may arrive before or after their step. The data clock is the
 newest timestamp seen on the bus, so the processor needs no timer and replays deterministically.
 """
 
@@ -279,6 +280,8 @@ class _Step:
     arrived_ns: int = 0
     seen_ns: int = 0
     modules: dict[tuple[str, str], tuple[float, float | None]] = field(default_factory=dict)
+    complete: bool = False
+    """All its module points are in: a later step's point or the run's end arrived after it."""
 
 
 class _Done:
@@ -332,8 +335,10 @@ class EnergyAttribution:
         self._history_ns = int(config.history * _NS)
         self._sources: dict[str, _Source] = {}
         self._steps: dict[StepKey, _Step] = {}
-        self._latest_step: dict[RunKey, int] = {}
-        self._ended: set[RunKey] = set()
+        self._last_step: dict[RunKey, int] = {}
+        """Step index of the latest training-job point per run (arrival order)."""
+        self._run_end_ns: dict[RunKey, int] = {}
+        """End of the latest step seen per run, to tell a restart from a late start event."""
         self._done: dict[RunKey, _Done] = {}
         self._clock = 0
         self._next_due = 0
@@ -424,11 +429,19 @@ class EnergyAttribution:
         return entry
 
     def _note_step(self, run: RunKey, step: int) -> bool:
-        """Record the newest step seen of a run; True when ``step`` is newer than all before."""
-        if step > self._latest_step.get(run, -1):
-            self._latest_step[run] = step
-            return True
-        return False
+        """A point of ``step`` arrived: the run's steps before it whose step point is in are
+        complete (a job sends a step's points together, so a later step's point means the earlier
+        one's are all in). True when that may have completed a step."""
+        if self._last_step.get(run) == step:
+            return False  # the common case: more points of the same step
+        self._last_step[run] = step
+        self._mark_complete(run, lambda n: n < step)
+        return True
+
+    def _mark_complete(self, run: RunKey, which: Callable[[int], bool]) -> None:
+        for entry in self._steps.values():
+            if entry.run == run and entry.end_ns is not None and which(entry.step):
+                entry.complete = True
 
     def _on_module(self, point: Point) -> bool:
         """Take a module point; True when it is the first point of a new step of its run."""
@@ -464,25 +477,26 @@ class EnergyAttribution:
             self._counts["steps_duplicate"] += 1
         entry.epoch = _int_field(f, "epoch") or 0
         entry.start_ns, entry.end_ns = start, end
+        if end > self._run_end_ns.get(run, -1):
+            self._run_end_ns[run] = end
         entry.arrived_ns = self._clock
 
     def _on_run(self, point: Point, emit: Emit) -> None:
         run = _run_key(point.tags)
         event = point.fields.get("event")
         if event == "end":
-            self._ended.add(run)
-        elif event == "start" and run in self._latest_step:
+            self._mark_complete(run, lambda n: True)
+        elif event == "start" and point.time_ns > self._run_end_ns.get(run, point.time_ns):
             # A restarted run counts its steps from 0 again: finish the old incarnation first.
-            self._ended.add(run)
+            # (A start older than steps already seen is the same run's start arriving late, e.g.
+            # from an ingested fallback file, and changes nothing.)
+            self._mark_complete(run, lambda n: True)
             self._flush(emit)
-            self._ended.discard(run)
-            self._latest_step.pop(run, None)
+            self._last_step.pop(run, None)
             self._done.pop(run, None)
+            self._run_end_ns.pop(run, None)
 
     # -- emission --
-
-    def _complete(self, entry: _Step) -> bool:
-        return entry.run in self._ended or self._latest_step.get(entry.run, -1) > entry.step
 
     def _covered(self, start: int, end: int) -> bool:
         for src in self._sources.values():
@@ -505,7 +519,7 @@ class EnergyAttribution:
                     next_due = min(next_due, due)
                 continue
             due = entry.arrived_ns + self._grace_ns
-            ready = self._complete(entry) and self._covered(entry.start_ns, entry.end_ns)
+            ready = entry.complete and self._covered(entry.start_ns, entry.end_ns)
             if force or ready or self._clock >= due:
                 del self._steps[key]
                 self._done.setdefault(entry.run, _Done()).add(entry.step)

@@ -315,6 +315,33 @@ def test_a_restarted_run_is_attributed_again() -> None:
     ]
 
 
+def test_a_late_start_event_is_not_a_restart() -> None:
+    """An ingested fallback file brings the run's start and first steps after the later ones."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 2000))
+    h.feed([step(2, 500, 700), step(3, 700, 900), run_event("end", 950)])
+    h.feed([run_event("start", 0), step(0, 100, 300), step(1, 300, 500)])
+    h.feed([step(3, 700, 900)])  # a replay of a step already attributed
+    scopes = [p for p in h.out if p.tags["scope"] == "step"]
+    assert [p.fields["step"] for p in scopes] == [2, 3, 0, 1]
+    assert h.proc.stats()["steps_duplicate"] == 1
+
+
+def test_replayed_steps_keep_their_modules() -> None:
+    """Old steps ingested after the run ended (step point first, then its modules): each is
+    complete only when a later step's point arrives after it, or after grace."""
+    h = Harness(grace=1.0)
+    h.feed(counter("package", 10.0, 0, 3000))
+    h.feed([step(2, 500, 700), step(3, 700, 900), run_event("end", 950)])
+    h.feed([run_event("start", 0), step(0, 100, 300), module(0, "fc1", "forward", 0.1, 300)])
+    h.feed([step(1, 300, 500), module(1, "fc1", "forward", 0.05, 500)])
+    h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 4000 * MS)])  # grace passes for step 1
+    modules = [p for p in h.out if p.tags["scope"] == "module"]
+    assert [p.fields["step"] for p in modules] == [0, 1]
+    assert [p.fields["energy_joules"] for p in modules] == pytest.approx([1.0, 0.5])
+    assert h.proc.stats()["modules_late"] == 0
+
+
 def test_runs_and_ranks_are_kept_apart() -> None:
     h = Harness()
     other = {**RUN, "rank": "1"}

@@ -8,7 +8,9 @@ rapl, hooks and attribution plugins and the file sink; the training job uses the
 ``acquisition.torch.instrument``. The file read back must give, per step, energy = W × duration,
 module joules plus the remainder = the step's joules, and every step exactly once. Two failure
 cases: no agent (the fallback file holds every event) and the agent killed mid-run (training
-finishes; the agent's file plus the fallback file hold every event).
+finishes; the agent's file plus the fallback file hold every event), and the agent started
+mid-run (the job starts on its fallback file, moves to the socket, and once the job has exited
+the agent ingests the file: its own output then holds every event).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import pytest
 
 from acquisition.errors import LineProtocolError
 from acquisition.lineproto import decode_line
-from acquisition.point import Point
+from acquisition.point import FieldValue, Point
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -61,6 +63,20 @@ while True:
         os.replace(tmp, path)
     time.sleep(0.001)
 """
+
+
+_LATE_AGENT_JOB = r"""
+import pathlib, sys, time
+from tests.e2e.test_training_energy import train
+sock, fallback, graphs = map(pathlib.Path, sys.argv[1:4])
+def wait_for_agent(epoch):
+    if epoch == 0:
+        while not sock.exists():
+            time.sleep(0.02)
+        time.sleep(3.5)  # the library retries the socket every 3 s
+train(sock, fallback, graphs, run="late", on_epoch_end=wait_for_agent)
+"""
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- fixtures --------------------------------------------------------------------------------
@@ -136,6 +152,7 @@ backend = "powercap"
 [[collectors.hooks]]
 socket_path = "{socket_path}"
 ingest_dir = "{tmp}/fallback"
+ingest_interval = "200ms"
 
 [[processors.attribution]]
 
@@ -398,3 +415,54 @@ def test_agent_killed_mid_run_nothing_lost(tmp_path: Path, sock_dir: Path, power
     spooled = [p for f in fallback.glob("nrg-killed-*.lp") for p in read_points(f)]
     assert spooled, "after the kill the library wrote to its fallback file"
     assert_complete_run(arrived + spooled, "killed")
+
+
+def test_agent_started_mid_run_ingests_the_fallback_file(
+    tmp_path: Path, sock_dir: Path, powercap: Path
+) -> None:
+    sock, fallback = sock_dir / "hooks.sock", tmp_path / "fallback"
+    job = subprocess.Popen(
+        [sys.executable, "-c", _LATE_AGENT_JOB, str(sock), str(fallback), str(tmp_path / "g")],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    spool = fallback / f"nrg-late-{job.pid}.lp"
+    wait_for(
+        lambda: any(p.measurement == "nrg_step" for p in read_points(spool)), "the job's first step"
+    )
+    agent = Agent(tmp_path, powercap, sock)
+    try:
+        _, job_err = job.communicate(timeout=300)
+        assert job.returncode == 0, job_err
+
+        def attributed_and_expected(points: list[Point]) -> tuple[list[FieldValue], list[int]]:
+            """Steps with energy; steps that began after the agent's first RAPL sample (the
+            earlier ones cannot be bracketed)."""
+            steps = assert_complete_run(points, "late")
+            first_sample = min(p.time_ns for p in points if p.measurement == "rapl")
+            attributed = [
+                p.fields["step"]
+                for p in points
+                if p.measurement == "nrg_energy"
+                and p.tags["scope"] == "step"
+                and p.tags["source"] == "rapl:package-0"
+            ]
+            starts = {n: s.fields["start_time_ns"] for n, s in steps.items()}
+            expected = sorted(n for n, t in starts.items() if int(t) >= first_sample)
+            return sorted(attributed), expected
+
+        def done() -> bool:
+            try:
+                attributed, expected = attributed_and_expected(agent.points())
+            except AssertionError:
+                return False  # the fallback file is not ingested yet
+            return set(expected) <= set(attributed)
+
+        wait_for(done, "the ingested fallback file and its energy", agent)
+    finally:
+        agent.stop()
+    assert [f.name for f in fallback.iterdir()] == [spool.name + ".ingested"]
+    attributed, expected = attributed_and_expected(agent.points())
+    assert attributed == expected  # each once
+    assert len(expected) >= (EPOCHS - 1) * STEPS_PER_EPOCH - 1
