@@ -29,8 +29,10 @@ with warnings.catch_warnings():
 from torch import nn
 from torch.nn.modules import module as torch_module
 
+from acquisition.lineproto import LineEncoder
 from acquisition.torch import instrument
-from acquisition.torch.hooks import EventLog, ModuleHooks
+from acquisition.torch.hooks import STEP, EventLog, ModuleHooks
+from acquisition.torch.steps import StepAggregator, step_points
 
 
 def bench_module_call(n: int, rounds: int, tmp: str) -> None:
@@ -227,6 +229,94 @@ def bench_resnet(rounds: int, steps: int, tmp: str) -> None:
         prof = statistics.median(table["torch.profiler"]) - base
         ratio = f"{prof / nrg:.1f}x" if nrg > 0 else "n/a (nrg overhead below noise)"
         print(f"{label}: profiler overhead / nrg overhead = {ratio}")
+    breakdown(model, step, base_c)
+
+
+def breakdown(model: nn.Module, step: Callable[[], None], step_cpu_s: float) -> None:
+    """nrg's own work for one ResNet step, timed in isolation (best of 30): robust to the noise
+    of a shared machine, unlike the end-to-end medians above."""
+    log = EventLog()
+    hooks = ModuleHooks(log)
+    leaves = [m for m in model.modules() if next(m.children(), None) is None]
+    hooks.install_forward()
+    hooks.set_backward(leaves)
+    step()
+    hooks.remove_all()
+    events = [*log.drain(), (None, perf_counter_ns(), STEP)]
+    calls = sum(1 for e in events if e[2] == 0)
+    backward = sum(1 for e in events if e[2] == 2)
+    names = {m: n for n, m in model.named_modules()}
+    encoder = LineEncoder()
+    best = [float("inf")] * 3
+    for _ in range(30):
+        agg = StepAggregator(names)
+        t0 = time.perf_counter()
+        (record,) = agg.feed(events)
+        t1 = time.perf_counter()
+        points = step_points(record, {"experiment": "bench", "run": "r"}, 0)
+        t2 = time.perf_counter()
+        encoder.encode_many(points)
+        t3 = time.perf_counter()
+        best = [min(b, v) for b, v in zip(best, (t1 - t0, t2 - t1, t3 - t2), strict=True)]
+
+    # Hot-path cost per module call, in this model's own calls: the hooked step minus the plain
+    # one would drown in noise, so time the hooks on a tiny module and scale by the call counts.
+    tiny = nn.Linear(4, 4)
+    xt = torch.randn(1, 4)
+    with torch.no_grad():
+        plain_us = min(per_call(tiny, xt) for _ in range(5))
+        hooks.install_forward()
+        hooked_us = min(per_call(tiny, xt) for _ in range(5))
+        hooks.remove_all()
+        log.drain()
+    node_us = node_hook_cost_us(hooks, log)
+    hot_ms = (calls * (hooked_us - plain_us) + backward * node_us) / 1e3
+    background_ms = sum(best) * 1e3
+    total_ms = hot_ms + background_ms
+    print("\n== nrg's work per ResNet step, timed in isolation ==")
+    print(
+        f"{calls} module calls, {backward} leaf backward nodes, {len(events)} events, "
+        f"{len(points)} points"
+    )
+    print(
+        f"hot path: {calls} x {hooked_us - plain_us:.2f} us + {backward} x {node_us:.2f} us "
+        f"(node hooks) = {hot_ms:.2f} ms"
+    )
+    print(
+        f"background thread: aggregate {best[0] * 1e3:.2f} ms + points {best[1] * 1e3:.2f} ms "
+        f"+ encode {best[2] * 1e3:.2f} ms = {background_ms:.2f} ms"
+    )
+    print(
+        f"total {total_ms:.2f} ms of CPU per step = {total_ms / (step_cpu_s * 1e3) * 100:.2f} % "
+        f"of the plain step's {step_cpu_s * 1e3:.0f} ms"
+    )
+
+
+def per_call(module: nn.Module, x: torch.Tensor, n: int = 20_000) -> float:
+    t = time.perf_counter()
+    for _ in range(n):
+        module(x)
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def node_hook_cost_us(hooks: ModuleHooks, log: EventLog, n: int = 5_000) -> float:
+    """Registering the two node hooks at a leaf's exit plus both firing in backward, per leaf."""
+    leaf = nn.Tanh()
+    x = torch.randn(4, requires_grad=True)
+
+    def run() -> float:
+        t = time.perf_counter()
+        for _ in range(n):
+            leaf(x).sum().backward()
+        return (time.perf_counter() - t) / n * 1e6
+
+    hooks.install_forward()
+    with_node = min(run() for _ in range(3))
+    hooks.set_backward([leaf])
+    with_node = min(run() for _ in range(3)) - with_node
+    hooks.remove_all()
+    log.drain()
+    return max(with_node, 0.0)
 
 
 def main() -> None:

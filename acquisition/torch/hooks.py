@@ -85,8 +85,8 @@ class EventLog:
 
 
 def _make_cpu_hooks(
-    append: Callable[[Event], None], leaves: set[Any]
-) -> tuple[Callable[..., None], Callable[..., None]]:
+    append: Callable[[Event], None], leaves: dict[Any, Any]
+) -> tuple[Callable[..., None], Callable[..., None], Callable[..., Any]]:
     from functools import partial
     from time import perf_counter_ns
 
@@ -109,21 +109,24 @@ def _make_cpu_hooks(
         _a: Any = append,
         _t: Any = perf_counter_ns,
         _leaves: Any = leaves,
-        _p: Any = partial,
     ) -> None:
         _a((module, _t(), 1))
-        if module in _leaves:
+        node_hooks = _leaves.get(module)
+        if node_hooks is not None:
             node = getattr(output, "grad_fn", None)  # None under no_grad and for non-tensors
             if node is not None:
-                node.register_prehook(_p(bwd_pre, module))
-                node.register_hook(_p(bwd_post, module))
+                node.register_prehook(node_hooks[0])
+                node.register_hook(node_hooks[1])
 
-    return fwd_pre, fwd_post
+    def node_hooks(module: Any) -> tuple[Callable[..., None], Callable[..., None]]:
+        return partial(bwd_pre, module), partial(bwd_post, module)
+
+    return fwd_pre, fwd_post, node_hooks
 
 
 def _make_cuda_hooks(
-    append: Callable[[Event], None], leaves: set[Any]
-) -> tuple[Callable[..., None], Callable[..., None]]:
+    append: Callable[[Event], None], leaves: dict[Any, Any]
+) -> tuple[Callable[..., None], Callable[..., None], Callable[..., Any]]:
     from functools import partial
     from time import perf_counter_ns
 
@@ -147,13 +150,17 @@ def _make_cuda_hooks(
 
     def fwd_post(module: Any, args: Any, output: Any) -> None:
         _mark(module, 1)
-        if module in leaves:
+        node_hooks = leaves.get(module)
+        if node_hooks is not None:
             node = getattr(output, "grad_fn", None)
             if node is not None:
-                node.register_prehook(partial(bwd_pre, module))
-                node.register_hook(partial(bwd_post, module))
+                node.register_prehook(node_hooks[0])
+                node.register_hook(node_hooks[1])
 
-    return fwd_pre, fwd_post
+    def node_hooks(module: Any) -> tuple[Callable[..., None], Callable[..., None]]:
+        return partial(bwd_pre, module), partial(bwd_post, module)
+
+    return fwd_pre, fwd_post, node_hooks
 
 
 class ModuleHooks:
@@ -179,10 +186,10 @@ class ModuleHooks:
 
     def __init__(self, log: EventLog, *, cuda: bool = False) -> None:
         self._lock = threading.Lock()
-        self.backward_leaves: set[Any] = set()
-        """Leaf modules whose backward is timed; the hooks read this set on every call."""
+        self.backward_leaves: dict[Any, Any] = {}
+        """Leaf module → its two node hooks, made once; the post-hook reads this on every call."""
         make = _make_cuda_hooks if cuda else _make_cpu_hooks
-        self.fwd_pre, self.fwd_post = make(log.append, self.backward_leaves)
+        self.fwd_pre, self.fwd_post, self._node_hooks = make(log.append, self.backward_leaves)
         self._forward: list[RemovableHandle] = []
 
     @property
@@ -191,9 +198,11 @@ class ModuleHooks:
 
     def set_backward(self, modules: Iterable[nn.Module]) -> None:
         """Time the backward of these leaf modules (replaces the previous set)."""
+        fresh = {module: self._node_hooks(module) for module in modules}
         with self._lock:
-            self.backward_leaves.clear()
-            self.backward_leaves.update(modules)
+            for module in [m for m in self.backward_leaves if m not in fresh]:
+                del self.backward_leaves[module]
+            self.backward_leaves.update(fresh)
 
     def install_forward(self) -> None:
         from torch.nn.modules import module as torch_module
