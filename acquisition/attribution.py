@@ -560,28 +560,18 @@ class EnergyAttribution:
             self._counts["steps_without_source"] += 1
             return
         self._counts["steps_attributed"] += 1
-        for wall in self._sources.values():
-            if wall.kind != "wall" or wall.name not in per_source:
-                continue
-            rapl = [
-                per_source[s.name]
-                for s in self._sources.values()
-                if s.kind == "rapl" and s.domain in _RAPL_DISJOINT and s.name in per_source
-            ]
-            if not any(
-                s.kind == "rapl" and s.domain == "package" and s.name in per_source
-                for s in self._sources.values()
-            ):
-                continue
-            gpus = [
-                per_source[s.name]
-                for s in self._sources.values()
-                if s.kind == "gpu" and s.name in per_source
-            ]
-            rest_j = per_source[wall.name] - sum(rapl) - sum(gpus)
-            self._emitter(emit, base_tags, wall.name, entry, end)(
-                "rest_of_system", {}, rest_j, duration
-            )
+        measured = [s for s in self._sources.values() if s.name in per_source]
+        if not any(s.kind == "rapl" and s.domain == "package" for s in measured):
+            return
+        inside = sum(
+            per_source[s.name]
+            for s in measured
+            if s.kind == "gpu" or (s.kind == "rapl" and s.domain in _RAPL_DISJOINT)
+        )
+        for wall in measured:
+            if wall.kind == "wall":
+                emit_rest = self._emitter(emit, base_tags, wall.name, entry, end)
+                emit_rest("rest_of_system", {}, per_source[wall.name] - inside, duration)
 
     def _emitter(
         self, emit: Emit, base_tags: Mapping[str, str], source: str, entry: _Step, time_ns: int

@@ -375,3 +375,15 @@ def test_config_through_the_registry() -> None:
         build_plugin(
             PluginSpec("processors", "attribution", {"history": "1s", "grace": "2s"}), context()
         )
+
+
+def test_no_rest_of_system_without_a_rapl_package() -> None:
+    h = Harness()
+    wall = [Point("emonpi", {"node": "5"}, {"power1_watts": 500.0}, T0 + t * MS) for t in (0, 1000)]
+    h.feed([*wall, *counter("dram", 20.0, 0, 1000), step(0, 200, 800), run_event("end", 1000)])
+    assert {(p.tags["source"], p.tags["scope"]) for p in h.out} == {
+        ("emonpi:5", "step"),
+        ("emonpi:5", "unattributed"),
+        ("rapl:dram-0", "step"),
+        ("rapl:dram-0", "unattributed"),
+    }
