@@ -40,9 +40,9 @@ def vm(tmp_path: Path) -> Iterator[VictoriaMetrics]:
     if not have("victoria-metrics"):
         pytest.skip("victoria-metrics is not installed (apt-get install victoria-metrics)")
     server = VictoriaMetrics(tmp_path / "vm-data")
-    server.start()
-    before = server.total_counters()
     try:
+        server.start()
+        before = server.total_counters()
         yield server
     finally:
         server.stop()
@@ -55,8 +55,8 @@ def influxd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Influxd]:
     if not have("influxd"):
         pytest.skip("influxd is not installed (apt-get install influxdb)")
     server = Influxd(tmp_path_factory.mktemp("influxd"))
-    server.start()
     try:
+        server.start()
         yield server
     finally:
         server.stop()
