@@ -305,6 +305,7 @@ class Agent:
             except Exception as exc:
                 log.warning("closing collector %s failed: %r", getattr(inst, "name", inst), exc)
         self._open_collectors.clear()
+        self.bus.flush_processors()
         self.emit_self_stats()
         for r in self.sinks:
             r.stop()

@@ -76,7 +76,10 @@ class StreamCollector(Protocol):
 
 @runtime_checkable
 class Processor(Protocol):
-    """Sees every point on the bus (synchronously, so keep it cheap) and may emit derived ones."""
+    """Sees every point on the bus (synchronously, so keep it cheap) and may emit derived ones.
+
+    A processor that holds points back (waiting for late data) may also define
+    ``flush(emit)``; the agent calls it once at shutdown, after the collectors stopped."""
 
     name: ClassVar[str]
 

@@ -43,10 +43,10 @@ import bisect
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from acquisition.api import Emit, PluginContext
-from acquisition.config import duration
+from acquisition.config import duration, option
 from acquisition.point import FieldValue, Point
 
 __all__ = [
@@ -70,11 +70,6 @@ _FAR = 2**63
 _RAPL_DISJOINT = ("package", "dram")
 
 
-def _doc(default: Any, doc: str) -> Any:
-    """A config field with the comment ``nrg-collect config`` prints beside it."""
-    return field(default=default, metadata={"doc": doc})
-
-
 @dataclass
 class AttributionConfig:
     """``[[processors.attribution]]`` keys."""
@@ -83,9 +78,9 @@ class AttributionConfig:
         2.0, "wait this long (data clock) after a step point for late modules and sources"
     )
     history: float = duration(600.0, "source history kept; older steps cannot be attributed")
-    wall_channel: int = _doc(1, "emonPi CT channel that measures this machine (power<ch>_watts)")
-    wall_counter: bool = _doc(False, "use emonPi energy<ch>_joules (1 Wh steps), not power")
-    max_pending_steps: int = _doc(10_000, "beyond this, waiting steps are dropped oldest first")
+    wall_channel: int = option(1, "emonPi CT channel that measures this machine (power<ch>_watts)")
+    wall_counter: bool = option(False, "use emonPi energy<ch>_joules (1 Wh steps), not power")
+    max_pending_steps: int = option(10_000, "beyond this, waiting steps are dropped oldest first")
 
     def validate(self) -> None:
         if self.history <= self.grace:

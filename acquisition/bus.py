@@ -57,6 +57,19 @@ class Bus:
     def processors(self) -> list[tuple[str, ProcessorStats]]:
         return [(name, stats) for name, _, stats, _ in self._processors]
 
+    def flush_processors(self) -> None:
+        """At shutdown: let processors that hold back points (waiting for late data) emit them
+        through their optional ``flush(emit)``."""
+        for name, processor, stats, derived in self._processors:
+            flush = getattr(processor, "flush", None)
+            if not callable(flush):
+                continue
+            try:
+                flush(derived)
+            except Exception as exc:
+                stats.errors += 1
+                log.warning("processor %s failed to flush: %r", name, exc)
+
     def emit(self, point: Point) -> None:
         """Hand one point to every processor and sink queue; never blocks."""
         self._dispatch(point, skip=-1)

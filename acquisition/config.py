@@ -32,6 +32,7 @@ __all__ = [
     "duration",
     "expand_env",
     "load_config",
+    "option",
     "parse_config",
     "parse_duration",
     "parse_size",
@@ -103,6 +104,15 @@ def parse_size(value: object, where: str = "size") -> int:
     if n < 0:
         raise ConfigError(f"{where}: size must not be negative")
     return n
+
+
+def option(default: Any, doc: str = "") -> Any:
+    """A dataclass field with the comment ``nrg-collect config`` prints beside it.
+
+    A list or dict default is copied for every instance."""
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
 
 
 def duration(default: float, doc: str = "") -> Any:

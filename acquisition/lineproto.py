@@ -250,6 +250,40 @@ def _decode_value(raw: str) -> FieldValue:
     return value
 
 
+def _decode_plain(line: str, default_time_ns: int | None) -> Point:
+    """The fast path for lines without escapes or strings (nearly all): plain ``str.split``."""
+    sections = line.split(" ")
+    if len(sections) not in (2, 3) or not all(sections):
+        raise LineProtocolError(f"expected 'series fields [timestamp]', got {len(sections)} parts")
+    measurement, *tag_items = sections[0].split(",")
+    if not measurement:
+        raise LineProtocolError("empty measurement")
+    tags: dict[str, str] = {}
+    for item in tag_items:
+        k, eq, v = item.partition("=")
+        if not eq or not k or "=" in v:
+            raise LineProtocolError(f"tag {item!r} is not key=value")
+        if not v:
+            raise LineProtocolError(f"tag {k!r} has an empty value")
+        tags[k] = v
+    fields: dict[str, FieldValue] = {}
+    for item in sections[1].split(","):
+        k, eq, v = item.partition("=")
+        if not eq or not k:
+            raise LineProtocolError(f"field {item!r} is not key=value")
+        fields[k] = _decode_value(v)
+    if len(sections) == 3:
+        try:
+            time_ns = int(sections[2])
+        except ValueError as exc:
+            raise LineProtocolError(f"bad timestamp {sections[2]!r}") from exc
+    elif default_time_ns is not None:
+        time_ns = default_time_ns
+    else:
+        raise LineProtocolError("line has no timestamp")
+    return Point(measurement, tags, fields, time_ns)
+
+
 def decode_line(line: str, *, default_time_ns: int | None = None) -> Point:
     """Parse one line of line protocol into a Point.
 
@@ -258,6 +292,8 @@ def decode_line(line: str, *, default_time_ns: int | None = None) -> Point:
     line = line.rstrip("\r\n")
     if not line or line.startswith("#"):
         raise LineProtocolError("empty or comment line")
+    if "\\" not in line and '"' not in line:
+        return _decode_plain(line, default_time_ns)
     sections = _split_sections(line)
     if len(sections) not in (2, 3) or not all(sections):
         raise LineProtocolError(f"expected 'series fields [timestamp]', got {len(sections)} parts")

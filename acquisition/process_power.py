@@ -21,10 +21,10 @@ shared caches) are in docs/rapl.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from acquisition.api import Emit, PluginContext
-from acquisition.config import duration
+from acquisition.config import duration, option
 from acquisition.errors import ConfigError
 from acquisition.point import FieldValue, Point
 
@@ -78,10 +78,6 @@ class PowerTable:
         return total if found else None
 
 
-def _doc(default: Any, doc: str) -> Any:
-    return field(default=default, metadata={"doc": doc})
-
-
 _VALID_SCOPES = ("main", "descendants", "combined", "pid")
 
 
@@ -89,19 +85,19 @@ _VALID_SCOPES = ("main", "descendants", "combined", "pid")
 class ProcessPowerConfig:
     """``[[processors.process_power]]``: which RAPL domains to share out, and by what."""
 
-    cpu_domain: Literal["package", "core", "psys"] = _doc(
+    cpu_domain: Literal["package", "core", "psys"] = option(
         "package", "RAPL domain shared out by CPU time (package = cores + uncore)"
     )
-    dram_domain: str = _doc("dram", "RAPL domain shared out by memory use")
+    dram_domain: str = option("dram", "RAPL domain shared out by memory use")
     scopes: list[str] = field(
         default_factory=lambda: ["main", "descendants", "combined"],
         metadata={"doc": "process scopes that get a process_power point (add pid for each one)"},
     )
     max_age: float = duration(5.0, "RAPL power further than this from a process point is unused")
-    cpu_share_field: str = _doc(
+    cpu_share_field: str = option(
         "cpu_busy_share_ratio", "process field giving the CPU share (or cpu_utilization_ratio)"
     )
-    memory_share_field: str = _doc(
+    memory_share_field: str = option(
         "memory_used_share_ratio", "process field giving the memory share"
     )
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from acquisition.api import Emit, PluginContext
-from acquisition.config import duration, size
+from acquisition.config import duration, option, size
 from acquisition.errors import ConfigError, LineProtocolError, NoData
 from acquisition.lineproto import decode_line
 from acquisition.paths import data_dir
@@ -73,25 +73,20 @@ _PEERCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid
 _FALLBACK_RE = re.compile(r"^nrg-.*-(\d+)\.lp(\.ingesting)?$")
 
 
-def _doc(default: Any, doc: str) -> Any:
-    """A config field with the comment ``nrg-collect config`` prints beside it."""
-    return field(default=default, metadata={"doc": doc})
-
-
 @dataclass
 class HooksConfig:
     """``[[collectors.hooks]]`` keys."""
 
-    socket_path: str = _doc("", "default: $NRG_SOCKET, else <runtime dir>/hooks.sock")
+    socket_path: str = option("", "default: $NRG_SOCKET, else <runtime dir>/hooks.sock")
     max_line_bytes: int = size(65_536, "longer lines are rejected (counted as too_long)")
-    max_connections: int = _doc(64, "connections beyond this many are closed (counted)")
+    max_connections: int = option(64, "connections beyond this many are closed (counted)")
     allowed_uids: list[int] = field(
         default_factory=list,
         metadata={"doc": "uids allowed to send besides the agent's own and root"},
     )
-    track_pids: bool = _doc(True, "add connected jobs' pids to the procfs tracked trees")
-    ingest: bool = _doc(True, "ingest fallback files of jobs that ran without an agent")
-    ingest_dir: str = _doc("", "default: $NRG_FALLBACK_DIR, else <data dir>/spool-hooks")
+    track_pids: bool = option(True, "add connected jobs' pids to the procfs tracked trees")
+    ingest: bool = option(True, "ingest fallback files of jobs that ran without an agent")
+    ingest_dir: str = option("", "default: $NRG_FALLBACK_DIR, else <data dir>/spool-hooks")
     ingest_interval: float = duration(30.0, "how often the fallback directory is scanned")
 
     def validate(self) -> None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
 from acquisition.api import Emit, PluginContext
-from acquisition.config import duration
+from acquisition.config import duration, option
 from acquisition.errors import ConfigError, NoData
 from acquisition.point import FieldValue, Point
 
@@ -84,30 +84,26 @@ _MEMINFO_KEYS = (
 # --- configuration -----------------------------------------------------------------------------
 
 
-def _doc(default: Any, doc: str) -> Any:
-    return field(default=default, metadata={"doc": doc})
-
-
 @dataclass
 class ProcfsConfig:
     """``[[collectors.procfs]]``: what to read and which process trees to follow."""
 
-    root: str = _doc("/", "directory holding proc/ (/host in a container)")
+    root: str = option("/", "directory holding proc/ (/host in a container)")
     pids: list[int] = field(
         default_factory=list,
         metadata={"doc": "root pids of process trees to track, each with all its descendants"},
     )
-    track_self: bool = _doc(True, "also track the agent's own process tree")
-    per_core: bool = _doc(True, "emit a cpu point per core besides cpu=total")
-    per_process: bool = _doc(True, "emit a scope=pid point per process besides the tree sums")
-    memory_detail: bool = _doc(True, "read private/shared/pss memory (smaps_rollup, else statm)")
+    track_self: bool = option(True, "also track the agent's own process tree")
+    per_core: bool = option(True, "emit a cpu point per core besides cpu=total")
+    per_process: bool = option(True, "emit a scope=pid point per process besides the tree sums")
+    memory_detail: bool = option(True, "read private/shared/pss memory (smaps_rollup, else statm)")
     memory_detail_interval: float = duration(
         5.0, "time between two memory-detail reads of a process (0: every tick)"
     )
-    descendants: Literal["auto", "children", "scan"] = _doc(
+    descendants: Literal["auto", "children", "scan"] = option(
         "auto", "children: task/*/children; scan: every ppid; auto: children where present"
     )
-    backend: Literal["auto", "procfs", "psutil"] = _doc(
+    backend: Literal["auto", "procfs", "psutil"] = option(
         "auto", "auto: procfs where <root>/proc/stat exists, else psutil (root / only)"
     )
 

@@ -38,9 +38,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from acquisition.api import Emit, PluginContext
+from acquisition.config import option
 from acquisition.errors import ConfigError, NoData
 from acquisition.point import Point
 
@@ -659,19 +660,15 @@ def _open_perf(root: Path, io: RaplIO, fds: list[int]) -> list[_Counter]:
 # -- the collector -----------------------------------------------------------------------------
 
 
-def _doc(default: Any, doc: str) -> Any:
-    return field(default=default, metadata={"doc": doc})
-
-
 @dataclass
 class RaplConfig:
     """``[[collectors.rapl]]``: where to read RAPL and how."""
 
-    root: str = _doc("/", "directory holding sys/, dev/ and proc/ (/host in a container)")
-    backend: Literal["auto", "powercap", "msr", "perf"] = _doc(
+    root: str = option("/", "directory holding sys/, dev/ and proc/ (/host in a container)")
+    backend: Literal["auto", "powercap", "msr", "perf"] = option(
         "auto", "auto: powercap, else MSR, else the perf power PMU"
     )
-    max_power_watts: float = _doc(
+    max_power_watts: float = option(
         500.0, "plausible peak power of one domain, for the warning about counter wraps"
     )
     domains: list[str] = field(

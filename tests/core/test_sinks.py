@@ -230,3 +230,29 @@ async def test_stop_cuts_a_retry_backoff_short_and_close_keeps_the_batch() -> No
     await asyncio.wait_for(task, 1)
     await runner.close(deadline=time.monotonic() + 0.05)
     assert sorted(sink.spilled) == [0, 1, 2, 3, 4]
+
+
+def test_bus_flushes_processors_that_hold_points_back() -> None:
+    bus = Bus()
+    out: list[str] = []
+    bus.add_sink(lambda p: out.append(p.measurement))
+
+    class Holder:
+        name = "holder"
+
+        def __init__(self) -> None:
+            self.held: list[Point] = []
+
+        def process(self, point: Point, emit: object) -> None:
+            if point.measurement == "step":
+                self.held.append(point)
+
+        def flush(self, emit: object) -> None:
+            for p in self.held:
+                emit(Point("energy", {}, {"j": 1.0}, p.time_ns))  # type: ignore[operator]
+
+    bus.add_processor("holder", Holder())
+    bus.emit(Point("step", {}, {"n": 1}, 5))
+    assert out == ["step"]
+    bus.flush_processors()
+    assert out == ["step", "energy"]
