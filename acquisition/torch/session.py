@@ -31,7 +31,7 @@ from acquisition.point import Point
 from acquisition.torch import complexity
 from acquisition.torch.graph import GraphCapture, capture_graph
 from acquisition.torch.hooks import EPOCH, RESUME, RETIME, STEP, EventLog, ModuleHooks
-from acquisition.torch.steps import StepAggregator, step_points
+from acquisition.torch.steps import StepAggregator, StepLines
 from acquisition.torch.transport import LineSender, default_fallback_dir, default_socket_path
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ __all__ = ["Session", "resolve_tags"]
 log = logging.getLogger("acquisition.torch")
 
 _SLICE = 128
-"""Events aggregated (and a quarter as many points encoded) per hold of the GIL."""
+"""Events aggregated per hold of the GIL."""
 
 
 def resolve_tags(
@@ -114,6 +114,7 @@ class Session:
         self._names_dirty = False
         self._param_ids: set[int] = set()
         self._aggregator: StepAggregator | None = None
+        self._step_lines: StepLines | None = None
         self._sender: LineSender | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -157,6 +158,7 @@ class Session:
         cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
         self._param_ids = {id(p) for p in model.parameters()}
         self._aggregator = StepAggregator(self._names())
+        self._step_lines = StepLines(self.tags, self.offset_ns)
         self._hooks = ModuleHooks(self._events, cuda=cuda)
         self._sender = LineSender(self.socket_path, self.fallback_path)
         self._sender.start()
@@ -239,8 +241,8 @@ class Session:
             self._thread.join()
         assert self._aggregator is not None
         last = self._aggregator.finish_pending(end_perf)
-        if last is not None:
-            self._send(step_points(last, self.tags, self.offset_ns))
+        if last is not None and self._step_lines is not None:
+            self._send_text(self._step_lines.lines(last))
         if self._aggregator.unmatched_exits or self._aggregator.unclosed_enters:
             log.info(
                 "nrg: %d module exits without an enter, %d enters without an exit",
@@ -365,7 +367,7 @@ class Session:
         returning from a GIL-free torch op must otherwise wait for the interpreter's switch
         interval (5 ms) before it can run on while this thread computes.
         """
-        assert self._aggregator is not None
+        assert self._aggregator is not None and self._step_lines is not None
         if self._names_dirty:
             self._names_dirty = False
             self._aggregator.names = self._names()
@@ -374,11 +376,13 @@ class Session:
         events = self._events.drain()
         for i in range(0, len(events), _SLICE):
             for record in self._aggregator.feed(events[i : i + _SLICE]):
-                points = step_points(record, self.tags, self.offset_ns)
-                for j in range(0, len(points), _SLICE // 4):
-                    time.sleep(0)
-                    self._send(points[j : j + _SLICE // 4])
+                time.sleep(0)
+                self._send_text(self._step_lines.lines(record))
             time.sleep(0)
+
+    def _send_text(self, text: str) -> None:
+        if self._sender is not None:
+            self._sender.send(text)
 
     def _send(self, points: list[Point]) -> None:
         if not points or self._sender is None:

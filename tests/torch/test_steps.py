@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from acquisition.point import Point
 from acquisition.torch.hooks import BWD_POST, BWD_PRE, EPOCH, FWD_POST, FWD_PRE, RETIME, STEP
-from acquisition.torch.steps import ModuleTiming, StepAggregator, step_points
+from acquisition.torch.steps import ModuleTiming, StepAggregator, StepLines, step_points
 
 
 class M:
@@ -149,3 +149,26 @@ def test_epoch_numbering_without_arguments(private_dirs: object) -> None:
 
     session = instrument(nn.Linear(2, 2), run="epochs", graph=False)
     assert [session.epoch(), session.epoch(), session.epoch(7), session.epoch()] == [0, 1, 7, 8]
+
+
+def test_step_lines_are_the_encoded_step_points() -> None:
+    from acquisition.lineproto import LineEncoder
+
+    agg = StepAggregator(NAMES)
+    (record,) = agg.feed(
+        [
+            (root, 1_000, FWD_PRE),
+            (a, 1_500, FWD_PRE),
+            (a, 2_000, FWD_POST),
+            (root, 3_000, FWD_POST),
+            (b, 3_100, BWD_PRE),
+            (b, 3_333, BWD_POST),
+            (None, 4_000, STEP),
+        ]
+    )
+    record.modules[("a", "forward")].gpu_exclusive_ms = 0.25
+    record.modules[("a", "forward")].gpu_inclusive_ms = 0.5
+    tags = {"experiment": "e x", "run": "r,1", "rank": "0"}  # escaping goes through the encoder
+    expected = LineEncoder().encode_many(step_points(record, tags, offset_ns=10**18))
+    assert StepLines(tags, 10**18).lines(record) == expected
+    assert expected.count("\n") == 4
