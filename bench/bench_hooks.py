@@ -29,10 +29,9 @@ with warnings.catch_warnings():
 from torch import nn
 from torch.nn.modules import module as torch_module
 
-from acquisition.lineproto import LineEncoder
 from acquisition.torch import instrument
 from acquisition.torch.hooks import STEP, EventLog, ModuleHooks
-from acquisition.torch.steps import StepAggregator, step_points
+from acquisition.torch.steps import StepAggregator, StepLines
 
 
 def bench_module_call(n: int, rounds: int, tmp: str) -> None:
@@ -246,18 +245,16 @@ def breakdown(model: nn.Module, step: Callable[[], None], step_cpu_s: float) -> 
     calls = sum(1 for e in events if e[2] == 0)
     backward = sum(1 for e in events if e[2] == 2)
     names = {m: n for n, m in model.named_modules()}
-    encoder = LineEncoder()
-    best = [float("inf")] * 3
+    lines = StepLines({"experiment": "bench", "run": "r"}, 0)
+    best = [float("inf")] * 2
     for _ in range(30):
         agg = StepAggregator(names)
         t0 = time.perf_counter()
         (record,) = agg.feed(events)
         t1 = time.perf_counter()
-        points = step_points(record, {"experiment": "bench", "run": "r"}, 0)
+        text = lines.lines(record)
         t2 = time.perf_counter()
-        encoder.encode_many(points)
-        t3 = time.perf_counter()
-        best = [min(b, v) for b, v in zip(best, (t1 - t0, t2 - t1, t3 - t2), strict=True)]
+        best = [min(b, v) for b, v in zip(best, (t1 - t0, t2 - t1), strict=True)]
 
     # Hot-path cost per module call, in this model's own calls: the hooked step minus the plain
     # one would drown in noise, so time the hooks on a tiny module and scale by the call counts.
@@ -276,15 +273,15 @@ def breakdown(model: nn.Module, step: Callable[[], None], step_cpu_s: float) -> 
     print("\n== nrg's work per ResNet step, timed in isolation ==")
     print(
         f"{calls} module calls, {backward} leaf backward nodes, {len(events)} events, "
-        f"{len(points)} points"
+        f"{text.count(chr(10))} lines"
     )
     print(
         f"hot path: {calls} x {hooked_us - plain_us:.2f} us + {backward} x {node_us:.2f} us "
         f"(node hooks) = {hot_ms:.2f} ms"
     )
     print(
-        f"background thread: aggregate {best[0] * 1e3:.2f} ms + points {best[1] * 1e3:.2f} ms "
-        f"+ encode {best[2] * 1e3:.2f} ms = {background_ms:.2f} ms"
+        f"background thread: aggregate {best[0] * 1e3:.2f} ms + line protocol "
+        f"{best[1] * 1e3:.2f} ms = {background_ms:.2f} ms"
     )
     print(
         f"total {total_ms:.2f} ms of CPU per step = {total_ms / (step_cpu_s * 1e3) * 100:.2f} % "
