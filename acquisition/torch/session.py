@@ -368,12 +368,14 @@ class Session:
         interval (5 ms) before it can run on while this thread computes.
         """
         assert self._aggregator is not None and self._step_lines is not None
+        events = self._events.drain()
+        # After the drain: a module registered before any of its calls in this batch has set
+        # the flag by now, so the batch is named with the rebuilt map.
         if self._names_dirty:
             self._names_dirty = False
             self._aggregator.names = self._names()
             if self._backward and self._hooks is not None:
                 self._hooks.set_backward(self._leaves())
-        events = self._events.drain()
         for i in range(0, len(events), _SLICE):
             for record in self._aggregator.feed(events[i : i + _SLICE]):
                 time.sleep(0)

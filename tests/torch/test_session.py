@@ -202,3 +202,22 @@ def test_paused_evaluation_stays_out_of_every_step(listener: Listener) -> None:
             calls[p.fields["step"], p.tags["module"], p.tags["phase"]] += p.fields["calls"]
     assert calls[0, "(root)", "forward"] == 1 and calls[1, "(root)", "forward"] == 1
     assert calls[1, "3", "backward"] == 1
+
+
+def test_modules_added_during_the_run_are_named(listener: Listener) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4))
+    with instrument(model, run="grow", experiment="unit") as session:
+        with torch.no_grad():
+            model(torch.randn(2, 4))
+        session.step()
+        model.add_module("extra", nn.Linear(4, 4))  # names are rebuilt off the hot path
+        with torch.no_grad():
+            model(torch.randn(2, 4))
+        session.step()
+    rows = {
+        (p.fields["step"], p.tags["module"])
+        for p in points(listener.text())
+        if p.measurement == "nrg_module"
+    }
+    assert rows == {(0, "(root)"), (0, "0"), (1, "(root)"), (1, "0"), (1, "extra")}
