@@ -10,11 +10,18 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import platformdirs
 
-__all__ = ["data_dir", "runtime_dir", "state_dir"]
+__all__ = [
+    "data_dir",
+    "default_fallback_dir",
+    "default_socket_path",
+    "runtime_dir",
+    "state_dir",
+]
 
 
 def state_dir() -> Path:
@@ -35,3 +42,20 @@ def runtime_dir() -> Path:
             warnings.simplefilter("ignore")
             return Path(platformdirs.user_runtime_dir("nrg"))
     return Path(tempfile.gettempdir()) / f"nrg-{os.getuid()}"
+
+
+def default_socket_path(
+    runtime: Path | None = None, environ: Mapping[str, str] | None = None
+) -> Path:
+    """The hooks socket both sides agree on: ``NRG_SOCKET``, else ``<runtime dir>/hooks.sock``."""
+    env = os.environ if environ is None else environ
+    override = env.get("NRG_SOCKET", "")
+    return Path(override).expanduser() if override else (runtime or runtime_dir()) / "hooks.sock"
+
+
+def default_fallback_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where a training job writes when no agent listens (and where the agent ingests from):
+    ``NRG_FALLBACK_DIR``, else ``<data dir>/spool-hooks``."""
+    env = os.environ if environ is None else environ
+    override = env.get("NRG_FALLBACK_DIR", "")
+    return Path(override).expanduser() if override else data_dir() / "spool-hooks"

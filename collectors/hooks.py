@@ -43,7 +43,7 @@ from acquisition.api import Emit, PluginContext
 from acquisition.config import duration, option, size
 from acquisition.errors import ConfigError, LineProtocolError, NoData
 from acquisition.lineproto import decode_line
-from acquisition.paths import data_dir
+from acquisition.paths import default_fallback_dir, default_socket_path
 from acquisition.point import Point
 
 __all__ = [
@@ -60,8 +60,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SOCKET_ENV = "NRG_SOCKET"
-FALLBACK_ENV = "NRG_FALLBACK_DIR"
 MEASUREMENT_PREFIX = "nrg_"
 REJECT_REASONS = ("too_long", "encoding", "syntax", "measurement", "truncated")
 """Why a line is rejected; each is counted as ``rejected_<reason>``."""
@@ -94,21 +92,6 @@ class HooksConfig:
             raise ValueError("max_line_bytes must be at least 64")
         if self.max_connections < 1:
             raise ValueError("max_connections must be >= 1")
-
-
-def default_socket_path(runtime_dir: Path, environ: dict[str, str] | None = None) -> Path:
-    """The wire contract's default: env ``NRG_SOCKET``, else ``<runtime_dir>/hooks.sock``."""
-    env = os.environ if environ is None else environ
-    override = env.get(SOCKET_ENV, "")
-    return Path(override).expanduser() if override else runtime_dir / "hooks.sock"
-
-
-def default_fallback_dir(environ: dict[str, str] | None = None) -> Path:
-    """Where training jobs write when no agent listens: ``NRG_FALLBACK_DIR``, else
-    ``<data dir>/spool-hooks`` (the library's rule)."""
-    env = os.environ if environ is None else environ
-    override = env.get(FALLBACK_ENV, "")
-    return Path(override).expanduser() if override else data_dir() / "spool-hooks"
 
 
 def fallback_file_pid(name: str) -> int | None:

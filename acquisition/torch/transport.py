@@ -26,23 +26,11 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from acquisition.paths import data_dir, runtime_dir
+from acquisition.paths import default_fallback_dir, default_socket_path
 
 __all__ = ["LineSender", "default_fallback_dir", "default_socket_path"]
 
 _STOP = object()
-
-
-def default_socket_path() -> Path:
-    """``NRG_SOCKET``, else ``<runtime dir>/hooks.sock`` (the agent uses the same rule)."""
-    override = os.environ.get("NRG_SOCKET")
-    return Path(override) if override else runtime_dir() / "hooks.sock"
-
-
-def default_fallback_dir() -> Path:
-    """``NRG_FALLBACK_DIR``, else ``<data dir>/spool-hooks``."""
-    override = os.environ.get("NRG_FALLBACK_DIR")
-    return Path(override) if override else data_dir() / "spool-hooks"
 
 
 class LineSender:
