@@ -15,7 +15,7 @@ and, for each ``process`` point of a tracked tree (tags ``tree``, ``scope``; sco
 A RAPL series contributes while its latest power is at most ``max_age`` older (or newer) than
 the process point; a field whose inputs are missing is left out, and the interval it covers
 adds no energy. The model's limits (idle and uncore power given to busy processes, SMT, VMs,
-shared caches) are in docs/rapl.md.
+shared caches) are in README.md (RAPL section).
 """
 
 from __future__ import annotations

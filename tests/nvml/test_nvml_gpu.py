@@ -120,5 +120,5 @@ async def test_energy_counter_against_integrated_power(
     if "NRG_GPU_NOTE" in os.environ:
         Path(os.environ["NRG_GPU_NOTE"]).write_text(json.dumps(note, indent=2))
     # 1 Hz snapshots of instant power against the counter: agree to within 10 % over a minute
-    # of steady load (the counter is the reference; see docs/nvml.md for what was measured).
+    # of steady load (the counter is the reference; see the NVML section of README.md).
     assert note["integrated_instant_power_joules"] == pytest.approx(counter, rel=0.10)
