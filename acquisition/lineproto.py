@@ -250,6 +250,17 @@ def _decode_value(raw: str) -> FieldValue:
     return value
 
 
+def _timestamp(sections: list[str], default_time_ns: int | None) -> int:
+    if len(sections) == 3:
+        try:
+            return int(sections[2])
+        except ValueError as exc:
+            raise LineProtocolError(f"bad timestamp {sections[2]!r}") from exc
+    if default_time_ns is not None:
+        return default_time_ns
+    raise LineProtocolError("line has no timestamp")
+
+
 def _decode_plain(line: str, default_time_ns: int | None) -> Point:
     """The fast path for lines without escapes or strings (nearly all): plain ``str.split``."""
     sections = line.split(" ")
@@ -272,16 +283,7 @@ def _decode_plain(line: str, default_time_ns: int | None) -> Point:
         if not eq or not k:
             raise LineProtocolError(f"field {item!r} is not key=value")
         fields[k] = _decode_value(v)
-    if len(sections) == 3:
-        try:
-            time_ns = int(sections[2])
-        except ValueError as exc:
-            raise LineProtocolError(f"bad timestamp {sections[2]!r}") from exc
-    elif default_time_ns is not None:
-        time_ns = default_time_ns
-    else:
-        raise LineProtocolError("line has no timestamp")
-    return Point(measurement, tags, fields, time_ns)
+    return Point(measurement, tags, fields, _timestamp(sections, default_time_ns))
 
 
 def decode_line(line: str, *, default_time_ns: int | None = None) -> Point:
@@ -311,13 +313,4 @@ def decode_line(line: str, *, default_time_ns: int | None = None) -> Point:
     for item in _split_unescaped(sections[1], ",", strings=True):
         k, v = _split_pair(item, "field")
         fields[_unescape(k)] = _decode_value(v)
-    if len(sections) == 3:
-        try:
-            time_ns = int(sections[2])
-        except ValueError as exc:
-            raise LineProtocolError(f"bad timestamp {sections[2]!r}") from exc
-    elif default_time_ns is not None:
-        time_ns = default_time_ns
-    else:
-        raise LineProtocolError("line has no timestamp")
-    return Point(measurement, tags, fields, time_ns)
+    return Point(measurement, tags, fields, _timestamp(sections, default_time_ns))
