@@ -206,7 +206,8 @@ def split_energy(
     denom = max(duration_s, total)
     if denom <= 0.0:
         return {}, energy
-    shares = {key: energy * w / denom for key, w in weights.items()}
+    # w / denom first: each fraction is <= 1, so no product can overflow or round above energy
+    shares = {key: energy * (w / denom) for key, w in weights.items()}
     return shares, energy - sum(shares.values())
 
 
