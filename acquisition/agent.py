@@ -68,7 +68,8 @@ class Agent:
     def __init__(self, config: Config, *, clock: Clock | None = None) -> None:
         self.config = config
         agent = config.agent
-        self.clock: Clock = clock or SystemClock(precise=agent.precise_wakeup)
+        self._fixed_clock = clock
+        self.clock: Clock = clock or SystemClock(precise=agent.precise_wakeup == "always")
         self.tags = agent.global_tags()
         self.context = PluginContext(
             host=self.tags["host"],
@@ -180,9 +181,16 @@ class Agent:
                     interval_s=spec.interval or agent.interval,
                     timeout_s=spec.timeout,
                     align=agent.align,
-                    clock=self.clock,
+                    clock=self._clock_for(spec.interval or agent.interval),
                 )
             self.collectors.append(_Collected(label, runner, instance))
+
+    def _clock_for(self, interval_s: float) -> Clock:
+        """A precise-wakeup clock where the interval is short enough for 1-2 ms to matter."""
+        if self._fixed_clock is not None:
+            return self._fixed_clock
+        mode = self.config.agent.precise_wakeup
+        return SystemClock(precise=mode == "always" or (mode == "auto" and interval_s < 0.05))
 
     async def start(self) -> None:
         """Open sinks, processors and collectors, and start their tasks."""
