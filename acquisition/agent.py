@@ -69,7 +69,7 @@ class Agent:
         self.config = config
         agent = config.agent
         self._fixed_clock = clock
-        self.clock: Clock = clock or SystemClock(precise=agent.precise_wakeup == "always")
+        self.clock: Clock = clock or SystemClock()  # for timestamps; runners get _clock_for()
         self.tags = agent.global_tags()
         self.context = PluginContext(
             host=self.tags["host"],

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from acquisition.api import Collector, Emit, Sink, StreamCollector
 from acquisition.errors import WriteError
@@ -130,7 +130,8 @@ class RunnerStats:
     duration_ns_total: int = 0
     duration_ns_max: int = 0
     lateness_ns_max: int = 0
-    lateness_ns: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
+    lateness_ns: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
+    """The most recent lateness samples (for benchmarks), bounded."""
     last_error: str = ""
 
 
@@ -458,6 +459,3 @@ class SinkRunner:
                     log.error("sink %s: spill at shutdown failed: %r", self.name, exc)
             if rest:
                 self._drop(rest, "not flushed before the shutdown deadline")
-
-    def describe(self) -> dict[str, Any]:
-        return {"queue": len(self.queue), "state": self.status()}

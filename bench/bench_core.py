@@ -144,20 +144,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def _config(tmp: str, agent_keys: str, sink: str) -> Path:
+    """A 10 Hz procfs config in ``tmp`` with extra ``[agent]`` keys and one sink table."""
+    cfg = Path(tmp, "cfg.toml")
+    cfg.write_text(
+        f'[agent]\ninterval = "100ms"\nstate_dir = "{tmp}/state"\n{agent_keys}\n'
+        f"[[collectors.procfs]]\n{sink}\n"
+    )
+    return cfg
+
+
 def bench_agent_cpu(seconds: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp, "cfg.toml")
-        cfg.write_text(
-            textwrap.dedent(f"""
-            [agent]
-            interval = "100ms"
-            stats_interval = "10s"
-            state_dir = "{tmp}/state"
-            [[collectors.procfs]]
-            [[sinks.file]]
-            dir = "{tmp}/out"
-        """)
-        )
+        cfg = _config(tmp, 'stats_interval = "10s"', f'[[sinks.file]]\ndir = "{tmp}/out"')
         agent = subprocess.Popen([NRG, "--config", str(cfg), "--quiet"], stderr=subprocess.DEVNULL)
         bare = subprocess.Popen([sys.executable, "-c", BARE_LOOP, f"{tmp}/bare.txt"])
         time.sleep(2.0)  # let start-up costs pass before measuring
@@ -180,17 +179,7 @@ def bench_agent_cpu(seconds: float) -> None:
 
 def bench_first_point() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp, "cfg.toml")
-        cfg.write_text(
-            textwrap.dedent(f"""
-            [agent]
-            interval = "100ms"
-            flush_interval = "5ms"
-            state_dir = "{tmp}/state"
-            [[collectors.procfs]]
-            [[sinks.stdout]]
-        """)
-        )
+        cfg = _config(tmp, 'flush_interval = "5ms"', "[[sinks.stdout]]")
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
