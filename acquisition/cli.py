@@ -37,7 +37,7 @@ __all__ = ["main", "sample_config"]
 log = logging.getLogger("nrg")
 
 _SUBCOMMANDS = {
-    "emonpi-sim": "collectors.emonpi_sim:main",
+    "emonpi-sim": "collectors.emonpi.sim:main",
 }
 
 

@@ -29,8 +29,8 @@ SINKS: dict[str, str] = {
     "influxdb": "sinks.influxdb:InfluxDBSink",
 }
 PROCESSORS: dict[str, str] = {
-    "process_power": "acquisition.process_power:ProcessPowerShare",
-    "attribution": "acquisition.attribution:EnergyAttribution",
+    "process_power": "acquisition.processors.process_power:ProcessPowerShare",
+    "attribution": "acquisition.processors.attribution:EnergyAttribution",
 }
 _TABLES = {"collectors": COLLECTORS, "sinks": SINKS, "processors": PROCESSORS}
 

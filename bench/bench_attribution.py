@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from acquisition.api import PluginContext
-from acquisition.attribution import AttributionConfig, EnergyAttribution
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
+from acquisition.processors.attribution import AttributionConfig, EnergyAttribution
 from collectors.hooks import HooksCollector, HooksConfig
 
 S = 1_000_000_000

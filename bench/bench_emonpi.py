@@ -30,7 +30,7 @@ import serial_asyncio
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 from collectors.emonpi import BUILTIN_LAYOUTS, EmonPiCollector, EmonPiConfig, LineError, parse_line
-from collectors.emonpi_sim import Simulator, key_value_line
+from collectors.emonpi.sim import Simulator, key_value_line
 
 _LAYOUTS = {layout.name: layout for layout in BUILTIN_LAYOUTS}
 

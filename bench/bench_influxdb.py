@@ -34,7 +34,7 @@ from acquisition.api import PluginContext  # noqa: E402
 from acquisition.lineproto import LineEncoder  # noqa: E402
 from acquisition.point import Point  # noqa: E402
 from sinks.influxdb import InfluxDBConfig, InfluxDBSink  # noqa: E402
-from sinks.spool import Spool, parse_fsync_policy  # noqa: E402
+from sinks.influxdb.spool import Spool, parse_fsync_policy  # noqa: E402
 from tests.servers import VictoriaMetrics, have  # noqa: E402
 
 T0 = 1_763_000_000_000_000_000

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from acquisition.attribution import (
+from acquisition.point import Point
+from acquisition.processors.attribution import (
     SourceSample,
     counter_energy,
     interpolate,
@@ -16,7 +17,6 @@ from acquisition.attribution import (
     split_energy,
     trapezoid_energy,
 )
-from acquisition.point import Point
 
 S = 1_000_000_000
 

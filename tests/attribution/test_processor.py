@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from acquisition.api import PluginContext
-from acquisition.attribution import AttributionConfig, EnergyAttribution
 from acquisition.bus import Bus
 from acquisition.config import PluginSpec
 from acquisition.errors import ConfigError
 from acquisition.point import Point
+from acquisition.processors.attribution import AttributionConfig, EnergyAttribution
 from acquisition.registry import build_plugin
 
 S = 1_000_000_000

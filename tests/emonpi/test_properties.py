@@ -22,7 +22,7 @@ from collectors.emonpi import (
     encode_frame,
     parse_line,
 )
-from collectors.emonpi_sim import uart_misread
+from collectors.emonpi.sim import uart_misread
 
 from .conftest import StepClock
 

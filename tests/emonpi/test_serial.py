@@ -17,7 +17,7 @@ import pytest
 from acquisition.errors import NoData
 from acquisition.lineproto import LineEncoder
 from collectors.emonpi import BUILTIN_LAYOUTS, EmonPiCollector, EmonPiConfig, parse_line
-from collectors.emonpi_sim import Simulator, main, uart_misread
+from collectors.emonpi.sim import Simulator, main, uart_misread
 
 from .conftest import FIXTURES, Pty, fast_config, running, wait_until
 
@@ -279,7 +279,7 @@ async def test_simulator_process_feeds_the_collector(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "collectors.emonpi_sim",
+        "collectors.emonpi.sim",
         *args,
         stdout=asyncio.subprocess.PIPE,
         cwd=Path(__file__).resolve().parents[2],

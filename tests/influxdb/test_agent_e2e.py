@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from acquisition.lineproto import decode_line
-from sinks.spool import parse_segment
+from sinks.influxdb.spool import parse_segment
 from tests.servers import Influxd, V2Translator, VictoriaMetrics
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sinks.spool import (
+from sinks.influxdb.spool import (
     HEADER,
     MAGIC,
     FsyncPolicy,

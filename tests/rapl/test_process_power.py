@@ -9,7 +9,7 @@ import pytest
 from acquisition.bus import Bus
 from acquisition.errors import ConfigError
 from acquisition.point import Point
-from acquisition.process_power import PowerTable, ProcessPowerConfig, ProcessPowerShare
+from acquisition.processors.process_power import PowerTable, ProcessPowerConfig, ProcessPowerShare
 from collectors.procfs import ProcfsCollector, ProcfsConfig
 from collectors.rapl import RaplCollector, RaplConfig
 from tests.rapl.scenarios import SteppedIO, context, install_tree

@@ -7,7 +7,7 @@ speaks the v2 write API (VictoriaMetrics) too. Timestamps are sent with precisio
 The sink owns retries and durability, the client's own retries stay off (its async API has none):
 - ``write(batch)`` posts directly while the spool is empty and the server answers; otherwise, or
   when a post fails with a retryable error, the batch goes to the on-disk spool
-  (:mod:`sinks.spool`) and a background task replays the spool oldest first, with exponential
+  (:mod:`sinks.influxdb.spool`) and a background task replays the spool oldest first, with exponential
   backoff, full jitter and a cap, honouring ``Retry-After``.
 - Retryable: connection refused/reset, timeouts, 5xx, 408, 429.
 - 400 (bad line) and 422 (field type conflict, out of retention): the body is bisected until the
@@ -47,7 +47,7 @@ from acquisition.config import duration, size
 from acquisition.errors import ConfigError, WriteError
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
-from sinks.spool import Spool, parse_fsync_policy
+from sinks.influxdb.spool import Spool, parse_fsync_policy
 
 __all__ = [
     "Failure",
