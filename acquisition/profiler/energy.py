@@ -193,7 +193,13 @@ def _track_account(
     sources: list[str],
     window: tuple[int, int],
 ) -> TrackEnergy | None:
-    window_j = _window_energy(series, sources, window)
+    # A window that the samples do not quite cover is clipped to them (the events outside are
+    # already counted as unmeasured).
+    window = (
+        max(window[0], max(series[n].first_ns for n in sources)),
+        min(window[1], min(series[n].last_ns for n in sources)),
+    )
+    window_j = _window_energy(series, sources, window) if window[0] <= window[1] else None
     if window_j is None:
         return None
     events_j = sum(out[i].self_j or 0.0 for i in indices)
