@@ -91,14 +91,15 @@ def _energy(
 
 def _nest(indices: list[int], spans: Sequence[Span]) -> dict[int, int | None]:
     """Parent of each span of one track, by containment (outermost first at equal starts)."""
-    order = sorted(indices, key=lambda i: (spans[i].start_ns, -spans[i].end_ns, i))
+    keyed = sorted((spans[i].start_ns, -spans[i].end_ns, i) for i in indices)
     parents: dict[int, int | None] = {}
-    stack: list[int] = []
-    for i in order:
-        while stack and spans[stack[-1]].end_ns < spans[i].end_ns:
+    stack: list[tuple[int, int]] = []  # (end, index)
+    for _, neg_end, i in keyed:
+        end = -neg_end
+        while stack and stack[-1][0] < end:
             stack.pop()
-        parents[i] = stack[-1] if stack else None
-        stack.append(i)
+        parents[i] = stack[-1][1] if stack else None
+        stack.append((end, i))
     return parents
 
 

@@ -72,15 +72,25 @@ class EnergySeries:
         value = e0 + (e1 - e0) * ((t - t0) / (t1 - t0))
         return value, (t - t0) * (t1 - t) / (t1 - t0) / _NS * self._spread(i)
 
+    def __post_init__(self) -> None:
+        # Spread of the mean powers around each sample interval, computed once: every edge of
+        # every event looks it up.
+        times, joules = self.times, self.joules
+        powers = [
+            (joules[k] - joules[k - 1]) * _NS / (times[k] - times[k - 1])
+            for k in range(1, len(times))
+        ]
+        spread = [0.0]
+        for k in range(len(powers)):
+            near = powers[max(k - 1, 0) : k + 2]
+            spread.append(max(near) - min(near))
+        object.__setattr__(self, "_spreads", spread)
+
     def _spread(self, i: int) -> float:
         """Max − min of the mean powers (W) of sample intervals i-1..i+1 (interval i ends at
         ``times[i]``)."""
-        lo, hi = max(i - 1, 1), min(i + 1, len(self.times) - 1)
-        powers = [
-            (self.joules[k] - self.joules[k - 1]) * _NS / (self.times[k] - self.times[k - 1])
-            for k in range(lo, hi + 1)
-        ]
-        return max(powers) - min(powers)
+        spreads: list[float] = self._spreads  # type: ignore[attr-defined]
+        return spreads[i]
 
     def energy(self, start: int, end: int) -> tuple[float, float] | None:
         """(J over [start, end], error estimate J); None unless samples bracket the interval."""
