@@ -211,8 +211,11 @@ def compute_energy(
     spans: Sequence[Span],
     series: Mapping[str, EnergySeries],
     window: tuple[int, int] | None = None,
+    gpu_names: Mapping[int, str] | None = None,
 ) -> EnergyResult:
-    """Energy of every span (see the module docstring). ``window`` defaults to the spans' extent."""
+    """Energy of every span (see the module docstring). ``window`` defaults to the spans' extent;
+    ``gpu_names`` maps a span's device (CUDA ordinal) to its source name (default ``gpu:<N>``, the
+    NVML index N)."""
     out = [EventEnergy() for _ in spans]
     if window is None:
         window = (
@@ -227,7 +230,8 @@ def compute_energy(
     unmeasured = 0
     for track, indices in by_track.items():
         if track[0] == "gpu":
-            name = gpu_source(int(track[1]))  # type: ignore[call-overload]
+            device = int(track[1])  # type: ignore[call-overload]
+            name = (gpu_names or {}).get(device) or gpu_source(device)
             if name not in series:
                 unmeasured += len(indices)
                 continue

@@ -31,7 +31,14 @@ from dataclasses import dataclass
 from acquisition.point import Point
 from acquisition.processors.attribution import parse_source
 
-__all__ = ["CPU_DOMAINS", "EnergySeries", "build_series", "cpu_sources", "gpu_source"]
+__all__ = [
+    "CPU_DOMAINS",
+    "EnergySeries",
+    "build_series",
+    "cpu_sources",
+    "gpu_names_by_uuid",
+    "gpu_source",
+]
 
 _NS = 1_000_000_000
 CPU_DOMAINS = ("package", "dram")
@@ -112,6 +119,25 @@ class EnergySeries:
 def gpu_source(device: int) -> str:
     """The source name of CUDA device ``device`` (NVML index assumed equal to it)."""
     return f"gpu:{device}"
+
+
+def _bare_uuid(uuid: str) -> str:
+    text = uuid.strip().lower()
+    return text[4:] if text.startswith("gpu-") else text
+
+
+def gpu_names_by_uuid(points: Iterable[Point], cuda_uuids: Mapping[int, str]) -> dict[int, str]:
+    """CUDA ordinal → source name, by the GPUs' UUIDs (NVML's ``GPU-…`` form or CUDA's bare
+    form): CUDA and NVML number GPUs differently when ``CUDA_VISIBLE_DEVICES`` is set."""
+    by_uuid: dict[str, str] = {}
+    for point in points:
+        if point.measurement in ("gpu", "gpu_sample") and "uuid" in point.tags:
+            by_uuid[_bare_uuid(point.tags["uuid"])] = gpu_source(int(point.tags.get("gpu", "0")))
+    return {
+        ordinal: by_uuid[_bare_uuid(uuid)]
+        for ordinal, uuid in cuda_uuids.items()
+        if _bare_uuid(uuid) in by_uuid
+    }
 
 
 def cpu_sources(series: Mapping[str, EnergySeries]) -> list[str]:

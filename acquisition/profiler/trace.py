@@ -159,10 +159,15 @@ def _window(trace: Mapping[str, Any], spans: list[Span]) -> tuple[int, int] | No
     return None
 
 
-def add_energy(trace: dict[str, Any], series: Mapping[str, EnergySeries]) -> EnergyResult:
-    """Add energy to ``trace`` in place (see the module docstring); the computed energies."""
+def add_energy(
+    trace: dict[str, Any],
+    series: Mapping[str, EnergySeries],
+    gpu_names: Mapping[int, str] | None = None,
+) -> EnergyResult:
+    """Add energy to ``trace`` in place (see the module docstring); the computed energies.
+    ``gpu_names``: CUDA device → source name (see :func:`compute_energy`)."""
     positions, spans = trace_spans(trace)
-    result = compute_energy(spans, series, _window(trace, spans))
+    result = compute_energy(spans, series, _window(trace, spans), gpu_names)
     events = trace.setdefault("traceEvents", [])
     for pos, energy in zip(positions, result.events, strict=True):
         if energy.total_j is None:

@@ -18,7 +18,12 @@ import torch.profiler
 
 from acquisition.point import Point
 from acquisition.profiler.energy import EnergyResult, Span, compute_energy
-from acquisition.profiler.series import EnergySeries, build_series, cpu_sources
+from acquisition.profiler.series import (
+    EnergySeries,
+    build_series,
+    cpu_sources,
+    gpu_names_by_uuid,
+)
 from acquisition.profiler.tables import (
     EnergyRow,
     RowEvent,
@@ -28,7 +33,14 @@ from acquisition.profiler.tables import (
 )
 from acquisition.profiler.trace import add_energy, load_trace, save_trace
 
-__all__ = ["DEFAULT_INTERVAL_S", "EnergyProfile", "PointSampler", "StepEnergy", "TimedEvent"]
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "NO_SOURCE",
+    "EnergyProfile",
+    "PointSampler",
+    "StepEnergy",
+    "TimedEvent",
+]
 
 log = logging.getLogger("nrg.profiler")
 
@@ -36,6 +48,7 @@ DEFAULT_INTERVAL_S = 0.01
 """Sampling interval of the in-process collectors: RAPL counters advance about every 1 ms and
 NVML's sample buffer is read whole, so 10 ms resolves operators of a few ms."""
 _COLLECTORS = ("rapl", "nvml")
+NO_SOURCE = "no energy source to sample: the profile will have no energy (%s)"
 
 
 class PointSampler(Protocol):
@@ -125,8 +138,10 @@ class EnergyProfile(torch.profiler.profile):
 
     def start(self) -> None:
         if not self._sampling:
+            called = time.time_ns()
             self.sampler.start()
             self._sampling = True
+            self._wait_for_first_sample(called)
         self._step_marks = [(self.step_num, time.time_ns())]
         super().start()
 
@@ -155,6 +170,20 @@ class EnergyProfile(torch.profiler.profile):
         """The power sources sampled so far, as cumulative energy series."""
         return build_series(self.points())
 
+    def _wait_for_first_sample(self, t_ns: int) -> None:
+        """Wait (a few sampling intervals at most) for the sources' first reading, so that the
+        first events are bracketed; say once why there is none when no source is available."""
+        unavailable = getattr(self.sampler, "unavailable", None)
+        if getattr(self.sampler, "available", None) == [] and unavailable is not None:
+            reasons = "; ".join(f"{name}: {why}" for name, why in unavailable.items())
+            log.warning(NO_SOURCE, reasons or "none configured")
+            return
+        deadline = time.monotonic() + 5 * self.interval_s + 0.05
+        while time.monotonic() < deadline:
+            if any(p.time_ns >= t_ns for p in self.sampler.snapshot()):
+                return
+            time.sleep(self.interval_s / 4)
+
     def _wait_for_samples(self, t_ns: int) -> None:
         """Wait (a few sampling intervals at most) until every source has a sample after
         ``t_ns``, so the events that ended just before are bracketed."""
@@ -179,7 +208,10 @@ class EnergyProfile(torch.profiler.profile):
         if self._sampling:
             self._wait_for_samples(max((s.end_ns for s in spans), default=0))
         end = max((s.end_ns for s in spans), default=base)
-        result = compute_energy(spans, self.series(), (min(base, end), end))
+        points = self.points()
+        result = compute_energy(
+            spans, build_series(points), (min(base, end), end), self._gpu_names(points)
+        )
         self.last_energy = result
         return events, result
 
@@ -275,8 +307,20 @@ class EnergyProfile(torch.profiler.profile):
             trace = load_trace(plain)
         if self._sampling:
             self._wait_for_samples(time.time_ns())
-        self.last_energy = add_energy(trace, self.series())
+        points = self.points()
+        self.last_energy = add_energy(trace, build_series(points), self._gpu_names(points))
         save_trace(trace, path)
+
+    def _gpu_names(self, points: Sequence[Point]) -> dict[int, str]:
+        """CUDA ordinal → GPU source name, by UUID (empty without CUDA)."""
+        if not torch.cuda.is_available():
+            return {}
+        uuids = {}
+        for ordinal in range(torch.cuda.device_count()):
+            uuid = getattr(torch.cuda.get_device_properties(ordinal), "uuid", None)
+            if uuid is not None:
+                uuids[ordinal] = str(uuid)
+        return gpu_names_by_uuid(points, uuids)
 
 
 def _span(event: Any, base_ns: int) -> Span:

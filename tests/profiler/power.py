@@ -23,11 +23,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from acquisition.api import PluginContext
+from acquisition.lineproto import decode_line
 from acquisition.point import Point
 from collectors.rapl import RaplCollector, RaplConfig
 from tests.e2e.test_training_energy import make_powercap
 
-__all__ = ["Profile", "RaplSampler", "energy_between", "powercap_tree"]
+__all__ = ["ProcessRaplSampler", "Profile", "RaplSampler", "energy_between", "powercap_tree"]
 
 Profile = Sequence[tuple[int, float]]
 """Piecewise-constant power: (from this Unix-epoch ns, watts), in time order."""
@@ -117,10 +118,14 @@ class RaplSampler:
         ready.set()
         try:
             while not self._stop.is_set():
-                await self.collector.collect(self._emit, time.time_ns())
+                await self._read()
                 await asyncio.sleep(self.interval_s)
         finally:
             await self.collector.aclose()
+
+    async def _read(self) -> None:
+        """One read, stamped before it as the agent's runner does."""
+        await self.collector.collect(self._emit, time.time_ns())
 
     def _emit(self, point: Point) -> None:
         with self._lock:
@@ -130,6 +135,76 @@ class RaplSampler:
         self._stop.set()
         assert self._thread is not None
         self._thread.join(30)
+        return self.snapshot()
+
+    def snapshot(self) -> list[Point]:
+        with self._lock:
+            return list(self._points)
+
+
+_CHILD = r"""
+import asyncio, sys, time
+from pathlib import Path
+from acquisition.api import PluginContext
+from acquisition.lineproto import encode_point
+from collectors.rapl import RaplCollector, RaplConfig
+root, interval = Path(sys.argv[1]), float(sys.argv[2])
+async def main():
+    c = RaplCollector(RaplConfig(root=str(root), backend="powercap"),
+                      PluginContext("testhost", interval, root, root, root))
+    await c.open()
+    print("ready", flush=True)
+    out = []
+    while True:
+        await c.collect(out.append, time.time_ns())
+        sys.stdout.write("".join(encode_point(p) + "\n" for p in out))
+        sys.stdout.flush()
+        out.clear()
+        await asyncio.sleep(interval)
+asyncio.run(main())
+"""
+
+
+class ProcessRaplSampler:
+    """The real RAPL collector on ``root``, read in a child process (its line protocol read
+    back on a thread): its reads are stamped to the millisecond whatever this process does,
+    where a reader thread in here waits for the GIL behind a busy Python loop."""
+
+    def __init__(self, root: Path, interval_s: float = 0.005) -> None:
+        self.root, self.interval_s = root, interval_s
+        self._points: list[Point] = []
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(self.root), str(self.interval_s)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self._proc.stdout is not None
+        if self._proc.stdout.readline().strip() != "ready":
+            raise AssertionError("the sampler process did not start")
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            point = decode_line(line.rstrip("\n"))
+            with self._lock:
+                self._points.append(point)
+
+    def stop(self) -> list[Point]:
+        assert self._proc is not None and self._reader is not None
+        self._proc.terminate()
+        self._proc.wait(30)
+        self._reader.join(30)
+        assert self._proc.stdout is not None
+        self._proc.stdout.close()
         return self.snapshot()
 
     def snapshot(self) -> list[Point]:

@@ -23,9 +23,11 @@ def test_config_path_samples_the_configured_rapl_tree(tmp_path: Path) -> None:
     with powercap_tree(profiles) as root:
         config = tmp_path / "nrg.toml"
         config.write_text(f'[[collectors.rapl]]\nroot = "{root}"\nbackend = "powercap"\n')
-        with profile(activities=[ProfilerActivity.CPU], config=config) as prof:
-            with record_function("sleep"):
-                time.sleep(0.25)
+        with (
+            profile(activities=[ProfilerActivity.CPU], config=config) as prof,
+            record_function("sleep"),
+        ):
+            time.sleep(0.25)
     (sleep,) = [e for e in prof.energy_events() if e.name == "sleep"]
     expected = sum(energy_between(p, sleep.start_ns, sleep.end_ns) for p in profiles.values())
     assert sleep.total_j == pytest.approx(expected, abs=0.004 * 36 + sleep.error_j)

@@ -11,7 +11,7 @@ import pytest
 
 from acquisition.api import PluginContext
 from acquisition.point import Point
-from acquisition.profiler.series import build_series
+from acquisition.profiler.series import build_series, gpu_names_by_uuid
 from acquisition.profiler.trace import ENERGY_ARG, SELF_ENERGY_ARG, add_energy
 from collectors.nvml import NvmlCollector, NvmlConfig
 from tests.nvml.fake_pynvml import FakeNvml, load_scenario
@@ -110,3 +110,24 @@ async def test_kernel_energy_from_nvml_samples(tmp_path: Any) -> None:
     power = [e for e in tr["traceEvents"] if e.get("name") == "nrg power gpu:0"]
     assert [e["args"]["W"] for e in power][:9] == pytest.approx([100.0] * 9)
     assert power[-1]["args"]["W"] == pytest.approx(300.0)
+
+
+async def test_cuda_ordinals_map_to_nvml_gpus_by_uuid(tmp_path: Any) -> None:
+    """With CUDA_VISIBLE_DEVICES, CUDA device 1 may be NVML GPU 0: matched by UUID (CUDA gives
+    it without NVML's ``GPU-`` prefix)."""
+    points = await sampled_points(tmp_path)
+    names = gpu_names_by_uuid(points, {1: "A100A100-0000-4000-8000-000000000001", 2: "other"})
+    assert names == {1: "gpu:0"}
+    tr = trace()
+    for event in tr["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["args"]["device"] = 1
+    add_energy(tr, build_series(points), names)
+    relu = next(e for e in tr["traceEvents"] if e.get("name") == "relu")
+    assert relu["args"][ENERGY_ARG] == pytest.approx(300 * 0.03)
+    unmapped = trace()
+    for event in unmapped["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["args"]["device"] = 1
+    result = add_energy(unmapped, build_series(points))
+    assert result.unmeasured == 4  # no gpu:1 source, and no RAPL for the CPU operator

@@ -1,6 +1,7 @@
 """The energy-aware profiler on real CPU torch, with a RAPL powercap tree at known power.
 
-The real RAPL collector samples the tree (in-process, every 5 ms); the truth for any event is the
+The real RAPL collector samples the tree every 5 ms (in a child process, so that a busy Python
+loop here cannot delay its reads behind the GIL; see :class:`ProcessRaplSampler`); the truth for any event is the
 known power profile integrated over the event's own interval. The tolerance per event is the
 fixture's timing granularity (its counters advance about every 1 ms, and a read is stamped just
 before it happens: 4 ms of the total power) plus the event's own error estimate.
@@ -20,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from acquisition.lineproto import decode_line
+from acquisition.point import Point
 from acquisition.profiler import profile
 from acquisition.profiler.tables import UNKNOWN_SORT_KEY
 from acquisition.profiler.trace import ENERGY_ARG, SELF_ENERGY_ARG, load_trace
-from acquisition.profiler.wrapper import EnergyProfile, TimedEvent
-from tests.profiler.power import Profile, RaplSampler, energy_between, powercap_tree
+from acquisition.profiler.wrapper import NO_SOURCE, EnergyProfile, TimedEvent
+from tests.profiler.power import ProcessRaplSampler, Profile, energy_between, powercap_tree
 
 torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, record_function  # noqa: E402
@@ -86,7 +88,7 @@ def test_busy_wait_and_sleep_get_power_times_their_time(
     constant: tuple[Path, dict[str, Profile]],
 ) -> None:
     root, profiles = constant
-    sampler = RaplSampler(root)
+    sampler = ProcessRaplSampler(root)
     with profile(activities=[ProfilerActivity.CPU], sampler=sampler) as prof:
         time.sleep(0.03)
         workload()
@@ -121,7 +123,7 @@ def test_a_power_step_is_seen_by_the_events_on_each_side() -> None:
     profiles = {"package-0": [(t0, 10.0), (switch, 40.0)], "dram": [(t0, 2.0)]}
     with (
         powercap_tree(profiles) as root,
-        profile(activities=[ProfilerActivity.CPU], sampler=RaplSampler(root)) as prof,
+        profile(activities=[ProfilerActivity.CPU], sampler=ProcessRaplSampler(root)) as prof,
     ):
         while time.time_ns() < switch - 300_000_000:
             time.sleep(0.01)
@@ -146,7 +148,7 @@ def test_exported_trace_has_power_counters_and_keeps_every_event(
 ) -> None:
     root, profiles = constant
     with profile(
-        activities=[ProfilerActivity.CPU], sampler=RaplSampler(root), record_shapes=True
+        activities=[ProfilerActivity.CPU], sampler=ProcessRaplSampler(root), record_shapes=True
     ) as prof:
         workload()
     # Keep a copy of what torch's own exporter writes (Kineto saves a trace only once).
@@ -204,7 +206,7 @@ def test_tensorboard_handler_with_a_schedule_and_step_energies(
         activities=[ProfilerActivity.CPU],
         schedule=torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),
         on_trace_ready=torch.profiler.tensorboard_trace_handler(str(logdir), use_gzip=True),
-        sampler=RaplSampler(root),
+        sampler=ProcessRaplSampler(root),
     ) as prof:
         for _ in range(6):
             time.sleep(0.05)
@@ -236,7 +238,7 @@ def test_tensorboard_handler_with_a_schedule_and_step_energies(
 def test_energy_averages_and_table(constant: tuple[Path, dict[str, Profile]]) -> None:
     root, _ = constant
     with profile(
-        activities=[ProfilerActivity.CPU], sampler=RaplSampler(root), record_shapes=True
+        activities=[ProfilerActivity.CPU], sampler=ProcessRaplSampler(root), record_shapes=True
     ) as prof:
         workload()
         x = torch.randn(64, 32)
@@ -294,7 +296,7 @@ def test_profiler_steps_line_up_with_nrg_steps(
             graph=False,
         ) as session,
         profile(
-            activities=[ProfilerActivity.CPU], sampler=RaplSampler(root), session=session
+            activities=[ProfilerActivity.CPU], sampler=ProcessRaplSampler(root), session=session
         ) as prof,
     ):
         for _ in range(4):
@@ -319,3 +321,42 @@ def test_importing_the_package_does_not_import_torch() -> None:
         "assert callable(acquisition.torch.profile); assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class NothingHere:
+    """A sampler that found no source (as the in-process Sampler reports it)."""
+
+    def __init__(self) -> None:
+        self.available: list[str] = []
+        self.unavailable = {
+            "rapl": "no RAPL zones under /sys/class/powercap",
+            "nvml": "no NVIDIA driver",
+        }
+
+    def start(self) -> None: ...
+
+    def stop(self) -> list[Point]:
+        return []
+
+    def snapshot(self) -> list[Point]:
+        return []
+
+
+def test_no_source_says_why_and_leaves_events_without_energy(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with (
+        profile(activities=[ProfilerActivity.CPU], sampler=NothingHere()) as prof,
+        record_function("sleep"),
+    ):
+        time.sleep(0.01)
+    assert caplog.messages[0] == NO_SOURCE % (
+        "rapl: no RAPL zones under /sys/class/powercap; nvml: no NVIDIA driver"
+    )
+    (sleep,) = [e for e in prof.energy_events() if e.name == "sleep"]
+    assert sleep.total_j is None
+    assert prof.last_energy is not None
+    assert prof.last_energy.unmeasured == len(prof.energy_events())
+    row = next(r for r in prof.energy_averages() if r.key == "sleep")
+    assert (row.count, row.measured, row.mean_power_w) == (1, 0, None)
+    assert prof.step_energies()[0].energy_j is None
