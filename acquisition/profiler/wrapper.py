@@ -305,6 +305,8 @@ class EnergyProfile(torch.profiler.profile):
             plain = os.path.join(tmp, "trace.json")
             super().export_chrome_trace(plain, use_python_export=use_python_export)
             trace = load_trace(plain)
+        if "traceName" in trace:
+            trace["traceName"] = path  # the profiler names the file it wrote: the temporary one
         if self._sampling:
             self._wait_for_samples(time.time_ns())
         points = self.points()

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ SLACK_S = 0.004
 @pytest.fixture(scope="module")
 def constant() -> Iterator[tuple[Path, dict[str, Profile]]]:
     t0 = time.time_ns()
-    profiles = {"package-0": [(t0, PACKAGE_W)], "dram": [(t0, DRAM_W)]}
+    profiles: dict[str, Profile] = {"package-0": [(t0, PACKAGE_W)], "dram": [(t0, DRAM_W)]}
     with powercap_tree(profiles) as root:
         yield root, profiles
 
@@ -163,14 +164,15 @@ def test_exported_trace_has_power_counters_and_keeps_every_event(
     trace = json.loads((tmp_path / "energy.json").read_text())  # plain Chrome trace JSON
     plain = json.loads((tmp_path / "plain.json").read_text())
 
-    def key(event: dict[str, object]) -> str:
-        args = {k: v for k, v in (event.get("args") or {}).items() if not k.startswith("nrg_")}  # type: ignore[attr-defined]
+    def key(event: dict[str, Any]) -> str:
+        args = {k: v for k, v in (event.get("args") or {}).items() if not k.startswith("nrg_")}
         return json.dumps({**event, "args": args}, sort_keys=True)
 
     ours = {key(e) for e in trace["traceEvents"]}
     missing = [e for e in plain["traceEvents"] if key(e) not in ours]
     assert not missing
     assert trace["baseTimeNanoseconds"] == plain["baseTimeNanoseconds"]
+    assert trace["traceName"] == str(tmp_path / "energy.json")
 
     counters = [e for e in trace["traceEvents"] if e.get("ph") == "C"]
     for source, watts in (("rapl:package-0", PACKAGE_W), ("rapl:dram-0", DRAM_W)):
@@ -307,7 +309,7 @@ def test_profiler_steps_line_up_with_nrg_steps(
     steps = [
         p for p in map(decode_line, spool.read_text().splitlines()) if p.measurement == "nrg_step"
     ]
-    ends = sorted(int(p.fields["end_time_ns"]) for p in steps)  # type: ignore[arg-type]
+    ends = sorted(int(p.fields["end_time_ns"]) for p in steps)
     marks = [s.end_ns for s in prof.step_energies()][:4]
     assert len(ends) >= 4
     for nrg_end, prof_end in zip(ends[:4], marks, strict=True):
