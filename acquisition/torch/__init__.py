@@ -44,6 +44,7 @@ def instrument(
     backward: bool = True,
     auto_step: bool = True,
     flush_interval_s: float = 0.05,
+    samples_per_step: int | None = None,
 ) -> Session:
     """A session for ``model``; start it with ``with`` or ``.start()``.
 
@@ -56,6 +57,8 @@ def instrument(
     - ``graph``: record the op graph; ``backward``: time backward where hooks are safe;
       ``auto_step``: an optimizer step of this model's optimizer ends a step (``session.step()``
       takes over when called).
+    - ``samples_per_step``: the batch size, written as each step's ``samples`` field (a call
+      of ``session.step(samples=n)`` gives its own step's count).
     """
     try:
         import torch  # noqa: F401
@@ -77,4 +80,5 @@ def instrument(
         backward=backward,
         auto_step=auto_step,
         flush_interval_s=flush_interval_s,
+        samples_per_step=samples_per_step,
     )

@@ -38,12 +38,23 @@ if TYPE_CHECKING:
     from torch import nn
     from torch.utils.hooks import RemovableHandle
 
-__all__ = ["Session", "resolve_tags"]
+__all__ = ["SAMPLES_ERROR", "Session", "resolve_tags"]
 
 log = logging.getLogger("acquisition.torch")
 
 _SLICE = 128
 """Events aggregated per hold of the GIL."""
+
+SAMPLES_ERROR = "samples must be a positive integer (the batch size of the step), got {value!r}"
+"""Raised (formatted) by :meth:`Session.step` and ``instrument(samples_per_step=...)``."""
+
+
+def _check_samples(value: object) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or value <= 0:
+        raise ValueError(SAMPLES_ERROR.format(value=value))
+    return value
 
 
 def resolve_tags(
@@ -83,8 +94,10 @@ class Session:
         backward: bool = True,
         auto_step: bool = True,
         flush_interval_s: float = 0.05,
+        samples_per_step: int | None = None,
     ) -> None:
         self.model = model
+        self._samples_per_step = _check_samples(samples_per_step)
         self.pid = os.getpid()
         self.tags = resolve_tags(experiment, run, rank, pid=self.pid)
         self._model_tags = {k: v for k, v in self.tags.items() if k != "rank"}
@@ -157,7 +170,7 @@ class Session:
         model = self.model
         cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
         self._param_ids = {id(p) for p in model.parameters()}
-        self._aggregator = StepAggregator(self._names())
+        self._aggregator = StepAggregator(self._names(), samples_per_step=self._samples_per_step)
         self._step_lines = StepLines(self.tags, self.offset_ns)
         self._hooks = ModuleHooks(self._events, cuda=cuda)
         self._sender = LineSender(self.socket_path, self.fallback_path)
@@ -181,10 +194,14 @@ class Session:
         self._thread.start()
         return self
 
-    def step(self) -> None:
-        """Mark the end of a step; from the first call on, optimizer steps no longer do."""
+    def step(self, samples: int | None = None) -> None:
+        """Mark the end of a step; from the first call on, optimizer steps no longer do.
+
+        ``samples``: how many samples (the batch size) this step processed, written as the
+        step's ``samples`` field; without it, ``samples_per_step`` of :func:`instrument`."""
+        samples = _check_samples(samples)
         self._manual_steps = True
-        self._events.append((None, time.perf_counter_ns(), STEP))
+        self._events.append((samples, time.perf_counter_ns(), STEP))
 
     def epoch(self, number: int | None = None) -> int:
         """Set the epoch of the steps that follow and return it; without ``number`` the first
