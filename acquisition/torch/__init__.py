@@ -45,6 +45,7 @@ def instrument(
     auto_step: bool = True,
     flush_interval_s: float = 0.05,
     samples_per_step: int | None = None,
+    module_detail_every: int | None = None,
 ) -> Session:
     """A session for ``model``; start it with ``with`` or ``.start()``.
 
@@ -59,6 +60,10 @@ def instrument(
       takes over when called).
     - ``samples_per_step``: the batch size, written as each step's ``samples`` field (a call
       of ``session.step(samples=n)`` gives its own step's count).
+    - ``module_detail_every``: per-module timing (``nrg_module``) on every Nth step, counted
+      from step 0; the steps between have their ``nrg_step`` point only and no module hooks
+      at all. Default: every step for a model of up to 64 modules, else every
+      ⌈modules / 64⌉-th step (a 200-module model: every 4th).
     """
     try:
         import torch  # noqa: F401
@@ -81,4 +86,5 @@ def instrument(
         auto_step=auto_step,
         flush_interval_s=flush_interval_s,
         samples_per_step=samples_per_step,
+        module_detail_every=module_detail_every,
     )

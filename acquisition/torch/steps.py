@@ -15,7 +15,7 @@ enclosing module's exclusive time. A call is accounted to the step in which it e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,33 +118,35 @@ class StepAggregator:
         """Whether module calls were recorded since the last step boundary."""
         return bool(self._stats)
 
-    def feed(self, events: Iterable[Event]) -> list[StepRecord]:
-        """Consume events; return the steps they completed."""
+    def feed(self, events: Sequence[Event]) -> list[StepRecord]:
+        """Consume events; return the steps they completed.
+
+        Module enters and exits (nearly every event) are handled inline; step, epoch and timing
+        marks go to :meth:`_mark`.
+        """
         done: list[StepRecord] = []
         names = self.names
         stacks = self._stacks
         stats = self._stats
-        enters, exits = (FWD_PRE, BWD_PRE), (FWD_POST, BWD_POST)
+        if self._start_ns is None and events:
+            self._start_ns = events[0][1]  # the very first event starts the first step
         for ev in events:
-            kind = ev[2]
-            if self._start_ns is None:
-                self._start_ns = ev[1]
-            if kind in enters:
-                if ev[0] in names:
-                    stacks[kind].append([ev[0], ev[1], 0, ev[3] if len(ev) > 3 else None, None])
-            elif kind in exits:
-                module = ev[0]
+            module, t, kind = ev[0], ev[1], ev[2]
+            if kind in (FWD_PRE, BWD_PRE):
+                if module in names:
+                    stacks[kind].append([module, t, 0, ev[3] if len(ev) > 3 else None, None])
+            elif kind in (FWD_POST, BWD_POST):
                 if module not in names:
                     continue
                 stack = stacks[kind]
-                frame: list[Any] | None
                 if stack and stack[-1][_MODULE] is module:
                     frame = stack.pop()
                 else:
-                    frame = self._unwind(stack, module)
-                if frame is None:
-                    continue
-                inclusive = ev[1] - frame[_START]
+                    found = self._unwind(stack, module)
+                    if found is None:
+                        continue
+                    frame = found
+                inclusive = t - frame[_START]
                 key = (module, kind)
                 timing = stats.get(key)
                 if timing is None:
@@ -155,26 +157,34 @@ class StepAggregator:
                 if stack:
                     stack[-1][_CHILD] += inclusive
                 if frame[_EVENT] is not None and len(ev) > 3:
-                    self._gpu.append(
-                        _GpuSpan(key, frame[_EVENT], ev[3], frame[_CHILD_EVENTS] or [])
-                    )
-                    if stack:
-                        if stack[-1][_CHILD_EVENTS] is None:
-                            stack[-1][_CHILD_EVENTS] = []
-                        stack[-1][_CHILD_EVENTS].append((frame[_EVENT], ev[3]))
-            elif kind == STEP:
-                done.append(self._finish(ev[1], ev[0]))
-            elif kind == EPOCH:
-                self.epoch = int(ev[0])
-            elif kind == RETIME:
-                stack = stacks[FWD_PRE]
-                if stack and stack[-1][_MODULE] is ev[0]:
-                    stack[-1][_START] = ev[1]
-                if not stats:
-                    self._start_ns = ev[1]
-            elif kind == RESUME and not stats:
-                self._start_ns = ev[1]
+                    self._gpu_exit(stack, frame, key, ev[3])
+            else:
+                self._mark(ev, done)
         return done
+
+    def _gpu_exit(self, stack: list[list[Any]], frame: list[Any], key: Any, end: Any) -> None:
+        """Keep the CUDA event pair of a finished call (and give it to its parent's frame)."""
+        self._gpu.append(_GpuSpan(key, frame[_EVENT], end, frame[_CHILD_EVENTS] or []))
+        if stack:
+            if stack[-1][_CHILD_EVENTS] is None:
+                stack[-1][_CHILD_EVENTS] = []
+            stack[-1][_CHILD_EVENTS].append((frame[_EVENT], end))
+
+    def _mark(self, ev: Event, done: list[StepRecord]) -> None:
+        """A step boundary, an epoch change, or a restart of the clock (retime, resume)."""
+        kind = ev[2]
+        if kind == STEP:
+            done.append(self._finish(ev[1], ev[0]))
+        elif kind == EPOCH:
+            self.epoch = int(ev[0])
+        elif kind == RETIME:
+            stack = self._stacks[FWD_PRE]
+            if stack and stack[-1][_MODULE] is ev[0]:
+                stack[-1][_START] = ev[1]
+            if not self._stats:
+                self._start_ns = ev[1]
+        elif kind == RESUME and not self._stats:
+            self._start_ns = ev[1]
 
     def finish_pending(self, end_ns: int) -> StepRecord | None:
         """Close a last, unfinished step (module calls after the last boundary), if any."""

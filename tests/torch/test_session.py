@@ -17,7 +17,12 @@ from torch import nn
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
 from acquisition.torch import instrument
-from acquisition.torch.session import SAMPLES_ERROR
+from acquisition.torch.session import (
+    DETAIL_EVERY_ERROR,
+    DETAIL_MODULES,
+    SAMPLES_ERROR,
+    detail_every,
+)
 from tests.torch.conftest import Listener
 from tests.torch.models import Scaled
 
@@ -295,3 +300,63 @@ def test_arguments_win_over_the_environment(
         session.step()
     start = points(listener.text())[0]
     assert start.tags == {"experiment": "exp", "run": "mine"}
+
+
+def _module_steps(text: str) -> dict[int, int]:
+    """Step → number of ``nrg_module`` points."""
+    counts: Counter[int] = Counter()
+    for p in points(text):
+        if p.measurement == "nrg_module":
+            counts[p.fields["step"]] += 1
+    return dict(counts)
+
+
+def test_module_detail_every_nth_step(listener: Listener) -> None:
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with instrument(model, run="sampled", graph=False, module_detail_every=3) as session:
+        for _ in range(7):
+            model(torch.randn(16, 4)).sum().backward()
+            opt.step()
+    text = listener.text()
+    steps = [p.fields["step"] for p in points(text) if p.measurement == "nrg_step"]
+    assert steps == list(range(7))  # every step is reported
+    per_step = 12  # 7 modules forward (the root included), 5 leaves backward
+    assert _module_steps(text) == {0: per_step, 3: per_step, 6: per_step}
+    assert session.module_detail_every == 3
+
+
+def test_default_module_detail_follows_the_model_size() -> None:
+    assert detail_every(DETAIL_MODULES, None) == 1
+    assert detail_every(DETAIL_MODULES + 1, None) == 2
+    assert detail_every(202, None) == 4
+    assert detail_every(10_001, None) == 157
+    assert detail_every(10_001, 1) == 1
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError) as err:
+            detail_every(10, bad)  # type: ignore[arg-type]
+        assert str(err.value) == DETAIL_EVERY_ERROR.format(value=bad)
+
+
+def test_no_event_lost_under_a_10000_module_model(listener: Listener) -> None:
+    """Every call of every module reaches the agent: the hook buffer never drops or overwrites,
+    whatever the model's size."""
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(3_333)]
+    model = nn.Sequential(*blocks)  # 1 + 3,333 x 3 = 10,000 modules
+    assert sum(1 for _ in model.modules()) == 10_000
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    with instrument(model, run="big", graph=False) as session:
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+    pts = points(listener.text())
+    step0 = [p for p in pts if p.measurement == "nrg_module" and p.fields["step"] == 0]
+    forward = {p.tags["module"]: p.fields["calls"] for p in step0 if p.tags["phase"] == "forward"}
+    backward = {p.tags["module"] for p in step0 if p.tags["phase"] == "backward"}
+    names = [n or "(root)" for n, _ in model.named_modules()]
+    assert forward == dict.fromkeys(names, 1)
+    leaves = {n for n, m in model.named_modules() if next(m.children(), None) is None}
+    assert backward == leaves
+    assert session.module_detail_every == 157
+    assert [p.fields["step"] for p in pts if p.measurement == "nrg_module"].count(1) == 0
