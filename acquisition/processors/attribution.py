@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from acquisition.api import Emit, PluginContext
@@ -57,12 +57,22 @@ from acquisition.processors.energy import (
     SourceSample,
     counter_energy,
     interpolate,
-    is_number,
     parse_source,
     split_energy,
     trapezoid_energy,
 )
 from acquisition.processors.module_sums import EPOCH_SUM_MAX_STEPS, EpochSums
+from acquisition.processors.steps import (
+    DoneSteps,
+    RunKey,
+    Step,
+    StepKey,
+    epoch_of,
+    float_field,
+    int_field,
+    run_key,
+    run_tags,
+)
 
 __all__ = [
     "AUTO_EPOCH_MODULES",
@@ -124,77 +134,6 @@ class AttributionConfig:
             )
 
 
-RunKey = tuple[str, str, str]
-StepKey = tuple[str, str, str, int]
-
-
-@dataclass
-class _Step:
-    run: RunKey
-    step: int
-    epoch: str = "0"
-    start_ns: int | None = None
-    end_ns: int | None = None
-    arrived_ns: int = 0
-    seen_ns: int = 0
-    modules: dict[tuple[str, str], tuple[float, float | None]] = field(default_factory=dict)
-    complete: bool = False
-    """All its module points are in: a later step's point or the run's end arrived after it."""
-
-
-class _Done:
-    """Steps of one run already attributed: a bounded set above a floor (all below it are done)."""
-
-    __slots__ = ("floor", "steps")
-    keep: ClassVar[int] = 4096
-
-    def __init__(self) -> None:
-        self.floor = -1
-        self.steps: set[int] = set()
-
-    def __contains__(self, step: int) -> bool:
-        return step <= self.floor or step in self.steps
-
-    def add(self, step: int) -> None:
-        self.steps.add(step)
-        if len(self.steps) > 2 * self.keep:
-            self.floor = max(self.floor, max(self.steps) - self.keep)
-            self.steps = {s for s in self.steps if s > self.floor}
-
-
-def _run_key(tags: Mapping[str, str]) -> RunKey:
-    return (tags.get("experiment", ""), tags.get("run", ""), tags.get("rank", ""))
-
-
-def _run_tags(run: RunKey) -> dict[str, str]:
-    experiment, name, rank = run
-    tags = {"experiment": experiment, "run": name, "rank": rank}
-    return {k: v for k, v in tags.items() if v}
-
-
-def _int_field(fields: Mapping[str, FieldValue], key: str) -> int | None:
-    value = fields.get(key)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _float_field(fields: Mapping[str, FieldValue], key: str) -> float | None:
-    value = fields.get(key)
-    return float(value) if is_number(value) else None  # type: ignore[arg-type]
-
-
-def _epoch_of(point: Point) -> str:
-    """The step's epoch: the ``epoch`` tag, else the integer field older jobs wrote, else 0."""
-    tag = point.tags.get("epoch")
-    if tag:
-        return tag
-    value = _int_field(point.fields, "epoch")
-    return str(value) if value is not None else "0"
-
-
 class EnergyAttribution:
     """Bus processor: joins training steps and modules with power sources into ``nrg_energy``."""
 
@@ -207,12 +146,12 @@ class EnergyAttribution:
         self._grace_ns = int(config.grace * _NS)
         self._history_ns = int(config.history * _NS)
         self._sources: dict[str, Source] = {}
-        self._steps: dict[StepKey, _Step] = {}
+        self._steps: dict[StepKey, Step] = {}
         self._last_step: dict[RunKey, int] = {}
         """Step index of the latest training-job point per run (arrival order)."""
         self._run_end_ns: dict[RunKey, int] = {}
         """End of the latest step seen per run, to tell a restart from a late start event."""
-        self._done: dict[RunKey, _Done] = {}
+        self._done: dict[RunKey, DoneSteps] = {}
         self._sums: dict[RunKey, EpochSums] = {}
         """Module energy summed over the current epoch, per run (``module_detail`` epoch)."""
         self._sums_epoch: dict[RunKey, str] = {}
@@ -313,14 +252,14 @@ class EnergyAttribution:
         if len(series.times) > 64 and series.times[-1] - series.times[0] > 2 * self._history_ns:
             series.prune(series.times[-1] - self._history_ns)
 
-    def _step_for(self, run: RunKey, step: int) -> _Step | None:
+    def _step_for(self, run: RunKey, step: int) -> Step | None:
         done = self._done.get(run)
         if done is not None and step in done:
             return None
         key = (*run, step)
         entry = self._steps.get(key)
         if entry is None:
-            entry = self._steps[key] = _Step(run, step, seen_ns=self._clock)
+            entry = self._steps[key] = Step(run, step, seen_ns=self._clock)
             if len(self._steps) > self._config.max_pending_steps:
                 oldest = next(iter(self._steps))
                 del self._steps[oldest]
@@ -345,28 +284,28 @@ class EnergyAttribution:
     def _on_module(self, point: Point) -> bool:
         """Take a module point; True when it is the first point of a new step of its run."""
         f = point.fields
-        step = _int_field(f, "step")
-        excl = _float_field(f, "exclusive_seconds")
+        step = int_field(f, "step")
+        excl = float_field(f, "exclusive_seconds")
         if step is None or excl is None:
             return False
-        run = _run_key(point.tags)
+        run = run_key(point.tags)
         newer = self._note_step(run, step)
         entry = self._step_for(run, step)
         if entry is None:
             self._counts["modules_late"] += 1
             return newer
         key = (point.tags.get("module", ""), point.tags.get("phase", ""))
-        entry.modules[key] = (excl, _float_field(f, "gpu_seconds"))
+        entry.modules[key] = (excl, float_field(f, "gpu_seconds"))
         return newer
 
     def _on_step(self, point: Point) -> None:
         f = point.fields
-        step = _int_field(f, "step")
-        start = _int_field(f, "start_time_ns")
-        end = _int_field(f, "end_time_ns")
+        step = int_field(f, "step")
+        start = int_field(f, "start_time_ns")
+        end = int_field(f, "end_time_ns")
         if step is None or start is None or end is None or end < start:
             return
-        run = _run_key(point.tags)
+        run = run_key(point.tags)
         self._note_step(run, step)
         entry = self._step_for(run, step)
         if entry is None:
@@ -374,14 +313,14 @@ class EnergyAttribution:
             return
         if entry.end_ns is not None:
             self._counts["steps_duplicate"] += 1
-        entry.epoch = _epoch_of(point)
+        entry.epoch = epoch_of(point)
         entry.start_ns, entry.end_ns = start, end
         if end > self._run_end_ns.get(run, -1):
             self._run_end_ns[run] = end
         entry.arrived_ns = self._clock
 
     def _on_run(self, point: Point, emit: Emit) -> None:
-        run = _run_key(point.tags)
+        run = run_key(point.tags)
         event = point.fields.get("event")
         if event == "end":
             self._mark_complete(run, lambda n: True)
@@ -414,7 +353,7 @@ class EnergyAttribution:
             until = min(until, last + max(self._grace_ns, _OVERDUE * gap))
         return until if self._clock < until else None
 
-    def _due(self, entry: _Step, start: int, end: int) -> int | None:
+    def _due(self, entry: Step, start: int, end: int) -> int | None:
         """Data-clock time at which the step is emitted if nothing else arrives; None: now."""
         due = None if entry.complete else entry.arrived_ns + self._grace_ns
         if due is not None and self._clock >= due:
@@ -439,7 +378,7 @@ class EnergyAttribution:
             wait = None if force else self._due(entry, entry.start_ns, entry.end_ns)
             if wait is None:
                 del self._steps[key]
-                self._done.setdefault(entry.run, _Done()).add(entry.step)
+                self._done.setdefault(entry.run, DoneSteps()).add(entry.step)
                 self._attribute(entry, emit)
             else:
                 next_due = min(next_due, wait)
@@ -475,7 +414,7 @@ class EnergyAttribution:
             measured.append((src, energy))
         return measured
 
-    def _detail(self, entry: _Step) -> str:
+    def _detail(self, entry: Step) -> str:
         mode = self._config.module_detail
         if mode != "auto":
             return mode
@@ -486,7 +425,7 @@ class EnergyAttribution:
             self._many_modules.add(entry.run)
         return "epoch"
 
-    def _attribute(self, entry: _Step, emit: Emit) -> None:
+    def _attribute(self, entry: Step, emit: Emit) -> None:
         assert entry.start_ns is not None and entry.end_ns is not None
         measured = self._measure(entry.start_ns, entry.end_ns)
         if not measured:
@@ -505,7 +444,7 @@ class EnergyAttribution:
 
     def _emit_source(
         self,
-        entry: _Step,
+        entry: Step,
         src: Source,
         energy: float,
         detail: str,
@@ -534,7 +473,7 @@ class EnergyAttribution:
         self._emit(emit, entry, src.name, "unattributed", {}, rest, unattributed_s)
 
     def _emit_rest_of_system(
-        self, entry: _Step, measured: list[tuple[Source, float]], emit: Emit
+        self, entry: Step, measured: list[tuple[Source, float]], emit: Emit
     ) -> None:
         """Wall energy less what RAPL and the GPUs measured inside the machine, per wall meter."""
         if not any(s.kind == "rapl" and s.domain == "package" for s, _ in measured):
@@ -555,14 +494,14 @@ class EnergyAttribution:
     def _emit(
         self,
         emit: Emit,
-        entry: _Step,
+        entry: Step,
         source: str,
         scope: str,
         extra: Mapping[str, str],
         joules: float,
         seconds: float,
     ) -> None:
-        tags = {**_run_tags(entry.run), "epoch": entry.epoch, "source": source, "scope": scope}
+        tags = {**run_tags(entry.run), "epoch": entry.epoch, "source": source, "scope": scope}
         tags.update(extra)
         fields: dict[str, FieldValue] = {
             "step": entry.step,
@@ -575,13 +514,13 @@ class EnergyAttribution:
         emit(Point("nrg_energy", tags, fields, entry.end_ns))
         self._counts["points_emitted"] += 1
 
-    def _epoch_sums(self, entry: _Step, emit: Emit) -> EpochSums:
+    def _epoch_sums(self, entry: Step, emit: Emit) -> EpochSums:
         """The run's running module sums for the step's epoch; a new epoch writes the old one's."""
         if self._sums_epoch.get(entry.run) != entry.epoch:
             self._emit_sums(entry.run, emit)
         sums = self._sums.get(entry.run)
         if sums is None:
-            sums = self._sums[entry.run] = EpochSums({**_run_tags(entry.run), "epoch": entry.epoch})
+            sums = self._sums[entry.run] = EpochSums({**run_tags(entry.run), "epoch": entry.epoch})
             self._sums_epoch[entry.run] = entry.epoch
         return sums
 
