@@ -161,6 +161,8 @@ class EnergyAttribution:
         """Runs whose steps reported more than AUTO_EPOCH_MODULES modules."""
         self._clock = 0
         self._next_due = 0
+        self._blocking: set[str] = set()
+        """Sources some pending step waits for (as of the last flush)."""
         """Data-clock time when a pending step next falls due (grace, a silent source, history)."""
         self._missing: dict[str, int] = {}
         """Per source: steps it could not bracket."""
@@ -192,7 +194,10 @@ class EnergyAttribution:
             self._on_run(point, emit)
             return
         elif m in ("rapl", "gpu", "emonpi"):
-            self._on_source(point)
+            name = self._on_source(point)
+            # Only a sample of a source some step waits for can complete a step (or time).
+            if name not in self._blocking and self._clock < self._next_due:
+                return
         else:
             if self._steps and self._clock >= self._next_due:
                 self._flush(emit)
@@ -231,17 +236,18 @@ class EnergyAttribution:
 
     # -- intake --
 
-    def _on_source(self, point: Point) -> None:
+    def _on_source(self, point: Point) -> str | None:
+        """Take a source sample; the source's name when the sample was kept."""
         sample = parse_source(point, self._config.wall_channel, self._config.wall_counter)
         if sample is None:
-            return
+            return None
         src = self._sources.get(sample.source)
         if src is None:
             src = self._sources[sample.source] = Source(sample.source, sample.kind, sample.domain)
         series = src.counter if sample.counter else src.power
         if series.times and point.time_ns < series.times[-1]:
             self._counts["samples_out_of_order"] += 1
-            return
+            return None
         if sample.counter and series.values and sample.value < series.values[-1]:
             # The collector restarted (counters count from its open): the old base is gone.
             self._counts["counter_resets"] += 1
@@ -251,6 +257,7 @@ class EnergyAttribution:
         series.add(point.time_ns, sample.value)
         if len(series.times) > 64 and series.times[-1] - series.times[0] > 2 * self._history_ns:
             series.prune(series.times[-1] - self._history_ns)
+        return src.name
 
     def _step_for(self, run: RunKey, step: int) -> Step | None:
         done = self._done.get(run)
@@ -360,12 +367,15 @@ class EnergyAttribution:
             due = None
         for src in self._sources.values():
             wait = self._source_due(src, start, end)
-            if wait is not None and (due is None or wait > due):
-                due = wait
+            if wait is not None:
+                self._blocking.add(src.name)
+                if due is None or wait > due:
+                    due = wait
         return due
 
     def _flush(self, emit: Emit, force: bool = False) -> None:
         next_due = _FAR
+        self._blocking.clear()
         for key, entry in list(self._steps.items()):
             if entry.start_ns is None or entry.end_ns is None:
                 due = entry.seen_ns + self._history_ns
@@ -501,8 +511,7 @@ class EnergyAttribution:
         joules: float,
         seconds: float,
     ) -> None:
-        tags = {**run_tags(entry.run), "epoch": entry.epoch, "source": source, "scope": scope}
-        tags.update(extra)
+        tags = {**entry.base_tags(), "source": source, "scope": scope, **extra}
         fields: dict[str, FieldValue] = {
             "step": entry.step,
             "energy_joules": joules,

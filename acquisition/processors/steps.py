@@ -41,6 +41,13 @@ class Step:
     modules: dict[tuple[str, str], tuple[float, float | None]] = field(default_factory=dict)
     complete: bool = False
     """All its module points are in: a later step's point or the run's end arrived after it."""
+    tags: dict[str, str] | None = None
+    """The run's tags and ``epoch``, built once when the step is written."""
+
+    def base_tags(self) -> dict[str, str]:
+        if self.tags is None:
+            self.tags = {**run_tags(self.run), "epoch": self.epoch}
+        return self.tags
 
 
 class DoneSteps:
