@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,15 @@ def proc(
     if mem is not None:
         fields["memory_used_share_ratio"] = mem
     return Point("process", {"tree": "4242", "scope": scope, **extra}, fields, t)
+
+
+def burn_cpu(seconds: float = 0.05) -> None:
+    """Use this much CPU time (several USER_HZ ticks, whatever the machine's load)."""
+    start = time.process_time()
+    x = 0
+    while time.process_time() - start < seconds:
+        for i in range(10_000):
+            x += i * i
 
 
 class Recorder:
@@ -225,9 +235,7 @@ async def test_real_procfs_and_rapl_fixture_through_the_bus(tmp_path: Path) -> N
     await rapl_c.open()
     await procfs.open()
     await procfs.collect(bus.emit, T0)
-    x = 0
-    for i in range(300_000):  # burn CPU so this tree has a busy share
-        x += i * i
+    burn_cpu()  # so this tree has a busy share
     for zone, uj in (
         ("intel-rapl:0", 184_799_780_118),
         ("intel-rapl:0:0", 40_140_715_906),
@@ -246,8 +254,7 @@ async def test_real_procfs_and_rapl_fixture_through_the_bus(tmp_path: Path) -> N
         ("intel-rapl:1:0", 38_621_012_170),
     ):
         (Path(str(root / "sys/class/powercap" / zone)) / "energy_uj").write_text(f"{uj}\n")
-    for i in range(300_000):
-        x += i * i
+    burn_cpu()
     io.now = 2 * S
     await rapl_c.collect(bus.emit, T0 + 2 * S)
     await procfs.collect(bus.emit, T0 + 2 * S)
