@@ -200,8 +200,41 @@ def render_metrics() -> str:
     ]
     for m in METRICS:
         out += _measurement_section(m)
+    out += _SERIES.splitlines()
     return "\n".join(out) + "\n"
 
+
+_SERIES = """
+## Series per hour
+
+A series is one measurement with one combination of tag values; databases index each one, so
+their number matters more than the number of points. Tags whose values grow without bound are
+avoided: step numbers, timestamps and counters are fields. The tags that grow are `epoch` (one
+new value per epoch), `pid` and `comm` on per-process points, and `module`.
+
+A typical run: one machine with 16 CPUs, one RAPL socket (package, core, uncore, dram), one GPU,
+one tracked training job with 4 data-loader workers started anew every epoch, a model of 101
+modules (202 module and phase entries), 12 epochs per hour:
+
+| measurement | series | in the example |
+|---|---|---|
+| `cpu`, `memory` | 1 + CPUs, 1 | 18, fixed |
+| `rapl` | domains × sockets | 4, fixed |
+| `gpu`, `gpu_sample` | one per GPU each | 2, fixed |
+| `process`, `process_power` | 3 per tracked tree (main, descendants, combined) | 6 and 6, fixed |
+| `process` `scope=pid` | one per process that lived in a tree (procfs `per_process`) | 48 per hour (workers) |
+| `gpu_process` | one per process that used the GPU, plus 3 per tracked tree | 1 + 6 |
+| `nrg_step` | one per epoch | 12 per hour |
+| `nrg_module` | module entries per epoch | 2,424 per hour |
+| `nrg_energy` | per epoch: sources × (2 + module entries), plus one per wall meter | 7,344 per hour (3 sources) |
+| `nrg_model` | one per module, once per run | 101 |
+| `nrg_collect` | one per plugin | about 10, fixed |
+
+About 10,000 new series per hour, nearly all from per-epoch module detail. With
+`module_detail = "off"` in `[[processors.attribution]]` the `nrg_energy` share drops to one
+series per source and epoch (36 per hour here). See
+[energy attribution](../model/attribution.md#series-per-hour).
+"""
 
 RENDER = {"config": render_config, "metrics": render_metrics}
 
