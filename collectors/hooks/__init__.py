@@ -6,12 +6,17 @@ it. The socket file is created mode 0600 in a 0700 directory, and each connectio
 checked with ``SO_PEERCRED``: only the agent's own user (and root) may send.
 
 Each ``\\n``-terminated UTF-8 line is parsed as InfluxDB line protocol (timestamps Unix-epoch ns;
-a line without one gets the arrival time). Only measurements starting with ``nrg_`` are accepted
-(``nrg_step``, ``nrg_module``, ``nrg_model``, ``nrg_run``...); the listener stamps the ``host``
-tag and adds each peer's pid to ``context.status["tracked_pids"]`` so the procfs collector follows
-the training process. Lines longer than ``max_line_bytes``, undecodable or unparsable lines,
-foreign measurements, connections beyond ``max_connections`` and other users' connections are
-rejected and counted by reason (``stats()``, published in ``nrg_collect``).
+a line without one gets the arrival time). Only the measurements the training library writes are
+accepted (:data:`JOB_MEASUREMENTS`: ``nrg_step``, ``nrg_module``, ``nrg_model``, ``nrg_run``); a
+job cannot write the agent's own measurements (``nrg_collect``, ``nrg_energy``, ``cpu``...). The
+listener stamps the ``host`` tag and the ``pid`` tag (the sending process, from ``SO_PEERCRED``;
+for a fallback file, the writer's pid from its name), and a ``rank`` tag from the job's
+``RANK``/``LOCAL_RANK`` environment when the line has none; it adds each peer's pid to
+``context.status["tracked_pids"]`` so the procfs collector follows the training process. Lines
+longer than ``max_line_bytes``, undecodable or unparsable lines, integers or timestamps outside
+int64, other measurements, connections beyond ``max_connections`` and other users' connections are
+rejected, counted by reason (``stats()``, published in ``nrg_collect``) and logged once per
+reason.
 
 On shutdown the listener stops reading new connections, drains what the peers already sent, and
 removes the socket file if it is still the one it created.
@@ -34,7 +39,7 @@ import socket
 import stat
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -47,22 +52,33 @@ from acquisition.paths import default_fallback_dir, default_socket_path
 from acquisition.point import Point
 
 __all__ = [
+    "JOB_MEASUREMENTS",
     "REJECT_REASONS",
     "HookLineRejected",
     "HooksCollector",
     "HooksConfig",
+    "check_int64",
     "default_fallback_dir",
     "default_socket_path",
     "fallback_file_pid",
+    "job_rank",
     "parse_hook_line",
+    "read_job_tags",
     "split_lines",
 ]
 
 log = logging.getLogger(__name__)
 
-MEASUREMENT_PREFIX = "nrg_"
-REJECT_REASONS = ("too_long", "encoding", "syntax", "measurement", "truncated")
+JOB_MEASUREMENTS = frozenset({"nrg_step", "nrg_module", "nrg_model", "nrg_run"})
+"""The measurements a training job may send (what ``acquisition.torch`` writes)."""
+REJECT_REASONS = ("too_long", "encoding", "syntax", "range", "measurement", "truncated")
 """Why a line is rejected; each is counted as ``rejected_<reason>``."""
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+MSG_MEASUREMENT = "{measurement!r} is not one a job may send (accepted: {accepted})"
+MSG_FIELD_RANGE = "field {field!r} = {value} is outside the int64 range"
+MSG_TIME_RANGE = "timestamp {value} is outside the int64 range"
+_RANK_VARS = (b"RANK", b"LOCAL_RANK")
 
 _MAX_UNIX_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
 _READ_CHUNK = 256 * 1024
@@ -121,10 +137,19 @@ class HookLineRejected(ValueError):
         self.reason = reason
 
 
-def parse_hook_line(raw: bytes, *, host: str, now_ns: int, max_bytes: int) -> Point | None:
-    """One received line (without its ``\\n``) → a Point stamped with ``host``.
+def parse_hook_line(
+    raw: bytes,
+    *,
+    host: str,
+    now_ns: int,
+    max_bytes: int,
+    job_tags: Mapping[str, str] | None = None,
+) -> Point | None:
+    """One received line (without its ``\\n``) → a Point stamped with ``host`` and ``job_tags``.
 
-    Returns None for a blank or comment line; raises :class:`HookLineRejected` otherwise.
+    ``job_tags`` holds ``pid`` (always overrides what the line says) and ``rank`` (only where the
+    line has no non-empty ``rank``). Returns None for a blank or comment line; raises
+    :class:`HookLineRejected` otherwise.
     """
     if len(raw) > max_bytes:
         raise HookLineRejected("too_long", f"{len(raw)} bytes > {max_bytes}")
@@ -138,14 +163,68 @@ def parse_hook_line(raw: bytes, *, host: str, now_ns: int, max_bytes: int) -> Po
     try:
         point = decode_line(stripped, default_time_ns=now_ns)
     except LineProtocolError as exc:
-        raise HookLineRejected("syntax", str(exc)) from None
-    if not point.measurement.startswith(MEASUREMENT_PREFIX):
+        # The decoder refuses integers and timestamps beyond int64 itself; count those as range.
+        reason = "range" if "int64" in str(exc) else "syntax"
+        raise HookLineRejected(reason, str(exc)) from None
+    if point.measurement not in JOB_MEASUREMENTS:
         raise HookLineRejected(
-            "measurement", f"{point.measurement!r} does not start with {MEASUREMENT_PREFIX!r}"
+            "measurement",
+            MSG_MEASUREMENT.format(
+                measurement=point.measurement, accepted=", ".join(sorted(JOB_MEASUREMENTS))
+            ),
         )
+    check_int64(point)
     tags = dict(point.tags)
+    tags.pop("pid", None)
     tags["host"] = host
+    if job_tags:
+        for key, value in job_tags.items():
+            if key == "pid" or not tags.get(key):
+                tags[key] = value
     return Point(point.measurement, tags, point.fields, point.time_ns)
+
+
+def check_int64(point: Point) -> None:
+    """HookLineRejected("range") when an integer field or the timestamp is outside int64.
+
+    InfluxDB stores integers and timestamps as int64 and drops a point that holds a larger one
+    without a word; here it is refused where it enters, and counted.
+    """
+    if not INT64_MIN <= point.time_ns <= INT64_MAX:
+        raise HookLineRejected("range", MSG_TIME_RANGE.format(value=point.time_ns))
+    for key, value in point.fields.items():
+        if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+            raise HookLineRejected("range", MSG_FIELD_RANGE.format(field=key, value=value))
+
+
+def job_rank(environ: bytes) -> str | None:
+    """The rank in a process's environment (``/proc/<pid>/environ``): ``RANK``, else
+    ``LOCAL_RANK``, when it is a non-negative decimal integer."""
+    found: dict[bytes, bytes] = {}
+    for entry in environ.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep and key in _RANK_VARS:
+            found[key] = value
+    for key in _RANK_VARS:
+        value = found.get(key, b"")
+        if value.isdigit() and len(value) <= 9:
+            return value.decode("ascii")
+    return None
+
+
+def read_job_tags(pid: int, proc: str = "/proc") -> dict[str, str]:
+    """``pid`` and, where the process's environment says it, ``rank`` of a sending job."""
+    if pid <= 0:
+        return {}
+    tags = {"pid": str(pid)}
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as f:
+            rank = job_rank(f.read(1 << 20))
+    except OSError:
+        rank = None
+    if rank is not None:
+        tags["rank"] = rank
+    return tags
 
 
 @dataclass
@@ -350,7 +429,7 @@ class HooksCollector:
         self._connections[task] = _Connection(writer, pid)
         self._track(pid)
         try:
-            await self._read(reader)
+            await self._read(reader, read_job_tags(pid))
         except (ConnectionError, OSError) as exc:
             log.debug("hooks connection from pid %d ended: %r", pid, exc)
         finally:
@@ -365,16 +444,18 @@ class HooksCollector:
         self._log_once(f"refused_{reason}", "hooks: refused a connection: %s", detail)
         writer.close()
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
+    async def _read(self, reader: asyncio.StreamReader, job_tags: Mapping[str, str]) -> None:
         buf = _LineBuffer()
         while True:
             chunk = await reader.read(_READ_CHUNK)
             if not chunk:
                 break
-            self._feed(buf, chunk, "lines_accepted")
+            self._feed(buf, chunk, "lines_accepted", job_tags)
         self._finish(buf)
 
-    def _feed(self, buf: _LineBuffer, chunk: bytes, counter: str) -> None:
+    def _feed(
+        self, buf: _LineBuffer, chunk: bytes, counter: str, job_tags: Mapping[str, str]
+    ) -> None:
         """Split, check and emit the complete lines in ``chunk``."""
         limit = self._config.max_line_bytes
         host = self._context.host
@@ -384,7 +465,9 @@ class HooksCollector:
                 self._reject("too_long", f"a line longer than {limit} bytes")
                 continue
             try:
-                point = parse_hook_line(line, host=host, now_ns=now, max_bytes=limit)
+                point = parse_hook_line(
+                    line, host=host, now_ns=now, max_bytes=limit, job_tags=job_tags
+                )
             except HookLineRejected as exc:
                 self._reject(exc.reason, str(exc))
                 continue
@@ -414,7 +497,7 @@ class HooksCollector:
             try:
                 if claimed != path:
                     os.rename(path, claimed)  # another agent may have claimed it first
-                await self._ingest(claimed)
+                await self._ingest(claimed, {"pid": str(pid)})
                 os.rename(
                     claimed,
                     claimed.with_name(claimed.name.removesuffix(".ingesting") + ".ingested"),
@@ -424,11 +507,11 @@ class HooksCollector:
                 continue
             self._counts["files_ingested"] += 1
 
-    async def _ingest(self, path: Path) -> None:
+    async def _ingest(self, path: Path, job_tags: Mapping[str, str]) -> None:
         buf = _LineBuffer()
         with open(path, "rb") as f:  # reads go through to_thread below
             while chunk := await asyncio.to_thread(f.read, _READ_CHUNK):
-                self._feed(buf, chunk, "lines_ingested")
+                self._feed(buf, chunk, "lines_ingested", job_tags)
         self._finish(buf)
 
     def _reject(self, reason: str, detail: str) -> None:
