@@ -40,9 +40,11 @@ def _expected(name: str) -> list[str]:
 async def _run(name: str, tmp_path: Path, **overrides: object) -> list[str]:
     spec = tomllib.loads((FIXTURES / name / "scenario.toml").read_text())
     root = tmp_path / "root"
-    table = {**spec["config"], "root": str(root), **overrides}
+    # The fixtures hold the values of a 100 Hz, 4 KiB-page machine, whatever this one is.
+    table = {"clock_ticks": 100, "page_size": 4096, **spec["config"], "root": str(root)}
+    table.update(overrides)
     config = build_dataclass(ProcfsConfig, table, f"collectors.procfs ({name})")
-    collector = ProcfsCollector(config, _context(tmp_path), clock_ticks=100, page_size=4096)
+    collector = ProcfsCollector(config, _context(tmp_path))
     points: list[Point] = []
     steps = sorted((FIXTURES / name).glob("step*"))
     assert len(steps) == len(spec["times_ns"])
@@ -104,3 +106,48 @@ async def test_memory_detail_off_leaves_the_fields_out(tmp_path: Path) -> None:
     lines = await _run("tree_with_descendants", tmp_path, memory_detail=False)
     assert not [ln for ln in lines if "private_bytes" in ln or "pss_bytes" in ln]
     assert len(lines) == len(_expected("tree_with_descendants"))
+
+
+async def test_page_size_and_clock_ticks_config_keys(tmp_path: Path) -> None:
+    """A tree captured on a 64 KiB-page, USER_HZ=1000 machine: rss is 16x and cpu_seconds 1/10
+    of what the 4 KiB, 100 Hz expectation says (the config keys win over this machine's)."""
+    lines = await _run("tree_with_descendants", tmp_path, page_size=65536, clock_ticks=1000)
+    want = _expected("tree_with_descendants")
+    assert len(lines) == len(want)
+
+    def field(line: str, key: str) -> float:
+        fields = line.split(" ")[1].split(",")
+        (value,) = [f.split("=")[1] for f in fields if f.startswith(key + "=")]
+        return float(value.rstrip("i"))
+
+    checked = 0
+    for got, exp in zip(lines, want, strict=True):
+        if got.startswith("process,"):
+            # 4096 -> 65536 bytes per page: x16; 100 -> 1000 ticks per second: /10.
+            assert field(got, "rss_bytes") == field(exp, "rss_bytes") * 16
+            assert field(got, "cpu_seconds") == pytest.approx(field(exp, "cpu_seconds") / 10)
+            checked += 1
+    assert checked > 0
+
+
+async def test_a_tracked_child_of_a_tracked_root_is_counted_in_its_own_tree_only(
+    tmp_path: Path,
+) -> None:
+    """tree_with_descendants tracks the agent's own tree 4242; tracking its child 4250 (sh, with
+    its sleep 4260) as well takes those two out of 4242's tree: every process is in one tree."""
+    base = await _run("tree_with_descendants", tmp_path)
+    (tmp_path / "b").mkdir()
+    both = await _run("tree_with_descendants", tmp_path / "b", pids=[4250])
+
+    def pids_by_tree(lines: list[str]) -> dict[str, set[int]]:
+        out: dict[str, set[int]] = {}
+        for ln in lines:
+            if ",scope=pid," in ln:
+                tree = ln.split(",tree=")[1].split(" ")[0]
+                pid = int(ln.split(",pid=")[1].split("i")[0])
+                out.setdefault(tree, set()).add(pid)
+        return out
+
+    single, split = pids_by_tree(base), pids_by_tree(both)
+    assert single == {"4242": {4242, 4250, 4255, 4260, 4280}}
+    assert split == {"4242": {4242, 4255, 4280}, "4250": {4250, 4260}}
