@@ -92,6 +92,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MEASUREMENT = "emonpi"
+MSG_PROBE_FAILED = "cannot open {port}: {reason}"
+MSG_PROBE_OPENED = "{port} opened at {baud} baud"
 MSG_IMPLAUSIBLE = (
     "emonpi %s: %s decoded to an impossible %s; readings like it are dropped and counted "
     "(implausible_frames). If this node uses another layout, configure it under layouts "
@@ -268,6 +270,62 @@ class EmonPiCollector:
                     break
             else:
                 raise NoData(f"no serial port configured and none of {', '.join(tried)} exists")
+
+    async def probe(self, wait_s: float = 0.0) -> str:
+        """Open the port once, as :meth:`run` would, and close it: what ``nrg-collect list``
+        reports. With ``wait_s`` > 0, also read up to one line for that long and say what it was.
+
+        Raises :class:`NoData` with the reason (and the fix where one is known) when the port
+        cannot be opened; call :meth:`open` first.
+        """
+        if not self.port:
+            raise NoData("no serial port")
+        try:
+            first = await asyncio.to_thread(self._probe_sync, wait_s)
+        except (OSError, ValueError) as exc:  # SerialException is an OSError
+            reason = str(exc) or type(exc).__name__
+            hint = next((h for needle, h in _HINTS if needle in reason), "")
+            raise NoData(
+                MSG_PROBE_FAILED.format(port=self.port, reason=reason)
+                + (f" ({hint})" if hint else "")
+            ) from None
+        opened = MSG_PROBE_OPENED.format(port=self.port, baud=self.config.baudrate)
+        if wait_s <= 0:
+            return opened
+        if first is None:
+            return opened + f"; no line within {wait_s:g} s"
+        try:
+            parsed = parse_line(first)
+        except LineError as exc:
+            return opened + f"; first line: {exc.reason}"
+        if isinstance(parsed, JeeFrame):
+            layout = self.table.find(parsed.node, len(parsed.payload))
+            known = f"layout {layout.name}" if layout else "no matching layout"
+            return opened + f"; first line: a frame from node {parsed.node} ({known})"
+        return opened + f"; first line: a {parsed.format} reading"
+
+    def _probe_sync(self, wait_s: float) -> bytes | None:
+        import serial
+
+        port = serial.serial_for_url(
+            self.port, baudrate=self.config.baudrate, exclusive=True, do_not_open=True
+        )
+        port.timeout = wait_s if wait_s > 0 else 0
+        port.open()
+        try:
+            if wait_s <= 0:
+                return None
+            # The line in progress when the port opened is cut: take the next whole one.
+            deadline = time.monotonic() + wait_s
+            port.readline()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            port.timeout = left
+            line: bytes = port.readline()
+            return line if line.endswith(b"\n") else None
+        finally:
+            port.close()
 
     async def aclose(self) -> None:
         """Close the port if a run left it open."""
