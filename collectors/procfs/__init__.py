@@ -26,6 +26,13 @@ or ``pid`` with tag ``comm`` and the pid as an integer field ``pid``, or as a ta
 ``pid_tag = true``). Ratios need two samples: the first tick emits none. Every process is counted
 in one tree only (see :mod:`.trees`). Modules: :mod:`.parsers` (pure), :mod:`.sources` (procfs or
 psutil), :mod:`.trees` (discovery and fields), this one (config and collector).
+
+First round: ``open()`` samples ``/proc/stat`` and the tracked processes once, so the first
+``collect()`` already emits ratios, averaged over the time since open. They are exact averages of
+the kernel's counters over that interval; the counters move in steps of one tick (1/USER_HZ s per
+CPU), so a ratio over an interval of T seconds on N CPUs is within ±1/(USER_HZ x T x N) of the true
+average (±0.01 for 100 ms on 1 CPU at 100 Hz). A first collect less than one tick after open has
+no ratios, as before.
 Time base of every ratio is the system's own tick count: Δ(total ticks of ``/proc/stat``), which
 is ``online CPUs × Δwall × USER_HZ`` and comes from the same clock as the process counters.
 """
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -211,6 +219,21 @@ class ProcfsCollector:
         self._source = source
         if self.config.track_self:
             self._self_pid = source.self_pid()
+        self._baseline(source)
+
+    def _baseline(self, src: Source) -> None:
+        """Sample the system and the tracked trees once at open, so that the first collect already
+        has rates: averages over the time since open (a short first interval)."""
+        try:
+            src.begin_tick()
+            self._prev_cpus = src.cpu_times()
+            self._forks = src.forks()
+            roots = self._root_pids()
+            if roots:
+                self._discover(src, roots, time.time_ns(), quiet=False)
+        except (OSError, ValueError) as exc:
+            log.debug("procfs: no baseline at open (%s); the first tick has no rates", exc)
+            self._prev_cpus = self._forks = None
 
     async def aclose(self) -> None:
         if self._source is not None:

@@ -7,6 +7,7 @@ line protocol must equal ``expected.lp`` (written by hand, comments explain the 
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -151,3 +152,33 @@ async def test_a_tracked_child_of_a_tracked_root_is_counted_in_its_own_tree_only
     single, split = pids_by_tree(base), pids_by_tree(both)
     assert single == {"4242": {4242, 4250, 4255, 4260, 4280}}
     assert split == {"4242": {4242, 4255, 4280}, "4250": {4250, 4260}}
+
+
+async def test_first_collect_after_open_already_has_rates(tmp_path: Path) -> None:
+    """open() samples step0 (the baseline); the first collect, at step1, emits exactly the
+    step1 lines of the expectation: ratios over the interval since open, no extra tick."""
+    spec = tomllib.loads((FIXTURES / "tree_with_descendants" / "scenario.toml").read_text())
+    root = tmp_path / "root"
+    table = {"clock_ticks": 100, "page_size": 4096, **spec["config"], "root": str(root)}
+    config = build_dataclass(ProcfsConfig, table, "collectors.procfs")
+    collector = ProcfsCollector(config, _context(tmp_path))
+    step0, step1 = sorted((FIXTURES / "tree_with_descendants").glob("step*"))
+    root.symlink_to(step0, target_is_directory=True)
+    await collector.open()
+    root.unlink()
+    root.symlink_to(step1, target_is_directory=True)
+    points: list[Point] = []
+    try:
+        await collector.collect(points.append, spec["times_ns"][1])
+    finally:
+        await collector.aclose()
+    t1 = str(spec["times_ns"][1])
+    want = [ln for ln in _expected("tree_with_descendants") if ln.endswith(" " + t1)]
+    got = encode_lines(points).splitlines()
+
+    def without_detail(lines: list[str]) -> list[str]:
+        # Memory detail is first read at the first collect (step1 files), not at open.
+        return [re.sub(r",(private|shared|pss|swap)_bytes=\d+i", "", ln) for ln in lines]
+
+    assert without_detail(got) == without_detail(want)
+    assert any("cpu_utilization_ratio" in ln for ln in got)

@@ -283,8 +283,10 @@ async def test_kept_descriptors_stay_within_the_budget(tree: Tree, tmp_path: Pat
     c = await _opened(tmp_path, pids=[tree.pid], track_self=False)
     src = c._source
     assert src is not None and hasattr(src, "max_kept")
-    src.max_kept = 3  # private: a tiny budget; files past it are opened per read
     members = {tree.pid} | tree.descendants()
+    for pid in members:
+        src.release(pid)  # what the baseline at open kept
+    src.max_kept = 3  # private: a tiny budget; files past it are opened per read
     try:
         for _ in range(3):
             points = await _tick(c)
