@@ -173,11 +173,12 @@ def test_energy_survives_wraps_and_failed_reads(
     cap = modulus // 8
     expected = 0
     run = 0
+    pending = 0  # µJ since the last good read
     for inc, fail in steps:
         inc %= cap + 1
         fail = fail and run < 7
-        run = run + 1 if fail else 0
         expected += inc
+        pending += inc
         state["raw"] = (state["raw"] + inc) % modulus
         state["fail"] = fail
         io.now += 1_000_000_000
@@ -187,7 +188,10 @@ def test_energy_survives_wraps_and_failed_reads(
         else:
             assert fields is not None
             assert fields["energy_joules"] == expected / 10**6
-            assert fields["power_watts"] >= 0.0
+            # The energy since the last good read over the (run + 1) seconds since then.
+            assert fields["power_watts"] == pytest.approx(pending / 10**6 / (run + 1), rel=1e-12)
+            pending = 0
+        run = run + 1 if fail else 0
 
 
 def test_parse_cpu_list_is_bounded_by_the_cpu_count() -> None:
