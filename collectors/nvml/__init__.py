@@ -20,8 +20,9 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
   ``gpu_sample`` points;
 - ``nvmlDeviceGetComputeRunningProcesses`` bytes and ``nvmlDeviceGetProcessesUtilizationInfo``
   (else the older ``nvmlDeviceGetProcessUtilization``) % → ``gpu_process`` points per process (the
-  pid an integer field, or a tag with ``pid_tag = true``), and per tracked process tree (main /
-  descendants / combined, current and maximum GPU memory);
+  pid an integer field and an ``instance`` tag, the process's slot on that GPU; or the pid as a
+  tag with ``pid_tag = true``), and per tracked process tree (main / descendants / combined,
+  current and maximum GPU memory);
 - ``<root>/proc/<pid>/stat`` (parent pid, start time) to key processes by (pid, start time) and
   to find the tracked trees they belong to.
 

@@ -32,8 +32,10 @@ class _ProcState:
 class ProcessAccounting:
     """Peak memory per process and per tree across ticks, and the points of one tick.
 
-    ``pid_tag``: the pid of a ``gpu_process`` point is a tag (one series per process) rather than
-    an integer field ``pid``.
+    A process's ``gpu_process`` point carries its pid as an integer field and an ``instance`` tag:
+    its slot among the processes on that GPU (0, 1, ...; the lowest free one when it first
+    appears, kept while it runs there), so the series stay as few as the processes that run at
+    once. ``pid_tag``: the pid is a tag instead (one series per process).
     """
 
     def __init__(self, proc: Path, *, pid_tag: bool = False) -> None:
@@ -41,9 +43,25 @@ class ProcessAccounting:
         self._pid_tag = pid_tag
         self._procs: dict[tuple[int, int | None], _ProcState] = {}
         self._trees: dict[tuple[int, int | None], list[int]] = {}
+        self._slots: dict[str, dict[tuple[int, int | None], int]] = {}
 
     def reset(self) -> None:
-        self._procs, self._trees = {}, {}
+        self._procs, self._trees, self._slots = {}, {}, {}
+
+    def _instance(self, gpu: str, key: tuple[int, int | None], live: set[tuple[str, Any]]) -> int:
+        slots = self._slots.setdefault(gpu, {})
+        slot = slots.get(key)
+        if slot is None:
+            used = set(slots.values())
+            slot = next(i for i in range(len(used) + 1) if i not in used)
+            slots[key] = slot
+        live.add((gpu, key))
+        return slot
+
+    def _release(self, live: set[tuple[str, Any]]) -> None:
+        for gpu, slots in self._slots.items():
+            for key in [k for k in slots if (gpu, k) not in live]:
+                del slots[key]
 
     def start_time(self, pid: int) -> tuple[int, int] | None:
         try:
@@ -71,6 +89,7 @@ class ProcessAccounting:
     ) -> None:
         """Append this tick's per-process and per-tree ``gpu_process`` points."""
         seen: set[tuple[int, int | None]] = set()
+        live: set[tuple[str, Any]] = set()
         tree_now: dict[int, list[int]] = {root: [0, 0] for root in roots}
         for gpu, pid, used, util in processes:
             key, state = self._state(pid)
@@ -89,8 +108,10 @@ class ProcessAccounting:
                 if self._pid_tag:
                     tags["pid"] = str(pid)
                 else:
+                    tags["instance"] = str(self._instance(gpu.tags["gpu"], key, live))
                     fields["pid"] = pid
                 points.append(Point("gpu_process", tags, fields, now_ns))
+        self._release(live)
         for key in [key for key in self._procs if key not in seen]:
             del self._procs[key]  # no longer on any GPU: a later process with this pid is new
         self._tree_points(now_ns, tree_now, points)

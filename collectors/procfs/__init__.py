@@ -22,8 +22,8 @@ smaps_rollup cannot be read.
 
 Emits ``cpu`` (tag ``cpu`` = ``total``/``cpuN``, ratios 0..1), ``memory`` (bytes, ratio) and
 ``process`` points (tags ``tree`` = root pid, ``scope`` = ``main``/``descendants``/``combined``,
-or ``pid`` with tag ``comm`` and the pid as an integer field ``pid``, or as a tag with
-``pid_tag = true``). Ratios need two samples: the first tick emits none. Every process is counted
+or ``pid`` with tags ``comm`` and ``instance`` and the pid as an integer field ``pid``; with
+``pid_tag = true`` the pid is a tag instead of ``instance``). Ratios need two samples: the first tick emits none. Every process is counted
 in one tree only (see :mod:`.trees`). Modules: :mod:`.parsers` (pure), :mod:`.sources` (procfs or
 psutil), :mod:`.trees` (discovery and fields), this one (config and collector).
 
@@ -73,6 +73,7 @@ from .parsers import (
 from .sources import ProcfsSource, PsutilSource, Source
 from .trees import (
     ChildFinder,
+    Instances,
     Proc,
     ProcessTable,
     Sum,
@@ -193,6 +194,7 @@ class ProcfsCollector:
         self._summary_tags: dict[int, tuple[dict[str, str], ...]] = {}
         self._forks: int | None = None
         self._last_roots: set[int] = set()
+        self._instances = Instances()
         # root pid -> (pid, ppid) of its descendants at the last tick, parents before children
         self._shapes: dict[int, list[tuple[int, int]]] = {}
 
@@ -372,6 +374,7 @@ class ProcfsCollector:
         else:
             log.info("tracked process %d exited; no longer tracking it", root_pid)
         self._gone.add(root_pid)
+        self._instances.forget(str(root_pid))
         self._roots.pop(root_pid, None)
         self._summary_tags.pop(root_pid, None)
         return None
@@ -412,6 +415,8 @@ class ProcfsCollector:
         for t, s in zip(tags, (main, desc, main.merged(desc)), strict=True):
             emit(Point("process", t, process_fields(tick, history, s, s.d), now_ns))
         rows.sort(key=lambda r: r[0].st.pid)
+        if not self.config.pid_tag:
+            self._instances.update(tree, [(p.st.comm, p.st.pid) for p, _ in rows])
         for p, d in rows:
             fields = process_fields(tick, history, p, d)
             if not self.config.pid_tag:
@@ -422,7 +427,10 @@ class ProcfsCollector:
         st = p.st
         ptags = p.tags.get(tree)
         if ptags is None or ptags["comm"] != st.comm:
-            ptags = p.tags[tree] = {"tree": tree, "scope": "pid", "comm": st.comm}
+            ptags = {"tree": tree, "scope": "pid", "comm": st.comm}
             if self.config.pid_tag:
                 ptags["pid"] = str(st.pid)
+            else:
+                ptags["instance"] = str(self._instances.get(tree, st.comm, st.pid))
+            p.tags[tree] = ptags
         return ptags

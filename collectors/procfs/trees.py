@@ -26,6 +26,7 @@ from .sources import Source
 
 __all__ = [
     "ChildFinder",
+    "Instances",
     "Proc",
     "ProcessTable",
     "Sum",
@@ -256,3 +257,41 @@ def process_fields(
     if count >= 0:
         out["process_count"] = count
     return out
+
+
+class Instances:
+    """The ``instance`` tag of ``scope=pid`` points: a process's slot among the live processes
+    of its tree with the same ``comm`` (0, 1, ...; the lowest free slot when it first appears,
+    kept for its life). Unlike a pid tag, the number of series stays bounded by how many such
+    processes run at once, and two processes of one name never write the same series."""
+
+    def __init__(self) -> None:
+        self._slots: dict[tuple[str, str], dict[int, int]] = {}
+
+    def update(self, tree: str, live: list[tuple[str, int]]) -> None:
+        """Release the slots of processes no longer in ``tree``, then give new ones a slot."""
+        by_comm: dict[str, set[int]] = {}
+        for comm, pid in live:
+            by_comm.setdefault(comm, set()).add(pid)
+        for key in [k for k in self._slots if k[0] == tree]:
+            pids = by_comm.get(key[1], set())
+            slots = self._slots[key]
+            for pid in [pid for pid in slots if pid not in pids]:
+                del slots[pid]
+            if not slots:
+                del self._slots[key]
+        for comm, pid in live:
+            self.get(tree, comm, pid)
+
+    def get(self, tree: str, comm: str, pid: int) -> int:
+        slots = self._slots.setdefault((tree, comm), {})
+        slot = slots.get(pid)
+        if slot is None:
+            used = set(slots.values())
+            slot = next(i for i in range(len(used) + 1) if i not in used)
+            slots[pid] = slot
+        return slot
+
+    def forget(self, tree: str) -> None:
+        for key in [k for k in self._slots if k[0] == tree]:
+            del self._slots[key]

@@ -361,7 +361,11 @@ async def test_old_driver_falls_back_and_integrates_instant_power(make: MakeColl
     assert "energy_joules" not in gpu[2]
     # the legacy per-process call answered; by default the pid is a field, not a tag
     [process] = only(points[1], "gpu_process")
-    assert "pid" not in process.tags
+    assert process.tags == {
+        "gpu": "0",
+        "uuid": process.tags["uuid"],
+        "instance": "0",
+    }
     assert dict(process.fields) == {
         "memory_used_bytes": 1600000000,
         "memory_used_max_bytes": 1600000000,
@@ -490,3 +494,26 @@ def test_power_usage_generation_rule() -> None:
     assert power_usage_is_instant(7, "NVIDIA GeForce RTX 3090") is False
     assert power_usage_is_instant(9, "NVIDIA H100 80GB HBM3") is False
     assert power_usage_is_instant(None, "NVIDIA A100-PCIE-40GB") is None
+
+
+async def test_processes_on_one_gpu_get_distinct_instances_not_pid_tags(
+    make: MakeCollector, tmp_path: Path
+) -> None:
+    for pid, ppid, start in ((4100, 1, 1000), (4101, 4100, 1010), (4102, 4101, 1020)):
+        write_stat(tmp_path, pid, ppid, start)
+    write_stat(tmp_path, 5000, 1, 500, "other job")
+    collector, fake = make(load_scenario("processes"), samples=False)
+    await collector.open()
+    try:
+        first = await tick(collector, fake, 1)
+    finally:
+        await collector.aclose()
+    per_process = [p for p in only(first, "gpu_process") if "tree" not in p.tags]
+    # Two processes per GPU: each GPU numbers its own (no two points share a series).
+    assert sorted((p.tags["gpu"], p.tags["instance"], p.fields["pid"]) for p in per_process) == [
+        ("0", "0", 4100),
+        ("0", "1", 4101),
+        ("1", "0", 4102),
+        ("1", "1", 5000),
+    ]
+    assert all("pid" not in p.tags for p in per_process)

@@ -371,3 +371,21 @@ def test_fuzz_meminfo_from_fields_raises_only_value_error(fields: dict[str, int]
         memory_fields(meminfo_from_fields(fields))
     except ValueError:
         pass
+
+
+def test_instances_are_bounded_slots_per_tree_and_comm() -> None:
+    from collectors.procfs.trees import Instances
+
+    inst = Instances()
+    inst.update("1", [("python", 1), ("worker", 10), ("worker", 11), ("worker", 12)])
+    assert [inst.get("1", "worker", p) for p in (10, 11, 12)] == [0, 1, 2]
+    assert inst.get("1", "python", 1) == 0
+    # Worker 11 exits and 13 starts: 13 takes the free slot 1; the others keep theirs.
+    inst.update("1", [("python", 1), ("worker", 10), ("worker", 12), ("worker", 13)])
+    assert [inst.get("1", "worker", p) for p in (10, 12, 13)] == [0, 2, 1]
+    # Another tree numbers its own processes.
+    inst.update("2", [("worker", 11)])
+    assert inst.get("2", "worker", 11) == 0
+    inst.forget("1")
+    inst.update("1", [("worker", 13)])
+    assert inst.get("1", "worker", 13) == 0
