@@ -169,7 +169,9 @@ def make_layout(
     """Build and check a layout; ValueError (naming the key) when the parts do not fit."""
     _check_identifier("name", name)
     nodes = list(nodes)
-    if not nodes or not all(isinstance(n, int) and 0 <= n <= 255 for n in nodes):
+    if not nodes or not all(
+        isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= 255 for n in nodes
+    ):
         raise ValueError(f"nodes: {nodes!r} must be a non-empty list of integers 0..255")
     n = _check_struct(struct_codes)
     names = list(names)
@@ -225,8 +227,10 @@ def _sentinels(
     for key, raw in missing.items():
         if key not in names:
             raise ValueError(f"missing: {key!r} is not one of names")
-        values = [raw] if isinstance(raw, int) else list(raw)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        values = [raw] if isinstance(raw, int) else list(raw) if isinstance(raw, list) else None
+        if values is None or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in values
+        ):
             raise ValueError(f"missing.{key}: {raw!r} must be raw integers")
         out[key] = frozenset(values)
     return out
