@@ -39,17 +39,27 @@ import socket
 import stat
 import struct
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from acquisition.api import Emit, PluginContext
 from acquisition.config import duration, option, size
-from acquisition.errors import ConfigError, LineProtocolError, NoData
-from acquisition.lineproto import decode_line
+from acquisition.errors import ConfigError, NoData
 from acquisition.paths import default_fallback_dir, default_socket_path
-from acquisition.point import Point
+
+from .lines import (
+    JOB_MEASUREMENTS,
+    REJECT_REASONS,
+    HookLineRejected,
+    LineBuffer,
+    check_int64,
+    job_rank,
+    parse_hook_line,
+    read_job_tags,
+    split_lines,
+)
 
 __all__ = [
     "JOB_MEASUREMENTS",
@@ -57,6 +67,7 @@ __all__ = [
     "HookLineRejected",
     "HooksCollector",
     "HooksConfig",
+    "LineBuffer",
     "check_int64",
     "default_fallback_dir",
     "default_socket_path",
@@ -69,16 +80,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-JOB_MEASUREMENTS = frozenset({"nrg_step", "nrg_module", "nrg_model", "nrg_run"})
-"""The measurements a training job may send (what ``acquisition.torch`` writes)."""
-REJECT_REASONS = ("too_long", "encoding", "syntax", "range", "measurement", "truncated")
-"""Why a line is rejected; each is counted as ``rejected_<reason>``."""
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
-MSG_MEASUREMENT = "{measurement!r} is not one a job may send (accepted: {accepted})"
-MSG_FIELD_RANGE = "field {field!r} = {value} is outside the int64 range"
-MSG_TIME_RANGE = "timestamp {value} is outside the int64 range"
-_RANK_VARS = (b"RANK", b"LOCAL_RANK")
+_LineBuffer = LineBuffer  # the name tests use
 
 _MAX_UNIX_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
 _READ_CHUNK = 256 * 1024
@@ -124,143 +126,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True  # someone else's live process
     return True
-
-
-# --- pure parsing ------------------------------------------------------------------------------
-
-
-class HookLineRejected(ValueError):
-    """A line the listener does not accept; ``reason`` is one of :data:`REJECT_REASONS`."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-
-
-def parse_hook_line(
-    raw: bytes,
-    *,
-    host: str,
-    now_ns: int,
-    max_bytes: int,
-    job_tags: Mapping[str, str] | None = None,
-) -> Point | None:
-    """One received line (without its ``\\n``) → a Point stamped with ``host`` and ``job_tags``.
-
-    ``job_tags`` holds ``pid`` (always overrides what the line says) and ``rank`` (only where the
-    line has no non-empty ``rank``). Returns None for a blank or comment line; raises
-    :class:`HookLineRejected` otherwise.
-    """
-    if len(raw) > max_bytes:
-        raise HookLineRejected("too_long", f"{len(raw)} bytes > {max_bytes}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise HookLineRejected("encoding", str(exc)) from None
-    stripped = text.strip()
-    if not stripped or stripped.startswith("#"):
-        return None
-    try:
-        point = decode_line(stripped, default_time_ns=now_ns)
-    except LineProtocolError as exc:
-        # The decoder refuses integers and timestamps beyond int64 itself; count those as range.
-        reason = "range" if "int64" in str(exc) else "syntax"
-        raise HookLineRejected(reason, str(exc)) from None
-    if point.measurement not in JOB_MEASUREMENTS:
-        raise HookLineRejected(
-            "measurement",
-            MSG_MEASUREMENT.format(
-                measurement=point.measurement, accepted=", ".join(sorted(JOB_MEASUREMENTS))
-            ),
-        )
-    check_int64(point)
-    tags = dict(point.tags)
-    tags.pop("pid", None)
-    tags["host"] = host
-    if job_tags:
-        for key, value in job_tags.items():
-            if key == "pid" or not tags.get(key):
-                tags[key] = value
-    return Point(point.measurement, tags, point.fields, point.time_ns)
-
-
-def check_int64(point: Point) -> None:
-    """HookLineRejected("range") when an integer field or the timestamp is outside int64.
-
-    InfluxDB stores integers and timestamps as int64 and drops a point that holds a larger one
-    without a word; here it is refused where it enters, and counted.
-    """
-    if not INT64_MIN <= point.time_ns <= INT64_MAX:
-        raise HookLineRejected("range", MSG_TIME_RANGE.format(value=point.time_ns))
-    for key, value in point.fields.items():
-        if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
-            raise HookLineRejected("range", MSG_FIELD_RANGE.format(field=key, value=value))
-
-
-def job_rank(environ: bytes) -> str | None:
-    """The rank in a process's environment (``/proc/<pid>/environ``): ``RANK``, else
-    ``LOCAL_RANK``, when it is a non-negative decimal integer."""
-    found: dict[bytes, bytes] = {}
-    for entry in environ.split(b"\0"):
-        key, sep, value = entry.partition(b"=")
-        if sep and key in _RANK_VARS:
-            found[key] = value
-    for key in _RANK_VARS:
-        value = found.get(key, b"")
-        if value.isdigit() and len(value) <= 9:
-            return value.decode("ascii")
-    return None
-
-
-def read_job_tags(pid: int, proc: str = "/proc") -> dict[str, str]:
-    """``pid`` and, where the process's environment says it, ``rank`` of a sending job."""
-    if pid <= 0:
-        return {}
-    tags = {"pid": str(pid)}
-    try:
-        with open(f"{proc}/{pid}/environ", "rb") as f:
-            rank = job_rank(f.read(1 << 20))
-    except OSError:
-        rank = None
-    if rank is not None:
-        tags["rank"] = rank
-    return tags
-
-
-@dataclass
-class _LineBuffer:
-    """Bytes received on one connection that do not yet end in a newline."""
-
-    data: bytearray = field(default_factory=bytearray)
-    discarding: bool = False
-    """True while skipping the rest of a line already rejected as too long."""
-
-
-def split_lines(buf: _LineBuffer, chunk: bytes, max_bytes: int) -> Iterator[bytes | None]:
-    """Feed ``chunk``; yield each complete line, and None once for each line over ``max_bytes``.
-
-    Memory stays bounded by ``max_bytes``: an overlong line is dropped as it arrives.
-    """
-    data = buf.data
-    data += chunk
-    start = 0
-    while True:
-        nl = data.find(b"\n", start)
-        if nl < 0:
-            break
-        if buf.discarding:
-            buf.discarding = False
-        elif nl - start > max_bytes:
-            yield None
-        else:
-            yield bytes(data[start:nl])
-        start = nl + 1
-    del data[:start]
-    if len(data) > max_bytes:
-        if not buf.discarding:
-            buf.discarding = True
-            yield None
-        data.clear()
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
@@ -445,7 +310,7 @@ class HooksCollector:
         writer.close()
 
     async def _read(self, reader: asyncio.StreamReader, job_tags: Mapping[str, str]) -> None:
-        buf = _LineBuffer()
+        buf = LineBuffer()
         while True:
             chunk = await reader.read(_READ_CHUNK)
             if not chunk:
@@ -454,7 +319,7 @@ class HooksCollector:
         self._finish(buf)
 
     def _feed(
-        self, buf: _LineBuffer, chunk: bytes, counter: str, job_tags: Mapping[str, str]
+        self, buf: LineBuffer, chunk: bytes, counter: str, job_tags: Mapping[str, str]
     ) -> None:
         """Split, check and emit the complete lines in ``chunk``."""
         limit = self._config.max_line_bytes
@@ -476,7 +341,7 @@ class HooksCollector:
                 assert self._emit is not None
                 self._emit(point)
 
-    def _finish(self, buf: _LineBuffer) -> None:
+    def _finish(self, buf: LineBuffer) -> None:
         if buf.data.strip() and not buf.discarding:
             self._reject("truncated", f"{len(buf.data)} bytes without a final newline")
 
@@ -508,7 +373,7 @@ class HooksCollector:
             self._counts["files_ingested"] += 1
 
     async def _ingest(self, path: Path, job_tags: Mapping[str, str]) -> None:
-        buf = _LineBuffer()
+        buf = LineBuffer()
         with open(path, "rb") as f:  # reads go through to_thread below
             while chunk := await asyncio.to_thread(f.read, _READ_CHUNK):
                 self._feed(buf, chunk, "lines_ingested", job_tags)
