@@ -543,3 +543,16 @@ def test_a_long_digit_run_is_rejected_in_linear_time() -> None:
     with pytest.raises(LineError) as info:
         parse_line(b"T1:2,P1:" + b"1" * 400)
     assert info.value.reason == "malformed"
+
+
+async def test_stats_survive_aclose_for_the_final_report() -> None:
+    collector = EmonPiCollector(
+        EmonPiConfig(), None, wall_clock=StepClock(), mono_clock=StepClock(0)
+    )
+    points: list[Point] = []
+    for line in (b"", CLASSIC.encode(), b"garbage line", b"MSG:1,T1:-913.2"):
+        collector.handle_line(line, points.append)
+    before = collector.stats()
+    await collector.aclose()
+    assert collector.stats() == before
+    assert (before["frames"], before["text"], before["implausible_frames"]) == (1, 1, 1)

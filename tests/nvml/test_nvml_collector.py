@@ -517,3 +517,14 @@ async def test_processes_on_one_gpu_get_distinct_instances_not_pid_tags(
         ("1", "1", 5000),
     ]
     assert all("pid" not in p.tags for p in per_process)
+
+
+async def test_stats_survive_aclose_for_the_final_report(make: MakeCollector) -> None:
+    collector, fake = make(load_scenario("mixed"), processes=False)
+    await collector.open()
+    await tick(collector, fake, 1)
+    await tick(collector, fake, 2)  # one transient error on the P100
+    before = collector.stats()
+    await collector.aclose()
+    assert collector.stats() == before
+    assert before["errors_transient"] == 1
