@@ -129,3 +129,44 @@ def _decode(layout: str, p: bytes) -> dict[str, float]:
             out[f"temp{n}_celsius"] = raw / 10
     out["pulse_count"] = float(u32(p, 20))
     return out
+
+
+def test_key_value_and_json_golden_from_the_printed_values() -> None:
+    """emontx4_kv_115200: each value is the printed number under the documented field name;
+    energy comes from the Wh counters, per stream (key_value and json are two streams), rebased
+    when MSG steps back (a device reset). By hand: key_value MSG:2 has E4=4 against E4=2 at the
+    reset line before it, so energy4_joules = (4 - 2) * 3600 = 7200; json MSG:4 has E1=3 against
+    E1=2 at the stream's first line: energy1_joules = 3600."""
+    import json
+
+    names = {"MSG": "msg_count", "Vrms": "vrms_volts", "pulse": "pulse_count", "T1": "temp1_celsius",
+             "I1": "current1_amps", "pf1": "power_factor1_ratio"}  # fmt: skip
+    names |= {f"P{n}": f"power{n}_watts" for n in range(1, 7)}
+    names |= {f"E{n}": f"energy{n}_wh" for n in range(1, 7)}
+    readings: list[tuple[str, dict[str, float]]] = []
+    for line in (FIXTURES / "emontx4_kv_115200.txt").read_text().splitlines():
+        if line.startswith("{"):
+            readings.append(("json", {k: float(v) for k, v in json.loads(line).items()}))
+        elif line.startswith("MSG:") and "abc" not in line:
+            pairs = (item.split(":") for item in line.split(","))
+            readings.append(("key_value", {k: float(v) for k, v in pairs}))
+        elif line.startswith("ct1:"):
+            readings.append(("key_value", {"pulse": 0.0}))  # the only key with a built-in name
+    rows = lp_rows("emontx4_kv_115200.lp")
+    assert len(rows) == len(readings)
+    base: dict[str, dict[str, float]] = {}
+    last_msg: dict[str, float] = {}
+    for (layout, values), (tags, fields, _) in zip(readings, rows, strict=True):
+        assert tags == {"layout": layout, "node": "serial"}
+        want = {names[k]: v for k, v in values.items() if k in names}
+        msg = values.get("MSG")
+        if msg is not None:
+            if layout in last_msg and msg <= last_msg[layout]:
+                base.pop(layout, None)  # device reset: counters rebased
+            last_msg[layout] = msg
+        counters = {k[6:-3]: v for k, v in want.items() if k.startswith("energy")}
+        start = base.setdefault(layout, dict(counters))
+        for ch, wh in counters.items():
+            start.setdefault(ch, wh)
+            want[f"energy{ch}_joules"] = (wh - start[ch]) * 3600
+        assert fields == want, (layout, values)
