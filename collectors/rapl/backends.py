@@ -42,7 +42,7 @@ MSG_RANGE_ZERO = "rapl: powercap zone %s: max_energy_range_uj reads 0; assuming 
 
 # powercap control types that carry RAPL zones; intel-rapl-mmio duplicates package 0 of intel-rapl.
 _POWERCAP_TYPES = ("intel-rapl", "intel-rapl-tpmi")
-# -- MSR addresses (Intel SDM vol. 3B §14.9, AMD PPR family 17h+) ----------------------------------
+# -- MSR addresses (Intel SDM vol. 3B section 14.9, AMD PPR family 17h+) ----------------------------------
 MSR_INTEL_POWER_UNIT = 0x606
 MSR_AMD_POWER_UNIT = 0xC0010299
 _INTEL_ENERGY_MSRS: tuple[tuple[str, int], ...] = (
