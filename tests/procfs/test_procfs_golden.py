@@ -153,6 +153,22 @@ async def test_a_tracked_child_of_a_tracked_root_is_counted_in_its_own_tree_only
     assert single == {"4242": {4242, 4250, 4255, 4260, 4280}}
     assert split == {"4242": {4242, 4255, 4280}, "4250": {4250, 4260}}
 
+    def combined(lines: list[str], key: str) -> dict[str, float]:
+        out = {}
+        for ln in lines:
+            if ln.startswith("process,scope=combined,") and ln.endswith(" 1700000001000000000"):
+                tree = ln.split(",tree=")[1].split(" ")[0]
+                fields = dict(kv.split("=") for kv in ln.split(" ")[1].split(","))
+                out[tree] = float(fields[key].rstrip("i"))
+        return out
+
+    # Summed over the trees, CPU and memory equal the one-tree total: nothing counted twice.
+    # Step1 busy share of 4242's whole tree: (30 + 1 + 50 + 0 + 10) / 115 ticks = 91 / 115.
+    for key in ("cpu_busy_share_ratio", "cpu_cores", "rss_bytes", "process_count"):
+        whole = combined(base, key)["4242"]
+        assert sum(combined(both, key).values()) == pytest.approx(whole, rel=1e-12), key
+    assert combined(base, "cpu_busy_share_ratio")["4242"] == pytest.approx(91 / 115)
+
 
 async def test_first_collect_after_open_already_has_rates(tmp_path: Path) -> None:
     """open() samples step0 (the baseline); the first collect, at step1, emits exactly the
