@@ -263,13 +263,17 @@ def train(
 def unique_steps(points: list[Point], run: str) -> dict[int, Point]:
     """The run's nrg_step points by step index; identical replays count once, others fail.
 
-    The ``host`` tag is left out: the agent stamps it, the fallback file has none."""
+    The ``host`` and ``pid`` tags are left out: the agent stamps them, the fallback file has
+    none."""
     steps: dict[int, Point] = {}
     for p in points:
         if p.measurement != "nrg_step" or p.tags.get("run") != run:
             continue
         p = Point(
-            p.measurement, {k: v for k, v in p.tags.items() if k != "host"}, p.fields, p.time_ns
+            p.measurement,
+            {k: v for k, v in p.tags.items() if k not in ("host", "pid")},
+            p.fields,
+            p.time_ns,
         )
         step = p.fields["step"]
         assert isinstance(step, int)
