@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import re
@@ -115,6 +116,8 @@ class SpoolBatch:
     points: int
     payload: bytes
     """Concatenated line protocol of the records that passed their checksum."""
+    members: tuple[SpoolRecord, ...] = ()
+    """The records read; :meth:`Spool.commit` removes exactly these from the head."""
 
 
 def encode_record(payload: bytes, points: int, spooled_at_ns: int) -> bytes:
@@ -152,6 +155,46 @@ def parse_segment(
     return records, pos, False
 
 
+def _parse_skipping(
+    data: bytes, seq: int, start: int
+) -> tuple[list[SpoolRecord], int, bool, int, int]:
+    """:func:`parse_segment`, stepping over a record whose checksum fails but whose length
+    stays inside the segment when a valid record follows it (a flipped byte costs that record
+    only). Also returns how many records and bytes were stepped over."""
+    records: list[SpoolRecord] = []
+    skipped = skipped_bytes = 0
+    pos = start
+    while True:
+        found, end, bad = parse_segment(data, seq, pos)
+        records.extend(found)
+        if not bad:
+            return records, end, False, skipped, skipped_bytes
+        length = HEADER.unpack_from(data, end)[0] if len(data) - end >= HEADER.size else -1
+        after = end + HEADER.size + length
+        if (
+            length < 0
+            or after >= len(data)
+            or not parse_segment(data[: after + _peek(data, after)], seq, after)[0]
+        ):
+            return records, end, True, skipped, skipped_bytes
+        skipped += 1
+        skipped_bytes += after - end
+        pos = after
+
+
+def _peek(data: bytes, pos: int) -> int:
+    """Size of the record that starts at ``pos`` (its header's length plus the header)."""
+    if len(data) - pos < HEADER.size:
+        return 0
+    return HEADER.size + int(HEADER.unpack_from(data, pos)[0])
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """Run ``fn`` on ``loop`` from the writer thread (not at all once the loop is closed)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
+
+
 def _segment_name(seq: int) -> str:
     return f"seg-{seq:020d}.nrgspool"
 
@@ -164,6 +207,10 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class _SegmentBroken(OSError):
+    """A record not written because an earlier one of its segment failed."""
+
+
 class _Files:
     """The file side of the spool; only ever used from the writer thread."""
 
@@ -174,6 +221,10 @@ class _Files:
         self.active_fd = -1
         self.dirty = False
         self.last_sync = time.monotonic()
+        self.broken: set[int] = set()
+        """Segments where a write failed: nothing more is appended to them."""
+        self.failed: set[tuple[int, int]] = set()
+        """(segment, offset) of records whose write failed: never read."""
 
     def path(self, seq: int) -> Path:
         return self.directory / _segment_name(seq)
@@ -202,7 +253,9 @@ class _Files:
                 path.unlink()
                 continue
             start = cursor_off if seq == cursor_seq and cursor_off >= len(MAGIC) else len(MAGIC)
-            found, good_end, bad = parse_segment(data, seq, start)
+            found, good_end, bad, skipped, skipped_bytes = _parse_skipping(data, seq, start)
+            torn += skipped
+            discarded += skipped_bytes
             if bad:
                 torn += 1
                 discarded += len(data) - good_end
@@ -229,22 +282,51 @@ class _Files:
             log.warning("spool cursor %s is unreadable; replaying every segment", self.directory)
             return -1, 0
 
-    def append(self, seq: int, record: bytes) -> None:
-        if seq != self.active_seq:
-            self._close_active()
-            fd = os.open(self.path(seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            self.active_fd, self.active_seq = fd, seq
-            os.write(fd, MAGIC)
-            if self.policy.interval_s is not None:
-                _fsync_dir(self.directory)
-        view = memoryview(record)
-        while view:
-            view = view[os.write(self.active_fd, view) :]
+    def append(self, seq: int, offset: int, record: bytes) -> None:
+        """Write one record at the end of segment ``seq``; on an error (disk full) undo the
+        partial write and refuse every later record of that segment (their offsets assumed this
+        one), so the loop side can drop exactly the records that failed."""
+        if seq in self.broken:
+            self.failed.add((seq, offset))
+            raise _SegmentBroken(f"an earlier write to segment {seq} failed")
+        try:
+            if seq != self.active_seq:
+                self._open_segment(seq)
+            view = memoryview(record)
+            while view:
+                view = view[os.write(self.active_fd, view) :]
+        except OSError:
+            self.broken.add(seq)
+            self.failed.add((seq, offset))
+            self._undo(seq, offset)
+            raise
         self.dirty = True
         if self.policy.interval_s == 0:
             self.sync()
         else:
             self.sync_if_due()
+
+    def _open_segment(self, seq: int) -> None:
+        self._close_active()
+        fd = os.open(self.path(seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.active_fd, self.active_seq = fd, seq
+        os.write(fd, MAGIC)
+        if self.policy.interval_s is not None:
+            _fsync_dir(self.directory)
+
+    def _undo(self, seq: int, offset: int) -> None:
+        """Cut a failed write back off (a segment without even its magic goes)."""
+        try:
+            if self.active_seq == seq and self.active_fd >= 0:
+                if offset <= len(MAGIC):
+                    os.ftruncate(self.active_fd, 0)
+                else:
+                    os.ftruncate(self.active_fd, offset)
+            self._close_active()
+            if offset <= len(MAGIC):
+                self.path(seq).unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("spool %s: cannot undo a failed write: %s", self.directory, exc)
 
     def sync(self) -> None:
         if self.dirty and self.active_fd >= 0:
@@ -257,13 +339,16 @@ class _Files:
         if interval is not None and time.monotonic() - self.last_sync >= interval:
             self.sync()
 
-    def read(self, records: list[SpoolRecord]) -> tuple[list[bytes], int]:
-        """Payloads of ``records`` that pass their checksum, and how many did not."""
+    def read(self, records: list[SpoolRecord]) -> tuple[list[bytes], list[SpoolRecord]]:
+        """Payloads of ``records`` that pass their checksum, and the records that did not
+        (records whose write failed are skipped without a word: they were never spooled)."""
         out: list[bytes] = []
-        corrupt = 0
+        corrupt: list[SpoolRecord] = []
         fd, fd_seq = -1, -1
         try:
             for rec in records:
+                if (rec.seq, rec.offset) in self.failed:
+                    continue
                 if rec.seq != fd_seq:
                     if fd >= 0:
                         os.close(fd)
@@ -271,7 +356,7 @@ class _Files:
                 data = os.pread(fd, rec.size, rec.offset)
                 found, _, bad = parse_segment(data, rec.seq, 0)
                 if bad or len(found) != 1:
-                    corrupt += 1
+                    corrupt.append(rec)
                     continue
                 out.append(data[HEADER.size :])
         finally:
@@ -292,6 +377,8 @@ class _Files:
             m = _SEGMENT_RE.match(p.name)
             if m and int(m.group(1)) < delete_below and int(m.group(1)) != self.active_seq:
                 p.unlink()
+        self.failed = {f for f in self.failed if f[0] >= delete_below}
+        self.broken = {b for b in self.broken if b >= delete_below}
 
     def close(self) -> None:
         self._close_active()
@@ -337,9 +424,13 @@ class Spool:
         self._seq = 0
         self._seq_size = 0
         self._last: concurrent.futures.Future[Any] | None = None
-        self._error: BaseException | None = None
         self._sync_handle: asyncio.TimerHandle | None = None
         self._dropping = False
+        self._failing = False
+        self.failed_points = 0
+        """Points handed to :meth:`append_nowait` whose write failed (disk full): lost."""
+        self.failed_records = 0
+        self.corrupt_points = 0
         self.dropped_points = 0
         self.dropped_records = 0
         self.torn_records = 0
@@ -388,26 +479,39 @@ class Spool:
     def append_nowait(self, payload: bytes, points: int) -> bool:
         """Queue one record for the writer thread and return at once.
 
-        False when the quota would be passed: the points are dropped and counted.
+        False when the quota would be passed: the points are dropped and counted. A record whose
+        write fails later (disk full) is taken out of the spool again and its points are counted
+        in ``failed_points``; the spool keeps working, and the next append tries again.
         """
-        if self._error is not None:
-            raise OSError(f"spool {self.directory} cannot write: {self._error}")
+        return self._enqueue(payload, points, owned=False) is not None
+
+    async def append(self, payload: bytes, points: int) -> bool:
+        """Append and wait until the writer thread has written it (and fsynced, per policy).
+
+        Raises OSError when the write failed: the record is not in the spool and the caller
+        still owns the points (they are not counted as failed here).
+        """
+        fut = self._enqueue(payload, points, owned=True)
+        if fut is None:
+            return False
+        try:
+            await asyncio.wrap_future(fut)
+        except OSError as exc:
+            raise OSError(exc.errno, f"spool {self.directory} cannot write: {exc}") from None
+        return True
+
+    def _enqueue(
+        self, payload: bytes, points: int, *, owned: bool
+    ) -> concurrent.futures.Future[None] | None:
         if not payload:
-            return True
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            done.set_result(None)
+            return done
         now_ns = self._clock_ns()
         record = encode_record(payload, points, now_ns)
         if self._bytes + len(record) > self.max_bytes:
-            self.dropped_points += points
-            self.dropped_records += 1
-            if not self._dropping:
-                self._dropping = True
-                log.error(
-                    "spool %s reached its quota of %d bytes: dropping new points until replay "
-                    "frees space (counted in dropped_points)",
-                    self.directory,
-                    self.max_bytes,
-                )
-            return False
+            self._note_quota_drop(points)
+            return None
         if self._seq_size and self._seq_size + len(record) > self.segment_bytes:
             self._seq += 1
             self._seq_size = 0
@@ -417,24 +521,65 @@ class Spool:
         self._index.append(rec)
         self._bytes += rec.size
         self._points += points
-        self._last = self._submit(self._files.append, rec.seq, record)
-        self._last.add_done_callback(self._note_error)
+        fut = self._submit(self._files.append, rec.seq, rec.offset, record)
+        self._last = fut
+        loop = asyncio.get_running_loop()
+        fut.add_done_callback(lambda f: _call_soon(loop, self._append_done, rec, f, owned))
         self._schedule_sync()
-        return True
+        return fut
 
-    async def append(self, payload: bytes, points: int) -> bool:
-        """Append and wait until the writer thread has written it (and fsynced, per policy)."""
-        accepted = self.append_nowait(payload, points)
-        if accepted:
-            await self.flush()
-        return accepted
+    def _note_quota_drop(self, points: int) -> None:
+        self.dropped_points += points
+        self.dropped_records += 1
+        if not self._dropping:
+            self._dropping = True
+            log.error(
+                "spool %s reached its quota of %d bytes: dropping new points until replay "
+                "frees space (counted in dropped_points)",
+                self.directory,
+                self.max_bytes,
+            )
+
+    def _append_done(
+        self, rec: SpoolRecord, fut: concurrent.futures.Future[None], owned: bool
+    ) -> None:
+        """On the loop: forget a record whose write failed, and log the episode once."""
+        exc = fut.exception()
+        if exc is None:
+            if self._failing:
+                self._failing = False
+                log.warning(
+                    "spool %s writes again; %d point(s) could not be spooled meanwhile",
+                    self.directory,
+                    self.failed_points,
+                )
+            return
+        if rec in self._index:
+            self._index.remove(rec)
+            self._bytes -= rec.size
+            self._points -= rec.points
+        if rec.seq == self._seq:  # later appends go to a fresh segment
+            self._seq += 1
+            self._seq_size = 0
+        if not owned:
+            self.failed_points += rec.points
+        self.failed_records += 1
+        if not self._failing and not isinstance(exc, _SegmentBroken):
+            self._failing = True
+            log.error(
+                "spool %s cannot write: %s (counted in failed_points; logged once until "
+                "it writes again)",
+                self.directory,
+                exc,
+            )
 
     async def flush(self) -> None:
-        """Wait for every queued append; raise the writer's error if one failed."""
-        if self._last is not None:
-            await asyncio.wrap_future(self._last)
-        if self._error is not None:
-            raise OSError(f"spool {self.directory} cannot write: {self._error}")
+        """Wait for every queued append (a failed one is already accounted for)."""
+        last = self._last
+        if last is not None:
+            with contextlib.suppress(OSError):
+                await asyncio.wrap_future(last)
+            await asyncio.sleep(0)  # let its done-callback run on the loop
 
     async def sync(self) -> None:
         """fsync the active segment now (whatever the policy)."""
@@ -443,7 +588,11 @@ class Spool:
     # --- replaying ---------------------------------------------------------------------------
 
     async def read(self, max_bytes: int) -> SpoolBatch:
-        """The oldest records, up to ``max_bytes`` (at least one), without removing them."""
+        """The oldest records, up to ``max_bytes`` (at least one), without removing them.
+
+        A record that fails its checksum is counted once in ``corrupt_records`` /
+        ``corrupt_points`` and taken out of the spool at once, so a retry never counts it again.
+        """
         chosen: list[SpoolRecord] = []
         total = 0
         for rec in self._index:
@@ -454,18 +603,37 @@ class Spool:
         if not chosen:
             return SpoolBatch(0, 0, b"")
         payloads, corrupt = await self._call(self._files.read, chosen)
-        self.corrupt_records += corrupt
         if corrupt:
-            log.warning("spool %s: %d record(s) failed their checksum", self.directory, corrupt)
-        return SpoolBatch(len(chosen), sum(r.points for r in chosen), b"".join(payloads))
+            self._forget_corrupt(corrupt)
+        good = tuple(r for r in chosen if r not in set(corrupt) and r in self._index)
+        return SpoolBatch(len(good), sum(r.points for r in good), b"".join(payloads), good)
+
+    def _forget_corrupt(self, corrupt: list[SpoolRecord]) -> None:
+        for rec in corrupt:
+            if rec in self._index:
+                self._index.remove(rec)
+                self._bytes -= rec.size
+                self._points -= rec.points
+            self.corrupt_records += 1
+            self.corrupt_points += rec.points
+        log.warning(
+            "spool %s: %d record(s) (%d point(s)) failed their checksum and were skipped "
+            "(counted in corrupt_points)",
+            self.directory,
+            len(corrupt),
+            sum(r.points for r in corrupt),
+        )
 
     async def commit(self, batch: SpoolBatch) -> None:
-        """Forget the ``batch.records`` oldest records: the server has them."""
-        for _ in range(min(batch.records, len(self._index))):
+        """Forget the records of ``batch`` (the oldest ones): the server has them."""
+        members = set(batch.members)
+        removed = 0
+        while self._index and self._index[0] in members:
             rec = self._index.popleft()
             self._bytes -= rec.size
             self._points -= rec.points
-        if self._dropping and batch.records:
+            removed += 1
+        if self._dropping and removed:
             # The episode ends when replay frees space, not when a small record happens to fit.
             self._dropping = False
             log.warning(
@@ -509,12 +677,6 @@ class Spool:
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.wrap_future(self._submit(fn, *args))
-
-    def _note_error(self, fut: concurrent.futures.Future[Any]) -> None:
-        exc = fut.exception()
-        if exc is not None and self._error is None:
-            self._error = exc
-            log.error("spool %s: write failed: %s", self.directory, exc)
 
     def _schedule_sync(self) -> None:
         interval = self.policy.interval_s
