@@ -5,8 +5,8 @@ import gzip
 import io
 import math
 import os
-import shutil
 import resource
+import shutil
 import signal
 import time
 from collections.abc import Sequence
