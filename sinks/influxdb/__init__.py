@@ -32,11 +32,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
-
-import aiofiles
 
 from acquisition.api import PluginContext
 from acquisition.errors import ConfigError, WriteError
@@ -63,6 +60,7 @@ from sinks.influxdb.http import (
     detect_api,
     parse_retry_after,
 )
+from sinks.influxdb.rejects import DeadLetter, bisect, lines_of
 from sinks.influxdb.spool import Spool, SpoolBatch, parse_fsync_policy
 from sinks.influxdb.state import Event, SinkState, StateMachine
 
@@ -91,10 +89,6 @@ SLOW_ANSWER_S = 2.0
 """A post in flight longer than this shows in the status as waiting for an answer."""
 
 
-def _lines(body: bytes) -> list[bytes]:
-    return [line for line in body.split(b"\n") if line]
-
-
 class InfluxDBSink:
     """Writes batches to InfluxDB, spooling to disk whatever it cannot write now."""
 
@@ -121,11 +115,13 @@ class InfluxDBSink:
             segment_bytes=config.spool_segment_bytes,
             fsync=policy,
         )
-        self.dead_letter_path = (
+        self.dead_letter = DeadLetter(
             Path(config.dead_letter).expanduser()
             if config.dead_letter
-            else spool_dir / "dead-letter.lp"
+            else spool_dir / "dead-letter.lp",
+            self.where,
         )
+        self.dead_letter_path = self.dead_letter.path
         self._encoder = LineEncoder(context.tags)
         self._writer: V1Writer | V2Writer | None = None
         self.api = config.api
@@ -150,13 +146,10 @@ class InfluxDBSink:
         self._next_ticket = 0
         self._placed = 0
         self._pending: dict[int, tuple[bytes, int] | None] = {}
-        self._rejecting = False
-        self._episode_rejected = 0
         # Counters published as nrg_collect self-stats.
         self.sent_points = 0
         self.replayed_points = 0
         self.spooled_points = 0
-        self.dead_lettered_points = 0
         self.retries = 0
         self.requests = 0
         self.lost_points = 0
@@ -361,7 +354,7 @@ class InfluxDBSink:
             "spool_failed_points": spool.failed_points,
             "spool_corrupt_points": spool.corrupt_points,
             "spool_torn_records": spool.torn_records + spool.corrupt_records,
-            "dead_lettered_points": self.dead_lettered_points,
+            "dead_lettered_points": self.dead_letter.points,
             "replay_failures": self.retries,
             "requests": self.requests,
             "lost_points": self.lost_points + spool.failed_points,
@@ -456,68 +449,13 @@ class InfluxDBSink:
         except Failure as exc:
             if exc.kind not in (REJECT, TOO_LARGE):
                 raise
-            rejected = await self._bisect(body, exc)
+            rejected = await bisect(self._post, body, exc)
         else:
             rejected = []
         if rejected:
-            await self._dead_letter(rejected)
-        elif self._rejecting:
-            self._rejecting = False
-            log.warning(
-                "influxdb %s: writes are accepted again; %d line(s) were rejected in all "
-                "(kept in %s)",
-                self.where(),
-                self._episode_rejected,
-                self.dead_letter_path,
-            )
-            self._episode_rejected = 0
-
-    async def _bisect(self, body: bytes, first: Failure) -> list[tuple[bytes, Failure]]:
-        """Depth-first over halves, left before right, so good lines keep their order."""
-        rejected: list[tuple[bytes, Failure]] = []
-        stack: list[tuple[list[bytes], Failure | None]] = [(_lines(body), first)]
-        while stack:
-            lines, why = stack.pop()
-            if why is None:
-                try:
-                    await self._post(b"\n".join(lines) + b"\n")
-                    continue
-                except Failure as exc:
-                    if exc.kind not in (REJECT, TOO_LARGE):
-                        raise
-                    why = exc
-            if len(lines) == 1:
-                rejected.append((lines[0], why))
-                continue
-            mid = len(lines) // 2
-            stack.append((lines[mid:], None))
-            stack.append((lines[:mid], None))
-        return rejected
-
-    async def _dead_letter(self, rejected: list[tuple[bytes, Failure]]) -> None:
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        text = b"".join(
-            f"# {stamp} HTTP {why.status}: {' '.join(str(why).split())}\n".encode() + line + b"\n"
-            for line, why in rejected
-        )
-        self.dead_letter_path.parent.mkdir(parents=True, exist_ok=True)
-        async with aiofiles.open(self.dead_letter_path, "ab") as f:
-            await f.write(text)
-        self.dead_lettered_points += len(rejected)
-        self._episode_rejected += len(rejected)
-        if not self._rejecting:
-            self._rejecting = True
-            why = rejected[0][1]
-            log.warning(
-                "influxdb %s: HTTP %d rejected %d line(s) (kept in %s): %s; further rejected "
-                "lines are counted in dead_lettered_points and logged as a total once writes "
-                "are accepted again",
-                self.where(),
-                why.status,
-                len(rejected),
-                self.dead_letter_path,
-                " ".join(str(why).split()),
-            )
+            await self.dead_letter.keep(rejected)
+        else:
+            self.dead_letter.clean()
 
     # --- state -------------------------------------------------------------------------------
 
@@ -625,7 +563,7 @@ class InfluxDBSink:
             return
         self._unexpected = 0
         try:
-            await self._dead_letter([(line, why) for line in _lines(batch.payload)])
+            await self.dead_letter.keep([(line, why) for line in lines_of(batch.payload)])
             await self.spool.commit(batch)
         except OSError as err:
             log.error("influxdb %s: cannot set the batch aside: %s", self.where(), err)
