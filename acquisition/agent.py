@@ -22,7 +22,7 @@ from acquisition.point import Point
 from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin
 from acquisition.running import Clock, CollectorRunner, SinkRunner, StreamRunner, SystemClock
 
-__all__ = ["Agent", "Unavailable", "default_config", "plugin_label"]
+__all__ = ["FLUSH_CUT_SHORT", "Agent", "Unavailable", "default_config", "plugin_label"]
 
 log = logging.getLogger("nrg.agent")
 
@@ -87,6 +87,7 @@ class Agent:
         self._tasks: list[asyncio.Task[None]] = []
         self._sink_tasks: list[asyncio.Task[None]] = []
         self._open_collectors: list[Any] = []
+        self._last_stats: dict[str, dict[str, float | int | bool | str]] = {}
 
     # -- building -----------------------------------------------------------------------------
 
@@ -236,7 +237,7 @@ class Agent:
                 "duration_max_seconds": s.duration_ns_max / 1e9,
                 "lateness_max_seconds": s.lateness_ns_max / 1e9,
             }
-            fields.update(_plugin_stats(c.instance))
+            fields.update(_cumulative(self._last_stats.get(c.label, {}), c.instance))
             points.append(
                 Point("nrg_collect", {"plugin": c.label, "kind": "collector"}, fields, now)
             )
@@ -299,43 +300,86 @@ class Agent:
         finally:
             await self.shutdown()
 
-    async def shutdown(self) -> None:
-        """Stop collectors, emit final self-stats, flush every sink before the deadline."""
+    async def shutdown(self, abort: asyncio.Event | None = None) -> None:
+        """Stop collectors, emit final self-stats, flush every sink before the deadline.
+
+        ``abort`` (a second Ctrl-C or SIGTERM) cuts the final flush short: what is still queued
+        goes to the sink's spool where it has one, else it is counted as dropped, and it is said.
+        """
         deadline = time.monotonic() + self.config.agent.shutdown_timeout
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        for inst in self._open_collectors:
-            try:
-                await inst.aclose()
-            except Exception as exc:
-                log.warning("closing collector %s failed: %r", getattr(inst, "name", inst), exc)
-        self._open_collectors.clear()
+        await self._close_collectors()
         self.bus.flush_processors()
         self.emit_self_stats()
         for r in self.sinks:
             r.stop()
-        if self._sink_tasks:
-            _, stuck = await asyncio.wait(
-                self._sink_tasks, timeout=max(0.0, deadline - time.monotonic())
-            )
-            for t in stuck:  # a write hung past the deadline: only now cancel it
-                t.cancel()
-            for t in self._sink_tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+        aborted = await self._wait_sinks(deadline, abort)
+        if aborted:
+            deadline = time.monotonic()
+        before = {r.name: (r.stats.spilled_points, r.stats.dropped_points) for r in self.sinks}
         for r in self.sinks:
             await r.close(deadline)
             try:
                 await r.sink.aclose()
             except Exception as exc:
                 log.warning("closing sink %s failed: %r", r.name, exc)
+        if aborted:
+            spilled = sum(r.stats.spilled_points - before[r.name][0] for r in self.sinks)
+            dropped_now = sum(r.stats.dropped_points - before[r.name][1] for r in self.sinks)
+            log.warning(FLUSH_CUT_SHORT, spilled, dropped_now)
         dropped = sum(r.stats.dropped_points for r in self.sinks)
         if dropped:
             log.error("%d point(s) were dropped during this run (see nrg_collect)", dropped)
 
+    async def _close_collectors(self) -> None:
+        """``aclose()`` every collector; counters a plugin resets on close keep their last value
+        in the final self-stats (counters are cumulative for the agent's life)."""
+        for c in self.collectors:
+            self._last_stats[c.label] = _plugin_stats(c.instance)
+        for inst in self._open_collectors:
+            try:
+                await inst.aclose()
+            except Exception as exc:
+                log.warning("closing collector %s failed: %r", getattr(inst, "name", inst), exc)
+        self._open_collectors.clear()
+
+    async def _wait_sinks(self, deadline: float, abort: asyncio.Event | None) -> bool:
+        """Wait for the sinks' final flush until done, the deadline, or ``abort``; True when
+        ``abort`` cut it short."""
+        if not self._sink_tasks:
+            return False
+        waiters: set[asyncio.Future[Any]] = set(self._sink_tasks)
+        abort_task = asyncio.ensure_future(abort.wait()) if abort is not None else None
+        if abort_task is not None:
+            waiters.add(abort_task)
+        pending = set(self._sink_tasks)
+        while pending and (abort_task is None or not abort_task.done()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            done, _ = await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+            waiters -= done - ({abort_task} if abort_task is not None else set())
+        aborted = abort_task is not None and abort_task.done() and bool(pending)
+        if abort_task is not None and not abort_task.done():
+            abort_task.cancel()
+        for t in pending:  # a write hung past the deadline (or cut short): only now cancel it
+            t.cancel()
+        for t in self._sink_tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        return aborted
+
+
+FLUSH_CUT_SHORT = (
+    "final flush cut short: %d point(s) kept in the spool for the next start, "
+    "%d point(s) dropped (counted in nrg_collect dropped_points)"
+)
+"""Logged when a second Ctrl-C or SIGTERM interrupts the final flush."""
 
 _EXTRAS = {"influxdb": "influx", "nvml": "nvml", "emonpi": "serial"}
 
@@ -349,6 +393,25 @@ def _plugin_stats(instance: Any) -> dict[str, float | int | bool | str]:
     except Exception:
         return {}
     return {str(k): v for k, v in dict(values).items() if isinstance(v, int | float | bool | str)}
+
+
+def _cumulative(
+    before_close: dict[str, float | int | bool | str], instance: Any
+) -> dict[str, float | int | bool | str]:
+    """The plugin's stats now, where a counter that went down (reset by ``aclose()``) keeps the
+    value it had before the close."""
+    now = _plugin_stats(instance)
+    for key, old in before_close.items():
+        new = now.get(key)
+        if new is None or (
+            isinstance(old, int | float)
+            and isinstance(new, int | float)
+            and not isinstance(old, bool)
+            and not isinstance(new, bool)
+            and new < old
+        ):
+            now[key] = old
+    return now
 
 
 def _where(sink: Any) -> str:

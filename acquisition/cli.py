@@ -1,11 +1,13 @@
-"""``nrg-collect``: run the agent, print one round, list collectors, print a sample config.
+"""``nrg-collect``: run the agent, track a command, print one round, list collectors, print a
+sample config.
 
-nrg-collect [--config FILE] [--interval 1s] [--experiment E] [--run R] [--track PID]...
-            [--quiet] [-- COMMAND ...]
-nrg-collect --once [--config FILE]     one round of line protocol on stdout, then exit
-nrg-collect list [--config FILE]       each collector and why it is unavailable here
-nrg-collect config                     a commented sample config covering every plugin
-nrg-collect emonpi-sim [...]           an emonPi simulator on a pseudo-terminal
+nrg-collect [GLOBAL OPTIONS] [-- COMMAND ...]   run the agent (and track COMMAND until it exits)
+nrg-collect [GLOBAL OPTIONS] --once             one round of line protocol on stdout, then exit
+nrg-collect [GLOBAL OPTIONS] list               each collector and why it is unavailable here
+nrg-collect config                              a commented sample config covering every plugin
+nrg-collect emonpi-sim [...]                    an emonPi simulator on a pseudo-terminal
+
+Global options may come before the subcommand (``nrg-collect -c agent.toml list``) or after it.
 """
 
 from __future__ import annotations
@@ -20,25 +22,93 @@ import signal
 import sys
 import time
 import typing
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from acquisition import __version__
 from acquisition.agent import Agent, default_config
-from acquisition.config import AgentConfig, Config, load_config, parse_config
+from acquisition.config import (
+    AgentConfig,
+    Config,
+    load_config,
+    parse_config,
+    parse_duration,
+    sanitize_tag,
+)
 from acquisition.errors import ConfigError
+from acquisition.job import Job, JobNotStartable, check_command, default_run_name
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 from acquisition.registry import COLLECTORS, PROCESSORS, SINKS, load_class
 
-__all__ = ["main", "sample_config"]
+__all__ = ["SUBCOMMANDS", "RunOutcome", "Subcommand", "after_run", "main", "sample_config"]
 
 log = logging.getLogger("nrg")
 
-_SUBCOMMANDS = {
-    "emonpi-sim": "collectors.emonpi.sim:main",
+
+# -- subcommands --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One ``nrg-collect NAME`` subcommand.
+
+    ``target`` is ``"module:function"`` (imported only when the subcommand runs) or a callable;
+    it is called with the argument list and returns the exit status. With ``global_options``
+    the global options given before the subcommand (``-c FILE``, ``-v`` ...) are passed in
+    front of its own arguments, so its parser sees ``nrg-collect -c cfg report X`` as
+    ``["-c", "cfg", "X"]``.
+    """
+
+    target: str | Callable[[list[str]], int]
+    help: str
+    global_options: bool = True
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "run": Subcommand(lambda argv: _main_run(argv, "run"), "run the agent (the default)"),
+    "list": Subcommand(lambda argv: _main_run(argv, "list"), "collectors available here"),
+    "config": Subcommand(lambda argv: _print_sample(), "print a commented sample config", False),
+    "emonpi-sim": Subcommand(
+        "collectors.emonpi.sim:main", "emonPi simulator on a pseudo-terminal", False
+    ),
 }
+"""Subcommand name → handler; add a line here to add a subcommand."""
+
+
+# -- after the tracked command ------------------------------------------------------------------
+
+
+@dataclass
+class RunOutcome:
+    """What a finished tracked run hands to :func:`after_run`."""
+
+    config: Config
+    tags: dict[str, str]
+    command: list[str]
+    exit_code: int
+    start_ns: int
+    end_ns: int
+    args: argparse.Namespace
+    unavailable: list[tuple[str, str]] = field(default_factory=list)
+    """(collector, reason) for every collector that could not run here."""
+
+
+AFTER_RUN: list[Callable[[RunOutcome], None]] = []
+"""Called in order by :func:`after_run` (e.g. a summary printer)."""
+
+
+def after_run(outcome: RunOutcome) -> None:
+    """Runs once after the tracked command exited and the agent drained its sinks."""
+    for hook in AFTER_RUN:
+        try:
+            hook(outcome)
+        except Exception as exc:  # a broken printer must not change the job's exit status
+            log.error("after-run step %s failed: %r", getattr(hook, "__name__", hook), exc)
+
+
+# -- argument parsing ---------------------------------------------------------------------------
 
 
 def _setup_logging(level: str) -> None:
@@ -54,9 +124,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="nrg-collect",
         description="Measure the energy and resources of training runs (procfs, RAPL, NVML, "
         "emonPi) and write InfluxDB line protocol (local files by default).",
-        epilog="Subcommands: 'list' (collectors available here), 'config' (sample config), "
-        "'emonpi-sim' (serial simulator). With '-- COMMAND', runs and tracks COMMAND and stops "
-        "when it exits.",
+        epilog="Subcommands: "
+        + "; ".join(f"'{name}' ({sub.help})" for name, sub in SUBCOMMANDS.items())
+        + ". With '-- COMMAND', runs and tracks COMMAND and stops when it exits.",
     )
     p.add_argument("--config", "-c", metavar="FILE", help="TOML config (default: embedded)")
     p.add_argument("--once", action="store_true", help="print one round of line protocol, exit")
@@ -71,6 +141,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PID",
         help="track this process tree (repeatable)",
     )
+    p.add_argument(
+        "--kill-after",
+        metavar="DURATION",
+        help="after Ctrl-C or SIGTERM, escalate to SIGTERM then SIGKILL when COMMAND is still "
+        "running this long after the last signal (default: only on a further Ctrl-C)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no live status line")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     p.add_argument("--version", action="version", version=f"nrg {__version__}")
@@ -78,40 +154,46 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load(args: argparse.Namespace) -> Config:
-    config = load_config(args.config) if args.config else parse_config("", "<embedded default>")
-    agent = config.agent
-    if args.interval:
-        from acquisition.config import parse_duration
-
-        agent.interval = parse_duration(args.interval, "--interval")
-        agent.validate()
-    if args.experiment:
-        agent.experiment = args.experiment
-    if args.run:
-        agent.run = args.run
-    return default_config(config)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in _SUBCOMMANDS:
-        module_name, _, attr = _SUBCOMMANDS[argv[0]].partition(":")
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    rest: list[str] = args.command
+    if rest and rest[0] in SUBCOMMANDS:
+        before = argv[: len(argv) - len(rest)]
+        sub = SUBCOMMANDS[rest[0]]
+        sub_argv = [*before, *rest[1:]] if sub.global_options else rest[1:]
+        return _dispatch(rest[0], sub, sub_argv)
+    return _main_run(argv, "run")
+
+
+def _dispatch(name: str, sub: Subcommand, argv: list[str]) -> int:
+    func = sub.target
+    if isinstance(func, str):
+        module_name, _, attr = func.partition(":")
         try:
             func = getattr(importlib.import_module(module_name), attr)
         except ImportError as exc:
-            print(f"nrg-collect {argv[0]}: not available: {exc}", file=sys.stderr)
+            print(f"nrg-collect {name}: not available: {exc}", file=sys.stderr)
             return 2
-        return int(func(argv[1:]))
-    if argv and argv[0] == "config":
-        sys.stdout.write(sample_config())
-        return 0
-    command = "run"
-    if argv and argv[0] in ("list", "run"):
-        command = argv.pop(0)
+    assert callable(func)
+    return int(func(argv))
+
+
+def _print_sample() -> int:
+    sys.stdout.write(sample_config())
+    return 0
+
+
+def _main_run(argv: list[str], command: str) -> int:
     args = _parser().parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    if command == "list" and args.command:
+        print(f"nrg-collect list: unexpected arguments {args.command}", file=sys.stderr)
+        return 2
     quiet_logs = args.once or command == "list"
     _setup_logging("debug" if args.verbose else "warning" if quiet_logs else "info")
     try:
@@ -124,12 +206,39 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_list(config))
         if args.once:
             return asyncio.run(_once(config))
+        if args.command:
+            try:
+                check_command(args.command)
+            except JobNotStartable as exc:
+                print(exc, file=sys.stderr)
+                return exc.status
         return asyncio.run(_run(config, args))
     except ConfigError as exc:
         print(f"nrg-collect: configuration error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _load(args: argparse.Namespace) -> Config:
+    config = load_config(args.config) if args.config else parse_config("", "<embedded default>")
+    agent = config.agent
+    if args.interval:
+        agent.interval = parse_duration(args.interval, "--interval")
+        try:
+            agent.validate()
+        except ValueError as exc:
+            raise ConfigError(f"--interval: {exc}") from exc
+    if args.kill_after is not None:
+        args.kill_after = parse_duration(args.kill_after, "--kill-after") or None
+    if args.experiment:
+        agent.experiment = args.experiment
+    if args.run:
+        agent.run = args.run
+    return default_config(config)
+
+
+# -- list and --once ----------------------------------------------------------------------------
 
 
 async def _list(config: Config) -> int:
@@ -182,51 +291,100 @@ async def _once(config: Config) -> int:
     return 0
 
 
+# -- the agent, with or without a tracked command -----------------------------------------------
+
+
+class _Signals:
+    """SIGINT/SIGTERM while the agent runs: to the job while it runs, else stop; once stopping,
+    a further signal cuts the final flush short."""
+
+    def __init__(self, job: Job | None) -> None:
+        self.job = job
+        self.stop = asyncio.Event()
+        self.abort = asyncio.Event()
+        self.draining = False
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.on_signal, sig)
+
+    def on_signal(self, signum: int) -> None:
+        if self.job is not None and self.job.running:
+            self.job.on_signal(signum)
+        elif self.draining:
+            if not self.abort.is_set():
+                _announce(MSG_FLUSH_ABORT)
+            self.abort.set()
+        else:
+            self.stop.set()
+
+
+MSG_FLUSH_ABORT = "nrg: cutting the final flush short; what is still queued goes to the spool"
+
+
+def _announce(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def _job_env(agent: Agent) -> dict[str, str]:
+    env = dict(os.environ)
+    for tag in ("experiment", "run"):
+        if tag in agent.tags:
+            env[f"NRG_{tag.upper()}"] = agent.tags[tag]
+    return env
+
+
 async def _run(config: Config, args: argparse.Namespace) -> int:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    child: asyncio.subprocess.Process | None = None
-    if args.command and not config.agent.run and not os.environ.get("NRG_RUN"):
-        config.agent.run = (
-            f"{Path(args.command[0]).name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-        )
+    start_ns = time.time_ns()
+    command: list[str] = list(args.command)
+    if command and not config.agent.run and not os.environ.get("NRG_RUN"):
+        utc = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start_ns / 1e9))
+        config.agent.run = sanitize_tag(default_run_name(command, utc))
+    job = Job(command, kill_after=args.kill_after) if command else None
+    signals = _Signals(job)
+    signals.install()
     agent = Agent(config)
     tracked: set[int] = agent.context.status.setdefault("tracked_pids", set())
     tracked.update(args.track)
     await agent.start()
     exit_code = 0
-    waiters: list[asyncio.Task[Any]] = []
-    if args.command:
-        env = dict(os.environ)
-        for tag in ("experiment", "run"):
-            if tag in agent.tags:
-                env[f"NRG_{tag.upper()}"] = agent.tags[tag]
-        try:
-            child = await asyncio.create_subprocess_exec(*args.command, env=env)
-        except OSError as exc:
-            print(f"nrg-collect: cannot start {args.command[0]}: {exc.strerror}", file=sys.stderr)
-            await agent.shutdown()
-            return 127
-        tracked.add(child.pid)
-        waiters.append(asyncio.create_task(child.wait()))
-        waiters[0].add_done_callback(lambda _t: stop.set())
     status_task = None
     if sys.stderr.isatty() and not args.quiet:
         status_task = asyncio.create_task(_live_status(agent))
     try:
-        await stop.wait()
+        if job is not None and not signals.stop.is_set():
+            try:
+                await job.start(_job_env(agent))
+            except JobNotStartable as exc:
+                print(exc, file=sys.stderr)
+                exit_code = exc.status
+            else:
+                tracked.add(job.pid)
+                exit_code = await job.wait()
+        else:
+            await signals.stop.wait()
+            exit_code = 130 if job is not None else 0
     finally:
         if status_task is not None:
             status_task.cancel()
             sys.stderr.write("\n")
-        if child is not None and child.returncode is None:
-            child.send_signal(signal.SIGTERM)
-            await child.wait()
-        await agent.shutdown()
-    if child is not None and child.returncode is not None:
-        exit_code = child.returncode
+        signals.draining = True
+        await agent.shutdown(abort=signals.abort)
+    if job is not None:
+        after_run(
+            RunOutcome(
+                config=config,
+                tags=dict(agent.tags),
+                command=command,
+                exit_code=exit_code,
+                start_ns=start_ns,
+                end_ns=time.time_ns(),
+                args=args,
+                unavailable=[(u.label, u.reason) for u in agent.state.unavailable],
+            )
+        )
     return exit_code
 
 

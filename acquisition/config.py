@@ -36,6 +36,7 @@ __all__ = [
     "parse_config",
     "parse_duration",
     "parse_size",
+    "sanitize_tag",
     "size",
 ]
 
@@ -66,6 +67,13 @@ _SIZE_UNITS = {
     "gib": 1024**3,
 }
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def sanitize_tag(value: str) -> str:
+    """A tag value that can always be written: bytes that are not UTF-8 (a file name passed
+    through ``surrogateescape``) become U+FFFD, control characters a space."""
+    text = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in text)
 
 
 def parse_duration(value: object, where: str = "duration") -> float:
@@ -282,7 +290,7 @@ class AgentConfig:
             tags["experiment"] = experiment
         if run:
             tags["run"] = run
-        return tags
+        return {k: sanitize_tag(v) for k, v in tags.items()}
 
 
 COLLECTOR_KEYS = {"interval", "timeout"}
