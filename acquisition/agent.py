@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,14 @@ from acquisition.point import Point
 from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin
 from acquisition.running import Clock, CollectorRunner, SinkRunner, StreamRunner, SystemClock
 
-__all__ = ["FLUSH_CUT_SHORT", "Agent", "Unavailable", "default_config", "plugin_label"]
+__all__ = [
+    "FLUSH_CUT_SHORT",
+    "SINK_CLOSE_CUT_SHORT",
+    "Agent",
+    "Unavailable",
+    "default_config",
+    "plugin_label",
+]
 
 log = logging.getLogger("nrg.agent")
 
@@ -318,15 +326,14 @@ class Agent:
         for r in self.sinks:
             r.stop()
         aborted = await self._wait_sinks(deadline, abort)
-        if aborted:
-            deadline = time.monotonic()
         before = {r.name: (r.stats.spilled_points, r.stats.dropped_points) for r in self.sinks}
         for r in self.sinks:
-            await r.close(deadline)
-            try:
-                await r.sink.aclose()
-            except Exception as exc:
-                log.warning("closing sink %s failed: %r", r.name, exc)
+            if not aborted:
+                aborted = await _unless_aborted(r.close(deadline), abort)
+            if aborted:  # what is still queued goes to the spool, or is counted as dropped
+                await r.close(time.monotonic())
+            await self._close_sink(r, deadline, abort)
+        aborted = aborted or (abort is not None and abort.is_set())
         if aborted:
             spilled = sum(r.stats.spilled_points - before[r.name][0] for r in self.sinks)
             dropped_now = sum(r.stats.dropped_points - before[r.name][1] for r in self.sinks)
@@ -346,6 +353,35 @@ class Agent:
             except Exception as exc:
                 log.warning("closing collector %s failed: %r", getattr(inst, "name", inst), exc)
         self._open_collectors.clear()
+
+    async def _close_sink(
+        self, r: SinkRunner, deadline: float, abort: asyncio.Event | None
+    ) -> None:
+        """``aclose()`` one sink, bounded: by the shutdown deadline (at least CLOSE_GRACE_S), and
+        at once when ``abort`` is set; a close cut short is said."""
+        task = asyncio.ensure_future(r.sink.aclose())
+        waiters: set[asyncio.Future[Any]] = {task}
+        abort_task = None
+        if abort is not None:
+            abort_task = asyncio.ensure_future(abort.wait())
+            waiters.add(abort_task)
+        limit = max(deadline - time.monotonic(), CLOSE_GRACE_S)
+        if abort is not None and abort.is_set():
+            limit = CLOSE_GRACE_S
+        await asyncio.wait(waiters, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        if abort_task is not None and not task.done() and abort_task.done():
+            # Abort during the close: grant it the short grace, no more.
+            await asyncio.wait({task}, timeout=CLOSE_GRACE_S)
+        if abort_task is not None:
+            abort_task.cancel()
+        if not task.done():
+            task.cancel()
+            log.warning(SINK_CLOSE_CUT_SHORT, r.name)
+        with contextlib.suppress(asyncio.CancelledError):
+            try:
+                await task
+            except Exception as exc:
+                log.warning("closing sink %s failed: %r", r.name, exc)
 
     async def _wait_sinks(self, deadline: float, abort: asyncio.Event | None) -> bool:
         """Wait for the sinks' final flush until done, the deadline, or ``abort``; True when
@@ -375,6 +411,11 @@ class Agent:
         return aborted
 
 
+CLOSE_GRACE_S = 1.0
+"""How long a sink's ``aclose()`` may still take once the final flush was cut short."""
+SINK_CLOSE_CUT_SHORT = (
+    "sink %s: closing cut short; a write still in flight is abandoned and may be lost"
+)
 FLUSH_CUT_SHORT = (
     "final flush cut short: %d point(s) kept in the spool for the next start, "
     "%d point(s) dropped (counted in nrg_collect dropped_points)"
@@ -393,6 +434,22 @@ def _plugin_stats(instance: Any) -> dict[str, float | int | bool | str]:
     except Exception:
         return {}
     return {str(k): v for k, v in dict(values).items() if isinstance(v, int | float | bool | str)}
+
+
+async def _unless_aborted(coro: Coroutine[Any, Any, None], abort: asyncio.Event | None) -> bool:
+    """Run ``coro`` to the end, or cancel it when ``abort`` is set first (then True)."""
+    task = asyncio.ensure_future(coro)
+    if abort is None:
+        await task
+        return False
+    abort_task = asyncio.ensure_future(abort.wait())
+    await asyncio.wait({task, abort_task}, return_when=asyncio.FIRST_COMPLETED)
+    aborted = not task.done()
+    abort_task.cancel()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return aborted
 
 
 def _cumulative(

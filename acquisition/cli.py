@@ -312,14 +312,16 @@ class _Signals:
     def on_signal(self, signum: int) -> None:
         if self.job is not None and self.job.running:
             self.job.on_signal(signum)
-        elif self.draining:
+        elif self.draining or self.stop.is_set():
             if not self.abort.is_set():
                 _announce(MSG_FLUSH_ABORT)
             self.abort.set()
         else:
+            _announce(MSG_STOPPING)
             self.stop.set()
 
 
+MSG_STOPPING = "nrg: stopping; flushing what was collected (again to cut the flush short)"
 MSG_FLUSH_ABORT = "nrg: cutting the final flush short; what is still queued goes to the spool"
 
 

@@ -248,3 +248,65 @@ def test_a_command_that_is_not_found_starts_no_agent(workdir: Path) -> None:
     assert MSG_NOT_FOUND.format(command="nrg-no-such-command-here") in out.stderr
     assert not (workdir / "out").exists(), "an agent ran and wrote points"
     assert "collecting from" not in out.stderr
+
+
+def test_a_second_sigterm_cuts_a_hung_final_flush_short_and_spools_the_rest(
+    workdir: Path,
+) -> None:
+    """A server that accepts and never answers: the final flush would wait for its deadline
+    (60 s here); a second SIGTERM ends it at once, keeping what is queued in the spool."""
+    import socket
+
+    from acquisition.agent import FLUSH_CUT_SHORT
+    from acquisition.cli import MSG_STOPPING
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    port = server.getsockname()[1]
+    cfg = workdir / "hung.toml"
+    cfg.write_text(
+        f"""
+[agent]
+interval = "50ms"
+stats_interval = "1s"
+shutdown_timeout = "60s"
+state_dir = "{workdir}/state"
+
+[[collectors.procfs]]
+
+[[sinks.influxdb]]
+url = "http://127.0.0.1:{port}"
+bucket = "nrg"
+timeout = "60s"
+spool_dir = "{workdir}/spool"
+fsync = "never"
+"""
+    )
+    proc = subprocess.Popen(
+        [NRG, "-q", "-c", str(cfg)],
+        env=_env(workdir),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the agent runs once it says where it collects
+            if "collecting from" in line:
+                break
+        conn, _ = server.accept()  # the first write is in flight and will never get an answer
+        proc.send_signal(signal.SIGTERM)
+        for line in proc.stderr:  # two signals sent at once would merge into one
+            if MSG_STOPPING in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)  # hang guard, far below the 60 s deadline
+        conn.close()
+    finally:
+        server.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert FLUSH_CUT_SHORT.split("%d")[0] in err, err
+    assert any((workdir / "spool").rglob("*")), "nothing was kept in the spool"
