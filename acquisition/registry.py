@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from acquisition.api import PluginContext
-from acquisition.config import PluginSpec, build_dataclass
+from acquisition.config import COLLECTOR_KEYS, SINK_KEYS, PluginSpec, build_dataclass
 from acquisition.errors import ConfigError
 
 __all__ = ["COLLECTORS", "PROCESSORS", "SINKS", "build_plugin", "load_class"]
@@ -32,6 +32,7 @@ PROCESSORS: dict[str, str] = {
     "process_power": "acquisition.processors.process_power:ProcessPowerShare",
     "attribution": "acquisition.processors.attribution:EnergyAttribution",
 }
+_COMMON_KEYS = {"collectors": COLLECTOR_KEYS, "sinks": SINK_KEYS}
 _TABLES = {"collectors": COLLECTORS, "sinks": SINKS, "processors": PROCESSORS}
 
 
@@ -56,5 +57,6 @@ def build_plugin(spec: PluginSpec, context: PluginContext) -> Any:
         if spec.options:
             raise ConfigError(f"[{spec.where}] takes no options, got {sorted(spec.options)}")
         return cls(None, context)
-    config = build_dataclass(config_class, spec.options, spec.where)
+    common = _COMMON_KEYS.get(spec.kind, set())
+    config = build_dataclass(config_class, spec.options, spec.where, common)
     return cls(config, context)
