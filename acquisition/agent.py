@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
+import socket
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -96,6 +98,9 @@ class Agent:
         self._sink_tasks: list[asyncio.Task[None]] = []
         self._open_collectors: list[Any] = []
         self._last_stats: dict[str, dict[str, float | int | bool | str]] = {}
+        self.socket_clash_fatal = False
+        """True for a running agent: a hooks socket already in use is an error (``list`` only
+        reports it)."""
 
     # -- building -----------------------------------------------------------------------------
 
@@ -156,27 +161,8 @@ class Agent:
             instance = self._build(spec)
             if instance is None:
                 continue
-            is_stream = hasattr(instance, "run") and not hasattr(instance, "collect")
-            if is_stream and not streams:
-                continue
-            try:
-                await instance.open()
-            except NoData as exc:
-                self.state.unavailable.append(Unavailable(label, str(exc)))
-                reason = str(exc)
-                log.log(
-                    logging.WARNING if spec.explicit else logging.INFO,
-                    "collector %s %s",
-                    label,
-                    reason if reason.startswith("unavailable") else f"unavailable: {reason}",
-                )
-                continue
-            except ConfigError:
-                raise
-            except Exception as exc:
-                if spec.explicit:
-                    raise ConfigError(f"[{spec.where}] failed to open: {exc!r}") from exc
-                self.state.unavailable.append(Unavailable(label, f"failed to open: {exc!r}"))
+            is_stream = _is_stream(instance)
+            if (is_stream and not streams) or not await self._open_one(spec, label, instance):
                 continue
             self._open_collectors.append(instance)
             runner: CollectorRunner | StreamRunner
@@ -194,6 +180,39 @@ class Agent:
                 )
             self.collectors.append(_Collected(label, runner, instance))
 
+    async def _open_one(self, spec: PluginSpec, label: str, instance: Any) -> bool:
+        """``open()`` one collector; False (recorded as unavailable) when it cannot run here."""
+        try:
+            await instance.open()
+        except NoData as exc:
+            self._check_socket_clash(spec, instance)
+            self.state.unavailable.append(Unavailable(label, str(exc)))
+            reason = str(exc)
+            log.log(
+                logging.WARNING if spec.explicit else logging.INFO,
+                "collector %s %s",
+                label,
+                reason if reason.startswith("unavailable") else f"unavailable: {reason}",
+            )
+            return False
+        except ConfigError:
+            raise
+        except Exception as exc:
+            if spec.explicit:
+                raise ConfigError(f"[{spec.where}] failed to open: {exc!r}") from exc
+            self.state.unavailable.append(Unavailable(label, f"failed to open: {exc!r}"))
+            return False
+        return True
+
+    def _check_socket_clash(self, spec: PluginSpec, instance: Any) -> None:
+        """A hooks socket another live agent listens on is an error for a running agent: the
+        training jobs would send their steps to the other one."""
+        path = getattr(instance, "path", None)
+        if not self.socket_clash_fatal or spec.name != "hooks" or path is None:
+            return
+        if _socket_live(Path(path)):
+            raise ConfigError(SOCKET_IN_USE.format(path=path))
+
     def _clock_for(self, interval_s: float) -> Clock:
         """A precise-wakeup clock where the interval is short enough for 1-2 ms to matter."""
         if self._fixed_clock is not None:
@@ -204,6 +223,7 @@ class Agent:
     async def start(self) -> None:
         """Open sinks, processors and collectors, and start their tasks."""
         self.state.started_ns = time.time_ns()
+        self.socket_clash_fatal = True
         await self.open_sinks()
         self.open_processors()
         await self.open_collectors()
@@ -450,6 +470,31 @@ async def _unless_aborted(coro: Coroutine[Any, Any, None], abort: asyncio.Event 
     with contextlib.suppress(asyncio.CancelledError):
         await task
     return aborted
+
+
+def _is_stream(instance: Any) -> bool:
+    return hasattr(instance, "run") and not hasattr(instance, "collect")
+
+
+def _socket_live(path: Path) -> bool:
+    """True when something accepts connections on the Unix socket ``path``."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(os.fsencode(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+SOCKET_IN_USE = (
+    "another nrg-collect agent already listens on {path}: training jobs started now would "
+    "send their steps there. Stop that agent, or give this one a socket of its own "
+    "([[collectors.hooks]] socket_path, or NRG_SOCKET), or track the job with "
+    "'nrg-collect -- COMMAND', which uses a socket of its own"
+)
 
 
 def _cumulative(

@@ -330,12 +330,30 @@ def _announce(message: str) -> None:
     sys.stderr.flush()
 
 
-def _job_env(agent: Agent) -> dict[str, str]:
+def _job_env(agent: Agent, socket_path: str) -> dict[str, str]:
+    """The job's environment: the run's tags and its own hooks socket."""
     env = dict(os.environ)
     for tag in ("experiment", "run"):
         if tag in agent.tags:
             env[f"NRG_{tag.upper()}"] = agent.tags[tag]
+    env["NRG_SOCKET"] = socket_path
     return env
+
+
+def _own_socket(config: Config, agent: Agent) -> str:
+    """The hooks socket of a tracked job: ``NRG_SOCKET`` when set, else the ``socket_path`` the
+    config gives, else ``hooks-<agent pid>.sock`` in the runtime dir, so that another agent
+    listening on the default socket never receives this job's steps."""
+    if os.environ.get("NRG_SOCKET"):
+        return os.environ["NRG_SOCKET"]
+    path = str(agent.context.runtime_dir / f"hooks-{os.getpid()}.sock")
+    hooks = [spec for spec in config.collectors if spec.name == "hooks"]
+    for spec in hooks:
+        if spec.options.get("socket_path"):
+            return str(spec.options["socket_path"])
+    for spec in hooks:
+        spec.options["socket_path"] = path
+    return path
 
 
 async def _run(config: Config, args: argparse.Namespace) -> int:
@@ -350,6 +368,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     agent = Agent(config)
     tracked: set[int] = agent.context.status.setdefault("tracked_pids", set())
     tracked.update(args.track)
+    socket_path = _own_socket(config, agent) if job is not None else ""
     await agent.start()
     exit_code = 0
     status_task = None
@@ -358,7 +377,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     try:
         if job is not None and not signals.stop.is_set():
             try:
-                await job.start(_job_env(agent))
+                await job.start(_job_env(agent, socket_path))
             except JobNotStartable as exc:
                 print(exc, file=sys.stderr)
                 exit_code = exc.status
