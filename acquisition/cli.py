@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import logging
@@ -36,7 +37,7 @@ from acquisition.config import (
     parse_duration,
     sanitize_tag,
 )
-from acquisition.errors import ConfigError
+from acquisition.errors import ConfigError, NoData
 from acquisition.job import Job, JobNotStartable, check_command, default_run_name
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
@@ -247,6 +248,10 @@ async def _list(config: Config) -> int:
     await agent.open_collectors(streams=True)
     rows: list[tuple[str, str]] = []
     for c in agent.collectors:
+        problem = await _probe(c.instance)
+        if problem is not None:
+            rows.append((c.label, f"unavailable: {problem}"))
+            continue
         describe = getattr(c.instance, "describe", None)
         detail = describe() if callable(describe) else "available"
         rows.append((c.label, f"available: {detail}" if detail != "available" else detail))
@@ -266,29 +271,108 @@ async def _list(config: Config) -> int:
     return 0
 
 
+async def _probe(instance: Any) -> str | None:
+    """Why a collector that opened still cannot read here (None: it can). Uses the plugin's
+    ``probe()`` where it has one; a serial-port collector without one gets its port opened."""
+    probe = getattr(instance, "probe", None)
+    if callable(probe):
+        try:
+            result = probe()
+            if asyncio.iscoroutine(result):
+                await result
+        except NoData as exc:
+            return str(exc)
+        except Exception as exc:
+            return f"probe failed: {exc!r}"
+        return None
+    port = getattr(instance, "port", None)
+    if isinstance(port, str) and port:
+        baudrate = getattr(getattr(instance, "config", None), "baudrate", 9600)
+        return await asyncio.to_thread(_open_serial, port, int(baudrate))
+    return None
+
+
+def _open_serial(port: str, baudrate: int) -> str | None:
+    try:
+        import serial  # pyserial: only for the collectors that read a serial port
+    except ImportError as exc:
+        return f"pyserial is not installed ({exc})"
+    try:
+        serial.Serial(port, baudrate=baudrate, timeout=0, exclusive=True).close()
+    except (OSError, ValueError) as exc:  # serial.SerialException is an OSError
+        return f"cannot open {port}: {exc}"
+    return None
+
+
+ONCE_GAP_S = 0.1
+"""``--once``: seconds between its two readings (rates need two); shorter if ``interval`` is."""
+ONCE_STREAM_WAIT_S = {"emonpi": 10.0}
+"""``--once``: how long to wait for a first reading of a push source (an emonPi sends a frame
+every 5 to 10 s); other push sources (the hooks socket) are not read by ``--once``."""
+ONCE_SKIPPED = "nrg-collect --once: {label}: no reading within {wait:g} s, skipped"
+ONCE_NOTHING = "nrg-collect --once: no collector is available here"
+
+
 async def _once(config: Config) -> int:
-    """Two readings one interval apart (so rates exist); print the second round."""
+    """Two readings ONCE_GAP_S apart (so rates exist) and the first reading of each push source
+    that has one; print the second round and those readings."""
     agent = Agent(config)
-    await agent.open_collectors(streams=False)
+    await agent.open_collectors(streams=True)
     for u in agent.state.unavailable:
         log.info("%s: %s", u.label, u.reason)
-    if not agent.collectors:
-        print("nrg-collect --once: no collector is available here", file=sys.stderr)
+    polled = [c for c in agent.collectors if hasattr(c.instance, "collect")]
+    streams = [c for c in agent.collectors if c.label.split("-")[0] in ONCE_STREAM_WAIT_S]
+    if not polled and not streams:
+        print(ONCE_NOTHING, file=sys.stderr)
+        await _close_all(agent)
         return 1
+    started = time.monotonic()
+    pushed = {c.label: _Received() for c in streams}
+    tasks = [asyncio.create_task(c.instance.run(pushed[c.label].emit)) for c in streams]
     first: list[Point] = []
     second: list[Point] = []
-    for sink in (first, second):
+    for round_points in (first, second):
         start = time.monotonic()
-        for c in agent.collectors:
-            await c.instance.collect(sink.append, time.time_ns())
-        if sink is first:
-            await asyncio.sleep(max(0.0, config.agent.interval - (time.monotonic() - start)))
-    for c in agent.collectors:
-        await c.instance.aclose()
-    encoder = LineEncoder(agent.tags)
-    sys.stdout.write(encoder.encode_many(second))
+        for c in polled:
+            await c.instance.collect(round_points.append, time.time_ns())
+        if round_points is first and polled:
+            gap = min(config.agent.interval, ONCE_GAP_S)
+            await asyncio.sleep(max(0.0, gap - (time.monotonic() - start)))
+    for c in streams:
+        wait = ONCE_STREAM_WAIT_S[c.label.split("-")[0]]
+        got = pushed[c.label]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(got.first.wait(), wait - (time.monotonic() - started))
+        if not got.points:
+            print(ONCE_SKIPPED.format(label=c.label, wait=wait), file=sys.stderr)
+        second.extend(got.points)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await _close_all(agent)
+    sys.stdout.write(LineEncoder(agent.tags).encode_many(second))
     sys.stdout.flush()
     return 0
+
+
+class _Received:
+    """Points a push source emitted, and an event set at the first."""
+
+    def __init__(self) -> None:
+        self.points: list[Point] = []
+        self.first = asyncio.Event()
+
+    def emit(self, point: Point) -> None:
+        self.points.append(point)
+        self.first.set()
+
+
+async def _close_all(agent: Agent) -> None:
+    for c in agent.collectors:
+        try:
+            await c.instance.aclose()
+        except Exception as exc:
+            log.debug("closing %s: %r", c.label, exc)
 
 
 # -- the agent, with or without a tracked command -----------------------------------------------
