@@ -312,13 +312,15 @@ class Agent:
         for p in self.self_stats():
             self.bus.emit(p)
 
-    def status_line(self, window_points: int, window_s: float) -> str:
+    def status_line(self, window_points: int, window_s: float, energy: str = "") -> str:
+        """``nrg ▸ <energy> · <rate> pts/s · <collectors> · <sinks>`` for the live line."""
         rate = window_points / window_s if window_s > 0 else 0.0
         sinks = " · ".join(
             f"{r.name}: {r.status()}" + (f" → {_where(r.sink)}" if _where(r.sink) else "")
             for r in self.sinks
         )
-        return f"nrg ▸ {rate:,.0f} pts/s · {len(self.collectors)} collectors · {sinks}"
+        lead = f"{energy} · " if energy else ""
+        return f"nrg ▸ {lead}{rate:,.0f} pts/s · {len(self.collectors)} collectors · {sinks}"
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start, wait for ``stop``, then shut down."""

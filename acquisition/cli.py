@@ -37,9 +37,11 @@ from acquisition.config import (
     parse_duration,
     sanitize_tag,
 )
+from acquisition.energy import EnergyTotals, no_energy_message
 from acquisition.errors import ConfigError, NoData
 from acquisition.job import Job, JobNotStartable, check_command, default_run_name
 from acquisition.lineproto import LineEncoder
+from acquisition.live import live_line_wanted
 from acquisition.point import Point
 from acquisition.registry import COLLECTORS, PROCESSORS, SINKS, load_class
 
@@ -94,6 +96,8 @@ class RunOutcome:
     args: argparse.Namespace
     unavailable: list[tuple[str, str]] = field(default_factory=list)
     """(collector, reason) for every collector that could not run here."""
+    no_energy_reason: str = ""
+    """Empty when an energy source was read; else why none was, and how to fix it."""
 
 
 AFTER_RUN: list[Callable[[RunOutcome], None]] = []
@@ -147,6 +151,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="after Ctrl-C or SIGTERM, escalate to SIGTERM then SIGKILL when COMMAND is still "
         "running this long after the last signal (default: only on a further Ctrl-C)",
+    )
+    p.add_argument(
+        "--require-energy",
+        action="store_true",
+        help="exit 3 (before starting COMMAND) when no energy source is readable here",
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no live status line")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
@@ -454,27 +463,27 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     tracked.update(args.track)
     socket_path = _own_socket(config, agent) if job is not None else ""
     await agent.start()
+    no_energy = no_energy_message(
+        [c.label for c in agent.collectors],
+        [(u.label, u.reason) for u in agent.state.unavailable],
+    )
+    if no_energy:
+        _announce(no_energy + (f"\n{MSG_REQUIRE_ENERGY}" if args.require_energy else ""))
+        if args.require_energy:
+            await agent.shutdown()
+            return 3
+    live = _start_live(agent, args)
     exit_code = 0
-    status_task = None
-    if sys.stderr.isatty() and not args.quiet:
-        status_task = asyncio.create_task(_live_status(agent))
     try:
         if job is not None and not signals.stop.is_set():
-            try:
-                await job.start(_job_env(agent, socket_path))
-            except JobNotStartable as exc:
-                print(exc, file=sys.stderr)
-                exit_code = exc.status
-            else:
-                tracked.add(job.pid)
-                exit_code = await job.wait()
+            exit_code = await _track(job, agent, socket_path, tracked)
         else:
             await signals.stop.wait()
             exit_code = 130 if job is not None else 0
     finally:
-        if status_task is not None:
-            status_task.cancel()
-            sys.stderr.write("\n")
+        if live is not None:
+            live.cancel()
+            await asyncio.gather(live, return_exceptions=True)
         signals.draining = True
         await agent.shutdown(abort=signals.abort)
     if job is not None:
@@ -488,20 +497,45 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
                 end_ns=time.time_ns(),
                 args=args,
                 unavailable=[(u.label, u.reason) for u in agent.state.unavailable],
+                no_energy_reason=no_energy,
             )
         )
     return exit_code
 
 
-async def _live_status(agent: Agent) -> None:
-    last_points, last_t = agent.bus.points, time.monotonic()
-    while True:
-        await asyncio.sleep(1.0)
-        now = time.monotonic()
-        line = agent.status_line(agent.bus.points - last_points, now - last_t)
-        last_points, last_t = agent.bus.points, now
-        sys.stderr.write("\r\x1b[2K" + line[:200])
-        sys.stderr.flush()
+MSG_REQUIRE_ENERGY = "nrg-collect: --require-energy: not starting without an energy source"
+
+
+async def _track(job: Job, agent: Agent, socket_path: str, tracked: set[int]) -> int:
+    """Start the job and wait for it; its exit status (127/126 when it cannot start)."""
+    try:
+        await job.start(_job_env(agent, socket_path))
+    except JobNotStartable as exc:
+        print(exc, file=sys.stderr)
+        return exc.status
+    tracked.add(job.pid)
+    return await job.wait()
+
+
+def _start_live(agent: Agent, args: argparse.Namespace) -> asyncio.Task[None] | None:
+    """The live line (power, energy, points/s, sinks) on stderr when it is a terminal."""
+    if not live_line_wanted(sys.stderr, args.quiet):
+        return None
+    from acquisition.live import LiveLine
+
+    totals = EnergyTotals()
+    agent.bus.add_sink(totals.offer)
+    last = [agent.bus.points, time.monotonic()]
+
+    def render() -> str:
+        now, points = time.monotonic(), agent.bus.points
+        line = agent.status_line(
+            int(points - last[0]), now - last[1], totals.summary() or "no energy source"
+        )
+        last[:] = [points, now]
+        return line
+
+    return asyncio.create_task(LiveLine(render).run(), name="live line")
 
 
 # -- sample config ------------------------------------------------------------------------------
