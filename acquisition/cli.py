@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import importlib
 import logging
 import os
 import signal
 import sys
 import time
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +28,6 @@ from typing import Any
 from acquisition import __version__
 from acquisition.agent import Agent, default_config
 from acquisition.config import (
-    AgentConfig,
     Config,
     load_config,
     parse_config,
@@ -43,9 +40,8 @@ from acquisition.job import Job, JobNotStartable, check_command, default_run_nam
 from acquisition.lineproto import LineEncoder
 from acquisition.live import live_line_wanted
 from acquisition.point import Point
-from acquisition.registry import COLLECTORS, PROCESSORS, SINKS, load_class
 
-__all__ = ["SUBCOMMANDS", "RunOutcome", "Subcommand", "after_run", "main", "sample_config"]
+__all__ = ["SUBCOMMANDS", "RunOutcome", "Subcommand", "after_run", "main"]
 
 log = logging.getLogger("nrg")
 
@@ -193,6 +189,8 @@ def _dispatch(name: str, sub: Subcommand, argv: list[str]) -> int:
 
 
 def _print_sample() -> int:
+    from acquisition.sample import sample_config
+
     sys.stdout.write(sample_config())
     return 0
 
@@ -536,92 +534,6 @@ def _start_live(agent: Agent, args: argparse.Namespace) -> asyncio.Task[None] | 
         return line
 
     return asyncio.create_task(LiveLine(render).run(), name="live line")
-
-
-# -- sample config ------------------------------------------------------------------------------
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    if value is None:
-        return '""  # unset'
-    return repr(str(value))
-
-
-def _dataclass_lines(cls: type[Any], commented: bool) -> list[str]:
-    lines = []
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if not f.init:
-            continue
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = None
-        doc = f.metadata.get("doc", "")
-        kind = typing.get_origin(hints[f.name])
-        if kind is typing.Literal:
-            doc = (
-                (doc + "; " if doc else "")
-                + "one of "
-                + ", ".join(map(repr, typing.get_args(hints[f.name])))
-            )
-        if f.metadata.get("duration"):
-            default = f"{default:g}s"
-        prefix = "# " if commented else ""
-        comment = f"  # {doc}" if doc else ""
-        lines.append(f"{prefix}{f.name} = {_toml_value(default)}{comment}")
-    return lines
-
-
-def sample_config() -> str:
-    """A commented TOML config with every key of the agent and of every plugin, at its default."""
-    out = [
-        "# nrg-collect configuration (TOML). Every key is shown at its default; uncomment to change.",
-        "# Strings may use ${ENV} or ${ENV:-default}; durations take 500ms, 2s, 1m; sizes 64MiB.",
-        "# Without any [[collectors.*]] table every collector that works here runs; without any",
-        "# [[sinks.*]] table points go to the file sink.",
-        "",
-        "[agent]",
-        *_dataclass_lines(AgentConfig, commented=True),
-    ]
-    for kind, table, extra in (
-        (
-            "collectors",
-            COLLECTORS,
-            '# interval = "1s"  # this collector\'s own interval\n# timeout = "5s"',
-        ),
-        ("sinks", SINKS, '# batch_size = 5000\n# flush_interval = "1s"\n# buffer_limit = 100000'),
-        ("processors", PROCESSORS, ""),
-    ):
-        for name in table:
-            out.append("")
-            try:
-                cls = load_class(kind, name)
-            except ImportError as exc:
-                out.append(f"# [[{kind}.{name}]]  (not installed here: {exc})")
-                continue
-            doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
-            if doc:
-                out.append(f"# {doc[0]}")
-            out.append(f"# [[{kind}.{name}]]")
-            if extra:
-                out.extend(extra.splitlines())
-            config_class = getattr(cls, "config_class", None)
-            if config_class is not None:
-                out.extend(_dataclass_lines(config_class, commented=True))
-    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":  # pragma: no cover
