@@ -22,7 +22,7 @@ from acquisition.config import Config, PluginSpec
 from acquisition.errors import ConfigError, NoData
 from acquisition.paths import data_dir, runtime_dir, state_dir
 from acquisition.point import Point
-from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin
+from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin, quick_unavailable
 from acquisition.running import Clock, CollectorRunner, SinkRunner, StreamRunner, SystemClock
 
 __all__ = [
@@ -107,6 +107,12 @@ class Agent:
     def _build(self, spec: PluginSpec) -> Any | None:
         """Build one plugin; None (recorded as unavailable) when the embedded default meets a
         plugin that cannot load here."""
+        if not spec.explicit and spec.kind == "collectors":
+            reason = quick_unavailable(spec.name)
+            if reason is not None:
+                self.state.unavailable.append(Unavailable(plugin_label(spec), reason))
+                log.info("collector %s unavailable: %s", plugin_label(spec), reason)
+                return None
         try:
             context = self.context
             if spec.kind == "collectors" and spec.interval:
