@@ -504,8 +504,32 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
 MSG_REQUIRE_ENERGY = "nrg-collect: --require-energy: not starting without an energy source"
 
 
+MSG_RUN_MISMATCH = (
+    "the job names its run {job!r} but this agent tags its own points run={agent!r}; the "
+    "job's steps and the system data will not join. Start nrg-collect with --run {job}, or "
+    "let instrument() take its run from NRG_RUN (no run= argument)"
+)
+
+
+class _RunWatch:
+    """Says once when the job's ``nrg_run`` start names a run other than the agent's."""
+
+    def __init__(self, agent_run: str) -> None:
+        self.agent_run = agent_run
+        self.said = False
+
+    def offer(self, point: Point) -> None:
+        if point.measurement != "nrg_run" or self.said:
+            return
+        job_run = point.tags.get("run")
+        if job_run is not None and job_run != self.agent_run:
+            self.said = True
+            log.warning(MSG_RUN_MISMATCH.format(job=job_run, agent=self.agent_run))
+
+
 async def _track(job: Job, agent: Agent, socket_path: str, tracked: set[int]) -> int:
     """Start the job and wait for it; its exit status (127/126 when it cannot start)."""
+    agent.bus.add_sink(_RunWatch(agent.tags.get("run", "")).offer)
     try:
         await job.start(_job_env(agent, socket_path))
     except JobNotStartable as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from acquisition.agent import SOCKET_IN_USE
+from acquisition.cli import MSG_RUN_MISMATCH
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
 
@@ -105,6 +106,9 @@ def test_tracked_job_uses_its_own_socket_beside_a_running_agent(workdir: Path) -
         )
         assert tracked.returncode == 0, tracked.stderr
         assert Path(tracked.stdout.strip()) != default_socket
+        # The job named its own run: the agent says the two will not join, and how to fix it.
+        said = MSG_RUN_MISMATCH.format(job="own-socket", agent="job.py-X").split("job.py-X")[0]
+        assert said in tracked.stderr
     finally:
         standing.terminate()
         standing.communicate(timeout=60)
