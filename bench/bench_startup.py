@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 NRG = [sys.executable, "-m", "acquisition.cli"]
 
 
-def _env(work: Path) -> dict[str, str]:
+def _env(work: Path, repo: Path = REPO) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NRG_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(
-        PYTHONPATH=str(REPO),
+        PYTHONPATH=str(repo),
         NRG_DATA_DIR=str(work / "data"),
         NRG_STATE_DIR=str(work / "state"),
         NRG_RUNTIME_DIR=str(work / "run"),
@@ -45,7 +45,14 @@ def _env(work: Path) -> dict[str, str]:
 
 def _timed(argv: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        argv,
+        env=env,
+        cwd=env["NRG_DATA_DIR"],  # not the checkout: ``-m`` puts the cwd first on sys.path
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
     return time.perf_counter() - t0
 
 
@@ -54,7 +61,7 @@ def _first_point(env: dict[str, str], work: Path) -> float:
     for old in data.glob("*.lp*"):
         old.unlink()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([*NRG, "-q"], env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([*NRG, "-q"], env=env, cwd=data, stderr=subprocess.DEVNULL)
     try:
         while True:
             if any(p.stat().st_size > 0 for p in data.glob("*.lp*")):
@@ -72,16 +79,35 @@ def _first_point(env: dict[str, str], work: Path) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also measure the nrg code of another checkout (e.g. an older version)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nrg-bench-") as d:
         work = Path(d)
         env = _env(work)
+        (work / "data").mkdir()
         variants: dict[str, Callable[[], float]] = {
             "python -c pass": lambda: _timed([sys.executable, "-c", "pass"], env),
             "nrg-collect -q -- true": lambda: _timed([*NRG, "-q", "--", "true"], env),
             "nrg-collect --once": lambda: _timed([*NRG, "--once"], env),
             "first point after spawn": lambda: _first_point(env, work),
         }
+        if args.compare is not None:
+            other = _env(work, args.compare.resolve())
+            variants.update(
+                {
+                    f"{name} [{args.compare.name}]": run
+                    for name, run in (
+                        ("-q -- true", lambda: _timed([*NRG, "-q", "--", "true"], other)),
+                        ("--once", lambda: _timed([*NRG, "--once"], other)),
+                        ("first point", lambda: _first_point(other, work)),
+                    )
+                }
+            )
         for run in variants.values():  # warm-up: byte-code caches, page cache
             run()
         times: dict[str, list[float]] = {name: [] for name in variants}
@@ -94,10 +120,10 @@ def main() -> int:
         f"{os.cpu_count()} CPUs · Python {platform.python_version()} · "
         f"{time.strftime('%Y-%m-%d', time.gmtime())} · {args.reps} interleaved reps"
     )
-    print(f"{'variant':<26} {'median ms':>10} {'min ms':>8} {'× python -c pass':>17}")
+    print(f"{'variant':<34} {'median ms':>10} {'min ms':>8} {'× python -c pass':>17}")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"{name:<26} {median * 1e3:>10.1f} {min(values) * 1e3:>8.1f} {median / base:>17.1f}")
+        print(f"{name:<34} {median * 1e3:>10.1f} {min(values) * 1e3:>8.1f} {median / base:>17.1f}")
     return 0
 
 
