@@ -230,9 +230,13 @@ class Agent:
         """Open sinks, processors and collectors, and start their tasks."""
         self.state.started_ns = time.time_ns()
         self.socket_clash_fatal = True
-        await self.open_sinks()
-        self.open_processors()
-        await self.open_collectors()
+        try:
+            await self.open_sinks()
+            self.open_processors()
+            await self.open_collectors()
+        except BaseException:
+            await self._close_opened()
+            raise
         for runner in self.sinks:
             self._sink_tasks.append(asyncio.create_task(runner.run(), name=f"sink {runner.name}"))
         for c in self.collectors:
@@ -369,6 +373,13 @@ class Agent:
         dropped = sum(r.stats.dropped_points for r in self.sinks)
         if dropped:
             log.error("%d point(s) were dropped during this run (see nrg_collect)", dropped)
+
+    async def _close_opened(self) -> None:
+        """Start-up failed: close what was opened (collectors, then sinks) and nothing else."""
+        for inst in [*self._open_collectors, *(r.sink for r in self.sinks)]:
+            with contextlib.suppress(Exception):
+                await inst.aclose()
+        self._open_collectors.clear()
 
     async def _close_collectors(self) -> None:
         """``aclose()`` every collector; counters a plugin resets on close keep their last value
