@@ -12,8 +12,10 @@ from typing import Any
 
 import pynvml
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-import collectors.nvml as nvml_module
+import collectors.nvml.parse as nvml_module
 from acquisition.api import PluginContext
 from acquisition.errors import NoData
 from collectors.nvml import (
@@ -314,3 +316,18 @@ def test_agent_once_runs_on_with_the_other_collectors(tmp_path: Path) -> None:
     assert {"cpu", "memory", "process"} <= measurements
     assert not measurements & {"gpu", "gpu_sample", "gpu_process"}
     assert "collector nvml unavailable: NVML library libnvidia-ml.so.1 not found" in once.stderr
+
+
+@given(st.text(max_size=200))
+def test_fuzz_parse_proc_stat_raises_only_value_error(text: str) -> None:
+    try:
+        ppid, start = parse_proc_stat(text)
+    except ValueError:
+        return
+    assert isinstance(ppid, int) and isinstance(start, int)
+
+
+@given(st.one_of(st.none(), st.text(max_size=100)))
+def test_fuzz_parse_visible_devices_never_raises(value: str | None) -> None:
+    entries = parse_visible_devices(value)
+    assert entries is None or all(e == e.strip() for e in entries)
