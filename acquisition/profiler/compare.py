@@ -2,7 +2,8 @@
 before vs after comparison).
 
 Input: two traces written by :meth:`EnergyProfile.export_chrome_trace` (paths, ``.gz`` or not, or
-the loaded JSON). Operators are matched by name and input shapes (the trace's ``Input Dims``);
+the loaded JSON). Operators are matched by name and input shapes (the trace's ``Input Dims``;
+profiler steps ``ProfilerStep#N`` all count as ``ProfilerStep*``);
 per operator: calls, total time (µs), total energy (J) with its error bar, mean power (W), and the
 difference of B against A. A difference is *significant* when it exceeds the two error bars
 combined (root of the sum of squares).
@@ -101,6 +102,12 @@ def _load(trace: TraceLike) -> tuple[str, Mapping[str, Any]]:
     return os.fspath(trace), load_trace(trace)
 
 
+def _op_name(name: str) -> str:
+    """``ProfilerStep#12`` → ``ProfilerStep*`` (as ``key_averages()`` groups them), so that the
+    steps of two profiles match."""
+    return "ProfilerStep*" if name.startswith("ProfilerStep#") else name
+
+
 def op_stats(trace: Mapping[str, Any], name: str = "profile") -> dict[tuple[str, str], OpStats]:
     """Per (operator name, input shapes): calls, time, energy of one trace."""
     if "nrg" not in trace:
@@ -114,7 +121,7 @@ def op_stats(trace: Mapping[str, Any], name: str = "profile") -> dict[tuple[str,
         if ENERGY_ARG not in args:
             continue
         shapes = str(args.get("Input Dims", ""))
-        key = (str(event.get("name", "")), shapes)
+        key = (_op_name(str(event.get("name", ""))), shapes)
         stats = out.get(key) or out.setdefault(key, OpStats(*key))
         stats.count += 1
         stats.time_us += float(event["dur"])

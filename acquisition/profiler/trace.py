@@ -43,9 +43,12 @@ ENERGY_ARG = "nrg_energy_j"
 SELF_ENERGY_ARG = "nrg_self_energy_j"
 ERROR_ARG = "nrg_energy_error_j"
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-_SKIPPED_CATEGORIES = frozenset({"Trace", "ac2g", "cuda_runtime", "cuda_driver", "overhead"})
-"""Events that are no operator of their own: the trace's span itself, flow arrows, and runtime
-calls (their time is inside the operator that made them)."""
+_SKIPPED_CATEGORIES = frozenset(
+    {"Trace", "ac2g", "cuda_runtime", "cuda_driver", "overhead", "gpu_user_annotation"}
+)
+"""Events that are no operator of their own: the trace's span itself, flow arrows, runtime calls
+(their time is inside the operator that made them), and annotations copied onto the GPU timeline
+(they span kernels, which carry the GPU's energy)."""
 
 
 def load_trace(path: str | os.PathLike[str]) -> dict[str, Any]:

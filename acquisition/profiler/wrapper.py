@@ -311,6 +311,19 @@ class EnergyProfile(torch.profiler.profile):
             self._wait_for_samples(time.time_ns())
         points = self.points()
         self.last_energy = add_energy(trace, build_series(points), self._gpu_names(points))
+        window = self.last_energy.window
+        trace["nrg"]["steps"] = [
+            {
+                "step": s.step,
+                "start_ns": s.start_ns,
+                "end_ns": s.end_ns,
+                "energy_j": s.energy_j,
+                "error_j": s.error_j,
+                "by_source_j": s.by_source,
+            }
+            for s in self.step_energies()
+            if s.end_ns > window[0] and s.start_ns < window[1]
+        ]
         save_trace(trace, path)
 
     def _gpu_names(self, points: Sequence[Point]) -> dict[int, str]:

@@ -115,3 +115,13 @@ def test_a_trace_without_energy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as err:
         compare_profiles(A, tmp_path / "plain.json")
     assert str(err.value) == NO_ENERGY.format(name=str(tmp_path / "plain.json"))
+
+
+def test_profiler_steps_of_both_profiles_match_whatever_their_numbers() -> None:
+    a = trace([("ProfilerStep#3", "", 10, 20), ("ProfilerStep#4", "", 40, 20)])
+    b = trace([("ProfilerStep#12", "", 10, 10), ("ProfilerStep#13", "", 40, 10)])
+    (op,) = compare_profiles(a, b).ops
+    assert op.name == "ProfilerStep*"
+    assert op.a is not None and op.b is not None
+    assert (op.a.count, op.b.count) == (2, 2)
+    assert op.energy_diff_j == pytest.approx(WATTS * (0.020 - 0.040))

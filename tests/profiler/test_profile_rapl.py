@@ -227,6 +227,14 @@ def test_tensorboard_handler_with_a_schedule_and_step_energies(
         start = base + round(ev["ts"] * 1000)
         expected = truth(profiles, start, start + round(ev["dur"] * 1000))
         assert ev["args"][ENERGY_ARG] == pytest.approx(expected, abs=SLACK_S * 25 + 0.02)
+    in_trace = {s["step"]: s for s in trace["nrg"]["steps"]}
+    recorded = {int(str(e["name"]).split("#")[1]) for e in steps}
+    assert recorded <= set(in_trace)
+    for n in recorded:
+        s = in_trace[n]
+        assert s["energy_j"] == pytest.approx(
+            truth(profiles, s["start_ns"], s["end_ns"]), abs=SLACK_S * 25 + s["error_j"]
+        )
     energies = prof.step_energies()
     assert [s.step for s in energies] == list(range(7))
     for s in energies:
