@@ -33,7 +33,7 @@ from acquisition.point import Point
 from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin
 from acquisition.running import CollectorRunner, StreamRunner, SystemClock
 
-__all__ = ["NOT_IN_PROCESS", "NOT_STARTED", "Sampler", "UNKNOWN_COLLECTOR"]
+__all__ = ["NOT_IN_PROCESS", "NOT_STARTED", "UNKNOWN_COLLECTOR", "Sampler"]
 
 log = logging.getLogger("nrg.sampler")
 

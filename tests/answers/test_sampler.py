@@ -64,12 +64,14 @@ def test_rapl_energy_is_power_times_time() -> None:
 
 
 def test_points_in_arrival_order_and_snapshot_is_a_prefix() -> None:
-    with powercap_tree({"package-0": PACKAGE_W}) as root:
-        with Sampler(parse_config(rapl_config(root)), interval_s=0.01) as sampler:
-            wait_for(sampler, "rapl", 10)
-            early = sampler.snapshot()
-            wait_for(sampler, "rapl", len(early) + 10)
-            final = sampler.stop()
+    with (
+        powercap_tree({"package-0": PACKAGE_W}) as root,
+        Sampler(parse_config(rapl_config(root)), interval_s=0.01) as sampler,
+    ):
+        wait_for(sampler, "rapl", 10)
+        early = sampler.snapshot()
+        wait_for(sampler, "rapl", len(early) + 10)
+        final = sampler.stop()
     assert final[: len(early)] == early
     assert len(final) > len(early)
     package = [p.time_ns for p in final if p.tags.get("domain") == "package"]
