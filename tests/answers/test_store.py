@@ -9,11 +9,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from acquisition.errors import NrgError
+from acquisition.errors import LineProtocolError, NrgError
 from acquisition.lineproto import LineEncoder, decode_line
 from acquisition.point import Point
-from acquisition.store import NO_FILES, Query, Store, lp_files, read_points
+from acquisition.store import NO_FILES, FastDecoder, Query, Store, lp_files, read_points
 
 T0 = 1_764_000_000_000_000_000
 MEASUREMENTS = ("rapl", "gpu", "gpu_process", "memory", "nrg_energy", "nrg_step")
@@ -191,3 +193,62 @@ def test_decoded_like_the_decoder(tmp_path: Path) -> None:
     write(tmp_path / "x.lp", pts)
     lines = (tmp_path / "x.lp").read_text().splitlines()
     assert read_points(tmp_path) == [decode_line(line) for line in lines]
+
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8)
+_value = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    _text,
+)
+
+
+@given(
+    st.lists(
+        st.builds(
+            Point,
+            st.sampled_from(["rapl", "gpu", "a b", "c,d"]),
+            st.dictionaries(st.sampled_from(["host", "run", "x y", "k=v"]), _text, max_size=3),
+            st.dictionaries(st.sampled_from(["energy_joules", "n", "s p"]), _value, min_size=1),
+            st.integers(0, 2**62),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_fast_decoder_equals_decode_line(points: list[Point]) -> None:
+    """Same series twice (the cached path), any values: the same points as decode_line."""
+    fast = FastDecoder()
+    for line in LineEncoder().encode_many(points + points).split("\n")[:-1]:
+        assert fast.decode(line) == decode_line(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "rapl,host=a x=1i 5",  # primes the series cache
+        "rapl,host=a x=inf 5",
+        "rapl,host=a x=nan 5",
+        "rapl,host=a x=1.5.5 5",
+        "rapl,host=a x= 5",
+        "rapl,host=a =1 5",
+        "rapl,host=a x=1i,x 5",
+        "rapl,host=a x=12ii 5",
+        "rapl,host=a x=1u 5",
+        "rapl,host=a x=T 5",
+        "rapl,host=a x=1 -5",
+        "rapl,host=a x=1",
+    ],
+)
+def test_fast_decoder_same_errors(line: str) -> None:
+    fast = FastDecoder()
+    fast.decode("rapl,host=a x=1i 5")
+
+    def outcome(decode: object) -> object:
+        try:
+            return decode(line)  # type: ignore[operator]
+        except LineProtocolError as exc:
+            return str(exc)
+
+    assert outcome(fast.decode) == outcome(decode_line)
