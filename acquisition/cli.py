@@ -38,6 +38,8 @@ log = logging.getLogger("nrg")
 
 _SUBCOMMANDS = {
     "emonpi-sim": "collectors.emonpi.sim:main",
+    "report": "acquisition.report.cli:report_main",
+    "compare": "acquisition.report.cli:compare_main",
 }
 
 
@@ -75,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     p.add_argument("--version", action="version", version=f"nrg {__version__}")
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    from acquisition.report.cli import add_summary_arguments
+
+    add_summary_arguments(p)
     return p
 
 
@@ -195,6 +200,9 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     agent = Agent(config)
     tracked: set[int] = agent.context.status.setdefault("tracked_pids", set())
     tracked.update(args.track)
+    from acquisition.report.cli import attach_recorder, print_run_summary
+
+    recorder = attach_recorder(agent) if args.command else None
     await agent.start()
     exit_code = 0
     waiters: list[asyncio.Task[Any]] = []
@@ -227,6 +235,16 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
         await agent.shutdown()
     if child is not None and child.returncode is not None:
         exit_code = child.returncode
+        if exit_code < 0:  # ended by signal n: report it as a shell does
+            exit_code = 128 - exit_code
+    if recorder is not None and child is not None:
+        print_run_summary(
+            recorder,
+            args,
+            exit_code=exit_code,
+            unavailable={u.label: u.reason for u in agent.state.unavailable},
+            tree=child.pid,
+        )
     return exit_code
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from acquisition.summary.build import NO_ENERGY, REST_OF_SYSTEM, counted_sources, summarize
 from acquisition.summary.model import (
     DEFAULT_CARBON_INTENSITY,
+    RAM_UNITS,
     SCHEMA,
+    TIME_UNITS,
     EnergySummary,
     EpochSummary,
     ModuleShare,
@@ -20,8 +22,10 @@ from acquisition.summary.text import format_text
 __all__ = [
     "DEFAULT_CARBON_INTENSITY",
     "NO_ENERGY",
+    "RAM_UNITS",
     "REST_OF_SYSTEM",
     "SCHEMA",
+    "TIME_UNITS",
     "EnergySummary",
     "EpochSummary",
     "ModuleShare",

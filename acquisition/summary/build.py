@@ -302,6 +302,7 @@ def _step_stats(data: _Steps) -> tuple[StepStats, dict[tuple[str, str, int], flo
             "mean": statistics.fmean(values),
             "p50": _quantile(values, 0.5),
             "p95": _quantile(values, 0.95),
+            "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
         }
     per_sample = None
     if samples and totals:

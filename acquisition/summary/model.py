@@ -115,7 +115,7 @@ class EpochSummary:
 class StepStats:
     count: int
     energy_j: dict[str, float] | None
-    """``mean``, ``p50``, ``p95`` of the energy of one step (counted sources), or None."""
+    """``mean``, ``p50``, ``p95`` and ``sd`` of the energy of one step (counted sources)."""
     samples: int | None
     energy_per_sample_j: float | None
     error_j: float | None = None

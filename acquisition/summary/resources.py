@@ -156,7 +156,8 @@ def resources(points: list[Point], options: SummaryOptions, duration_s: float) -
         sums = [_num(p.fields.get("cpu_cores")) for p in by_scope[scope]]
         sums = [s * 100 if s is not None else None for s in sums]
         cpu[scope] = _percent(sums, [s / cores if s is not None and cores else None for s in sums])
-        cpu[f"{scope}_n_threads"] = _max(_num(p.fields.get("threads")) for p in by_scope[scope])
+        threads = _max(_num(p.fields.get("threads")) for p in by_scope[scope])
+        cpu[f"{scope}_n_threads"] = int(threads) if threads is not None else None
     gpu_ram, gpu_util = _gpu(points, tree, gpu_unit)
     return {
         "tree": tree,
