@@ -158,6 +158,8 @@ class RunSummary:
     flops: int | None = None
     """Forward FLOPs of the model per step (``nrg_model``), when the job reported them."""
     notes: list[str] = field(default_factory=list)
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    """A Tracker's named windows: name, start_ns, duration_s, energy_j, sources."""
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
