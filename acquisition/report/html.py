@@ -65,7 +65,12 @@ def _plt() -> Any:
 
 def _svg(fig: Any) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    fig.savefig(
+        buf,
+        format="svg",
+        bbox_inches="tight",
+        metadata={"Date": None, "Creator": None, "Format": None, "Type": None},
+    )
     _plt().close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]
