@@ -74,6 +74,9 @@ _PLACEHOLDER = re.compile(
     r"/\^\$(?P<regex>\w+)\$/|\$\{(?P<braced>\w+)(?::\w+)?\}|\[\[(?P<old>\w+)\]\]|\$(?P<plain>\w+)"
 )
 _BUILTIN_PREFIX = "__"
+# Escaped in a value put into a regular-expression literal: RE2's (Go, Rust) metacharacters and
+# the literal's delimiter; RE2 rejects escapes of other characters, so re.escape will not do.
+_REGEX_META = re.compile(r"[\\.+*?()|\[\]{}^$/]")
 _TIME_KEYS = ("timeRangeStart", "timeRangeStop")
 
 
@@ -181,7 +184,7 @@ def _regex_slot(name: str, params: Mapping[str, ParamValue]) -> str:
     values = [value] if isinstance(value, str | int | float) else list(value)  # type: ignore[arg-type]
     if any(v == ALL for v in values) or not values:
         return "/^.*$/"
-    escaped = [re.escape(str(v)).replace("/", r"\/") for v in values]
+    escaped = [_REGEX_META.sub(r"\\\g<0>", str(v)) for v in values]
     return "/^(" + "|".join(escaped) + ")$/"
 
 
