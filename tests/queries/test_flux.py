@@ -81,3 +81,8 @@ def test_run_queries_filter_by_host_and_rank(name: str) -> None:
     for dialect in ("flux", "influxql"):
         text = load_query(name, dialect)
         assert "$host" in text and "$rank" in text, (name, dialect)
+
+
+def test_every_query_is_documented() -> None:
+    page = (queries_dir().parent / "docs" / "guide" / "grafana.md").read_text(encoding="utf-8")
+    assert [n for n in available() if f"`{n}`" not in page] == []
