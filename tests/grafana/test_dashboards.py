@@ -189,3 +189,25 @@ def test_dashboard_provider_points_at_both_folders() -> None:
 def test_dashboard_uids_are_unique() -> None:
     uids = [b["uid"] for _, b in dashboards()]
     assert len(uids) == len(set(uids))
+
+
+def test_every_flux_query_of_the_dashboards_type_checks(node: str) -> None:
+    if not (TOOLS / "node_modules" / "@influxdata" / "flux-lsp-browser").is_dir():
+        pytest.skip("npm tools missing: run `npm ci --prefix tools`")
+    items = [
+        {"name": f"{name}: {where}", "query": query}
+        for name, board in dashboards()
+        if name.startswith("flux/")
+        for where, _, query in queries_of(board)
+    ]
+    proc = subprocess.run(
+        [node, str(TOOLS / "flux-check.mjs"), "--grafana", "-"],
+        input=json.dumps(items),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(results) == len(items) > 20, proc.stderr
+    assert [r["name"] for r in results if not r["valid"]] == []
