@@ -126,9 +126,9 @@ def test_energy_per_epoch(loaded: Influxd, known: KnownRun) -> None:
 
 def test_energy_per_step(loaded: Influxd, known: KnownRun) -> None:
     (rows,) = influxql(loaded, "energy_per_step", params(known))
-    keys = ("time", "step", *STEP_TAGS)
+    keys = ("time", *STEP_TAGS)
     expected = {
-        (p.time_ns, p.fields["step"], *(p.tags[k] for k in STEP_TAGS)): p.fields["energy_joules"]
+        (p.time_ns, *(p.tags[k] for k in STEP_TAGS)): p.fields["energy_joules"]
         for p in run_steps(known)
     }
     assert keyed(rows, keys, "energy_joules") == approx(expected)
