@@ -26,7 +26,17 @@ if TYPE_CHECKING:
 
     from acquisition.torch.session import Session
 
-__all__ = ["instrument"]
+__all__ = ["instrument", "profile"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``profile`` (the energy-aware torch.profiler.profile) needs the agent's collectors, so it
+    # lives in acquisition.profiler, outside this package; it is imported on first use only.
+    if name == "profile":
+        from acquisition.profiler import profile
+
+        return profile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def instrument(
