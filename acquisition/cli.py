@@ -73,7 +73,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "collectors.emonpi.sim:main", "emonPi simulator on a pseudo-terminal", False
     ),
     "report": Subcommand("acquisition.report.cli:report_main", "summaries of past runs"),
-    "compare": Subcommand("acquisition.report.cli:compare_main", "runs or experiments side by side"),
+    "compare": Subcommand(
+        "acquisition.report.cli:compare_main", "runs or experiments side by side"
+    ),
 }
 """Subcommand name → handler; add a line here to add a subcommand."""
 
@@ -102,9 +104,7 @@ AFTER_RUN: list[Callable[[RunOutcome], None]] = []
 """Called in order by :func:`after_run` (e.g. a summary printer)."""
 
 
-def after_run(
-    outcome: RunOutcome, extra: Sequence[Callable[[RunOutcome], None]] = ()
-) -> None:
+def after_run(outcome: RunOutcome, extra: Sequence[Callable[[RunOutcome], None]] = ()) -> None:
     """Runs once after the tracked command exited and the agent drained its sinks."""
     for hook in [*AFTER_RUN, *extra]:
         try:
