@@ -72,6 +72,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "emonpi-sim": Subcommand(
         "collectors.emonpi.sim:main", "emonPi simulator on a pseudo-terminal", False
     ),
+    "report": Subcommand("acquisition.report.cli:report_main", "summaries of past runs"),
+    "compare": Subcommand(
+        "acquisition.report.cli:compare_main", "runs or experiments side by side"
+    ),
 }
 """Subcommand name → handler; add a line here to add a subcommand."""
 
@@ -100,9 +104,9 @@ AFTER_RUN: list[Callable[[RunOutcome], None]] = []
 """Called in order by :func:`after_run` (e.g. a summary printer)."""
 
 
-def after_run(outcome: RunOutcome) -> None:
+def after_run(outcome: RunOutcome, extra: Sequence[Callable[[RunOutcome], None]] = ()) -> None:
     """Runs once after the tracked command exited and the agent drained its sinks."""
-    for hook in AFTER_RUN:
+    for hook in [*AFTER_RUN, *extra]:
         try:
             hook(outcome)
         except Exception as exc:  # a broken printer must not change the job's exit status
@@ -155,6 +159,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no live status line")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    from acquisition.report.cli import add_summary_arguments
+
+    add_summary_arguments(p)
     p.add_argument("--version", action="version", version=f"nrg {__version__}")
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
@@ -460,6 +467,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     tracked: set[int] = agent.context.status.setdefault("tracked_pids", set())
     tracked.update(args.track)
     socket_path = _own_socket(config, agent) if job is not None else ""
+    summary = _attach_summary(agent, job) if job is not None else None
     await agent.start()
     no_energy = no_energy_message(
         [c.label for c in agent.collectors],
@@ -496,7 +504,8 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
                 args=args,
                 unavailable=[(u.label, u.reason) for u in agent.state.unavailable],
                 no_energy_reason=no_energy,
-            )
+            ),
+            [summary] if summary is not None else [],
         )
     return exit_code
 
@@ -525,6 +534,24 @@ class _RunWatch:
         if job_run is not None and job_run != self.agent_run:
             self.said = True
             log.warning(MSG_RUN_MISMATCH.format(job=job_run, agent=self.agent_run))
+
+
+def _attach_summary(agent: Agent, job: Job) -> Callable[[RunOutcome], None]:
+    """Record the run's points from the bus; the returned step prints the run summary."""
+    from acquisition.report.cli import attach_recorder, print_run_summary
+
+    recorder = attach_recorder(agent)
+
+    def print_summary(outcome: RunOutcome) -> None:
+        print_run_summary(
+            recorder,
+            outcome.args,
+            exit_code=outcome.exit_code,
+            unavailable=dict(outcome.unavailable),
+            tree=job.pid,
+        )
+
+    return print_summary
 
 
 async def _track(job: Job, agent: Agent, socket_path: str, tracked: set[int]) -> int:
