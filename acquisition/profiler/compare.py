@@ -21,6 +21,7 @@ from acquisition.profiler.trace import ENERGY_ARG, ERROR_ARG, load_trace, trace_
 
 __all__ = [
     "NO_ENERGY",
+    "ComparedOp",
     "OpStats",
     "ProfileComparison",
     "compare_profiles",
@@ -94,6 +95,40 @@ class ProfileComparison:
     ops: list[ComparedOp]
     a_total_j: float
     b_total_j: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: schema ``nrg.profile-compare/1``; times µs, energies J, powers W."""
+
+        def side(stats: OpStats | None) -> dict[str, Any] | None:
+            if stats is None:
+                return None
+            return {
+                "count": stats.count,
+                "time_us": stats.time_us,
+                "energy_j": stats.energy_j,
+                "error_j": stats.error_j,
+                "mean_power_w": stats.mean_power_w,
+            }
+
+        return {
+            "schema": "nrg.profile-compare/1",
+            "a": self.a_name,
+            "b": self.b_name,
+            "window_energy_j": {"a": self.a_total_j, "b": self.b_total_j},
+            "ops": [
+                {
+                    "name": op.name,
+                    "input_shapes": op.input_shapes,
+                    "a": side(op.a),
+                    "b": side(op.b),
+                    "time_diff_us": op.time_diff_us,
+                    "energy_diff_j": op.energy_diff_j,
+                    "energy_error_j": op.energy_error_j,
+                    "significant": op.significant,
+                }
+                for op in self.ops
+            ],
+        }
 
 
 def _load(trace: TraceLike) -> tuple[str, Mapping[str, Any]]:

@@ -154,7 +154,8 @@ def format_table(
             line += [_time(r.self_device_time_total), _time(r.device_time_total)]
         line += [_joules(r.self_energy_j if r.measured else None)]
         line += [_pct(r.self_energy_j, self_energy) if r.measured else "-"]
-        line += [_joules(r.energy_total_j if r.measured else None), _joules(r.energy_error_j)]
+        line += [_joules(r.energy_total_j if r.measured else None)]
+        line += [_joules(r.energy_error_j if r.measured else None)]
         line += ["-" if r.mean_power_w is None else f"{r.mean_power_w:.2f}W", str(r.count)]
         line += [r.input_shapes] if shapes else []
         table.append(line)

@@ -130,6 +130,7 @@ class EnergyProfile(torch.profiler.profile):
         self.sampler: PointSampler = sampler or _default_sampler(config, interval_s)
         self.session = session
         self._sampling = False
+        self._no_source = False
         self._points: list[Point] = []
         self._step_marks: list[tuple[int, int]] = []
         self.last_energy: EnergyResult | None = None
@@ -177,6 +178,7 @@ class EnergyProfile(torch.profiler.profile):
         if getattr(self.sampler, "available", None) == [] and unavailable is not None:
             reasons = "; ".join(f"{name}: {why}" for name, why in unavailable.items())
             log.warning(NO_SOURCE, reasons or "none configured")
+            self._no_source = True
             return
         deadline = time.monotonic() + 5 * self.interval_s + 0.05
         while time.monotonic() < deadline:
@@ -187,6 +189,8 @@ class EnergyProfile(torch.profiler.profile):
     def _wait_for_samples(self, t_ns: int) -> None:
         """Wait (a few sampling intervals at most) until every source has a sample after
         ``t_ns``, so the events that ended just before are bracketed."""
+        if self._no_source:
+            return
         deadline = time.monotonic() + 5 * self.interval_s + 0.05
         while time.monotonic() < deadline:
             series = build_series(self.sampler.snapshot())

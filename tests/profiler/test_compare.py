@@ -3,6 +3,7 @@ differences of time and energy, significance against the error bars, files and e
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,15 @@ def test_profiler_steps_of_both_profiles_match_whatever_their_numbers() -> None:
     assert op.a is not None and op.b is not None
     assert (op.a.count, op.b.count) == (2, 2)
     assert op.energy_diff_j == pytest.approx(WATTS * (0.020 - 0.040))
+
+
+def test_comparison_as_json() -> None:
+    data = json.loads(json.dumps(compare_profiles(A, B).to_dict()))
+    assert data["schema"] == "nrg.profile-compare/1"
+    ops = {(op["name"], op["input_shapes"]): op for op in data["ops"]}
+    big = ops[("aten::mm", "[[64, 64], [64, 64]]")]
+    assert big["a"]["count"] == 2 and big["b"]["energy_j"] == pytest.approx(WATTS * 0.008)
+    assert big["energy_diff_j"] == pytest.approx(WATTS * (0.008 - 0.020))
+    assert big["significant"] is True
+    assert ops[("aten::to", "[[64, 64]]")]["a"] is None
+    assert data["window_energy_j"]["a"] == pytest.approx(WATTS * 0.055)
