@@ -110,6 +110,9 @@ class EnergyProfile(torch.profiler.profile):
     - ``config``: the agent's TOML (its ``rapl`` and ``nvml`` collectors and their settings);
       default: the embedded defaults;
     - ``interval_s``: sampling interval (default 10 ms);
+    - ``agent_data``: the data directory of an nrg agent running here (its file sink): its
+      readings are used instead of opening the sources in this process
+      (:class:`acquisition.profiler.agent.AgentSampler`);
     - ``sampler``: an object with ``start()``, ``stop()`` and ``snapshot()`` returning nrg
       points, used instead of the in-process collectors (e.g. points replayed from a file);
     - ``session``: an :func:`acquisition.torch.instrument` session: ``step()`` marks its step
@@ -122,11 +125,16 @@ class EnergyProfile(torch.profiler.profile):
         config: str | os.PathLike[str] | None = None,
         interval_s: float = DEFAULT_INTERVAL_S,
         sampler: PointSampler | None = None,
+        agent_data: str | os.PathLike[str] | None = None,
         session: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.interval_s = interval_s
+        if sampler is None and agent_data is not None:
+            from acquisition.profiler.agent import AgentSampler
+
+            sampler = AgentSampler(agent_data)
         self.sampler: PointSampler = sampler or _default_sampler(config, interval_s)
         self.session = session
         self._sampling = False
@@ -139,10 +147,9 @@ class EnergyProfile(torch.profiler.profile):
 
     def start(self) -> None:
         if not self._sampling:
-            called = time.time_ns()
             self.sampler.start()
             self._sampling = True
-            self._wait_for_first_sample(called)
+            self._wait_for_first_sample()
         self._step_marks = [(self.step_num, time.time_ns())]
         super().start()
 
@@ -171,7 +178,7 @@ class EnergyProfile(torch.profiler.profile):
         """The power sources sampled so far, as cumulative energy series."""
         return build_series(self.points())
 
-    def _wait_for_first_sample(self, t_ns: int) -> None:
+    def _wait_for_first_sample(self) -> None:
         """Wait (a few sampling intervals at most) for the sources' first reading, so that the
         first events are bracketed; say once why there is none when no source is available."""
         unavailable = getattr(self.sampler, "unavailable", None)
@@ -182,7 +189,7 @@ class EnergyProfile(torch.profiler.profile):
             return
         deadline = time.monotonic() + 5 * self.interval_s + 0.05
         while time.monotonic() < deadline:
-            if any(p.time_ns >= t_ns for p in self.sampler.snapshot()):
+            if self.sampler.snapshot():
                 return
             time.sleep(self.interval_s / 4)
 
@@ -191,12 +198,14 @@ class EnergyProfile(torch.profiler.profile):
         ``t_ns``, so the events that ended just before are bracketed."""
         if self._no_source:
             return
-        deadline = time.monotonic() + 5 * self.interval_s + 0.05
+        latency = float(getattr(self.sampler, "latency_s", 0.0))
+        deadline = time.monotonic() + max(5 * self.interval_s + 0.05, latency)
+        pause = max(self.interval_s / 2, latency / 30)
         while time.monotonic() < deadline:
             series = build_series(self.sampler.snapshot())
             if series and all(s.last_ns >= t_ns for s in series.values()):
                 return
-            time.sleep(self.interval_s / 2)
+            time.sleep(pause)
 
     # -- energy per event ---------------------------------------------------------------------
 
