@@ -76,16 +76,20 @@ class EnergyResult:
 
 
 def _energy(
-    series: Mapping[str, EnergySeries], sources: Sequence[str], start: int, end: int
+    series: Mapping[str, EnergySeries],
+    sources: Sequence[str],
+    start: int,
+    end: int,
+    scale: float = 1.0,
 ) -> tuple[float, float, dict[str, float]] | None:
     total, error, parts = 0.0, 0.0, {}
     for name in sources:
         got = series[name].energy(start, end)
         if got is None:
             return None
-        parts[name] = got[0]
-        total += got[0]
-        error += got[1]
+        parts[name] = got[0] * scale
+        total += got[0] * scale
+        error += got[1] * scale
     return total, error, parts
 
 
@@ -109,12 +113,13 @@ def _cpu_track(
     series: Mapping[str, EnergySeries],
     sources: list[str],
     out: list[EventEnergy],
+    scale: float,
 ) -> int:
     """Totals and self energies of one thread's spans; returns how many were not measured."""
     parents = _nest(indices, spans)
     missing = 0
     for i in indices:
-        got = _energy(series, sources, spans[i].start_ns, spans[i].end_ns)
+        got = _energy(series, sources, spans[i].start_ns, spans[i].end_ns, scale)
         entry = out[i]
         entry.parent = parents[i]
         if got is None:
@@ -180,9 +185,12 @@ def _gpu_track(
 
 
 def _window_energy(
-    series: Mapping[str, EnergySeries], sources: Sequence[str], window: tuple[int, int]
+    series: Mapping[str, EnergySeries],
+    sources: Sequence[str],
+    window: tuple[int, int],
+    scale: float,
 ) -> float | None:
-    got = _energy(series, sources, *window)
+    got = _energy(series, sources, *window, scale)
     return None if got is None else got[0]
 
 
@@ -193,6 +201,7 @@ def _track_account(
     series: Mapping[str, EnergySeries],
     sources: list[str],
     window: tuple[int, int],
+    scale: float,
 ) -> TrackEnergy | None:
     # A window that the samples do not quite cover is clipped to them (the events outside are
     # already counted as unmeasured).
@@ -200,7 +209,7 @@ def _track_account(
         max(window[0], max(series[n].first_ns for n in sources)),
         min(window[1], min(series[n].last_ns for n in sources)),
     )
-    window_j = _window_energy(series, sources, window) if window[0] <= window[1] else None
+    window_j = _window_energy(series, sources, window, scale) if window[0] <= window[1] else None
     if window_j is None:
         return None
     events_j = sum(out[i].self_j or 0.0 for i in indices)
@@ -212,10 +221,11 @@ def compute_energy(
     series: Mapping[str, EnergySeries],
     window: tuple[int, int] | None = None,
     gpu_names: Mapping[int, str] | None = None,
+    cpu_scale: float = 1.0,
 ) -> EnergyResult:
     """Energy of every span (see the module docstring). ``window`` defaults to the spans' extent;
     ``gpu_names`` maps a span's device (CUDA ordinal) to its source name (default ``gpu:<N>``, the
-    NVML index N)."""
+    NVML index N); ``cpu_scale`` multiplies the CPU sources' energy (the process's CPU share)."""
     out = [EventEnergy() for _ in spans]
     if window is None:
         window = (
@@ -236,14 +246,14 @@ def compute_energy(
                 unmeasured += len(indices)
                 continue
             unmeasured += _gpu_track(indices, spans, series[name], out)
-            sources = [name]
+            sources, scale = [name], 1.0
         else:
             if not cpu:
                 unmeasured += len(indices)
                 continue
-            unmeasured += _cpu_track(indices, spans, series, cpu, out)
-            sources = cpu
-        account = _track_account(track, indices, out, series, sources, window)
+            unmeasured += _cpu_track(indices, spans, series, cpu, out, cpu_scale)
+            sources, scale = cpu, cpu_scale
+        account = _track_account(track, indices, out, series, sources, window, scale)
         if account is not None and track[0] in ("cpu", "gpu"):
             tracks.append(account)
     if unmeasured:

@@ -166,11 +166,12 @@ def add_energy(
     trace: dict[str, Any],
     series: Mapping[str, EnergySeries],
     gpu_names: Mapping[int, str] | None = None,
+    cpu_scale: float = 1.0,
 ) -> EnergyResult:
     """Add energy to ``trace`` in place (see the module docstring); the computed energies.
-    ``gpu_names``: CUDA device → source name (see :func:`compute_energy`)."""
+    ``gpu_names``, ``cpu_scale``: see :func:`compute_energy`."""
     positions, spans = trace_spans(trace)
-    result = compute_energy(spans, series, _window(trace, spans), gpu_names)
+    result = compute_energy(spans, series, _window(trace, spans), gpu_names, cpu_scale)
     events = trace.setdefault("traceEvents", [])
     for pos, energy in zip(positions, result.events, strict=True):
         if energy.total_j is None:
@@ -183,6 +184,7 @@ def add_energy(
     events.extend(_counters(trace, series, result.window))
     trace["nrg"] = {
         "schema": SCHEMA,
+        "cpu_scale": cpu_scale,
         "sources": result.sources,
         "window_ns": list(result.window),
         "tracks": _account(result),

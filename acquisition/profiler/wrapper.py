@@ -24,6 +24,7 @@ from acquisition.profiler.series import (
     cpu_sources,
     gpu_names_by_uuid,
 )
+from acquisition.profiler.share import CpuShare
 from acquisition.profiler.tables import (
     EnergyRow,
     RowEvent,
@@ -49,6 +50,7 @@ DEFAULT_INTERVAL_S = 0.01
 NVML's sample buffer is read whole, so 10 ms resolves operators of a few ms."""
 _COLLECTORS = ("rapl", "nvml")
 NO_SOURCE = "no energy source to sample: the profile will have no energy (%s)"
+NO_SHARE = "cpu_share: /proc/stat or /proc/self/stat unreadable, CPU energy left whole"
 
 
 class PointSampler(Protocol):
@@ -116,7 +118,9 @@ class EnergyProfile(torch.profiler.profile):
     - ``sampler``: an object with ``start()``, ``stop()`` and ``snapshot()`` returning nrg
       points, used instead of the in-process collectors (e.g. points replayed from a file);
     - ``session``: an :func:`acquisition.torch.instrument` session: ``step()`` marks its step
-      too, so profiler steps and nrg steps share their boundaries.
+      too, so profiler steps and nrg steps share their boundaries;
+    - ``cpu_share``: charge CPU operators only this process's share of the CPU energy (its share
+      of the machine's busy CPU time over the profile, :mod:`acquisition.profiler.share`).
     """
 
     def __init__(
@@ -127,6 +131,7 @@ class EnergyProfile(torch.profiler.profile):
         sampler: PointSampler | None = None,
         agent_data: str | os.PathLike[str] | None = None,
         session: Any = None,
+        cpu_share: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -137,6 +142,8 @@ class EnergyProfile(torch.profiler.profile):
             sampler = AgentSampler(agent_data)
         self.sampler: PointSampler = sampler or _default_sampler(config, interval_s)
         self.session = session
+        self._share = CpuShare() if cpu_share else None
+        self._share_at_stop: float | None = None
         self._sampling = False
         self._no_source = False
         self._points: list[Point] = []
@@ -151,11 +158,16 @@ class EnergyProfile(torch.profiler.profile):
             self._sampling = True
             self._wait_for_first_sample()
         self._step_marks = [(self.step_num, time.time_ns())]
+        if self._share is not None:
+            self._share.start()
+            self._share_at_stop = None
         super().start()
 
     def stop(self) -> None:
         super().stop()
         end = time.time_ns()
+        if self._share is not None:
+            self._share_at_stop = self._share.ratio()
         self._step_marks.append((self.step_num + 1, end))
         if self._sampling:
             self._wait_for_samples(end)
@@ -169,6 +181,22 @@ class EnergyProfile(torch.profiler.profile):
         super().step()
 
     # -- samples --------------------------------------------------------------------------------
+
+    def cpu_share_ratio(self) -> float | None:
+        """With ``cpu_share=True``: this process's share of the machine's busy CPU time since
+        ``start()`` (frozen at ``stop()``); else None."""
+        if self._share is None:
+            return None
+        return self._share.ratio() if self._sampling else self._share_at_stop
+
+    def _cpu_scale(self) -> float:
+        if self._share is None:
+            return 1.0
+        ratio = self.cpu_share_ratio()
+        if ratio is None:
+            log.warning(NO_SHARE)
+            return 1.0
+        return ratio
 
     def points(self) -> list[Point]:
         """Every point sampled so far (Unix-epoch ns, the agent's units)."""
@@ -223,7 +251,11 @@ class EnergyProfile(torch.profiler.profile):
         end = max((s.end_ns for s in spans), default=base)
         points = self.points()
         result = compute_energy(
-            spans, build_series(points), (min(base, end), end), self._gpu_names(points)
+            spans,
+            build_series(points),
+            (min(base, end), end),
+            self._gpu_names(points),
+            self._cpu_scale(),
         )
         self.last_energy = result
         return events, result
@@ -292,9 +324,12 @@ class EnergyProfile(torch.profiler.profile):
 
     def step_energies(self) -> list[StepEnergy]:
         """Energy of each profiler step (``step()`` to ``step()``) of the whole run, every
-        CPU (RAPL package and DRAM) and GPU source summed."""
+        CPU (RAPL package and DRAM; this process's share with ``cpu_share``) and GPU source
+        summed."""
         series = self.series()
-        names = cpu_sources(series) + sorted(n for n in series if n.startswith("gpu:"))
+        cpu = cpu_sources(series)
+        names = cpu + sorted(n for n in series if n.startswith("gpu:"))
+        scale = self._cpu_scale()
         out = []
         for (step, start), (_, end) in zip(self._step_marks, self._step_marks[1:], strict=False):
             parts: dict[str, float] = {}
@@ -302,8 +337,9 @@ class EnergyProfile(torch.profiler.profile):
             for name in names:
                 got = series[name].energy(start, end)
                 if got is not None:
-                    parts[name] = got[0]
-                    error += got[1]
+                    factor = scale if name in cpu else 1.0
+                    parts[name] = got[0] * factor
+                    error += got[1] * factor
             complete = bool(names) and len(parts) == len(names)
             total = sum(parts.values()) if complete else None
             out.append(StepEnergy(step, start, end, total, error, parts))
@@ -323,7 +359,9 @@ class EnergyProfile(torch.profiler.profile):
         if self._sampling:
             self._wait_for_samples(time.time_ns())
         points = self.points()
-        self.last_energy = add_energy(trace, build_series(points), self._gpu_names(points))
+        self.last_energy = add_energy(
+            trace, build_series(points), self._gpu_names(points), self._cpu_scale()
+        )
         window = self.last_energy.window
         trace["nrg"]["steps"] = [
             {
