@@ -20,7 +20,7 @@ from acquisition.point import Point
 from acquisition.profiler.energy import EnergyResult, Span, compute_energy
 from acquisition.profiler.series import (
     EnergySeries,
-    build_series,
+    SeriesBuilder,
     cpu_sources,
     gpu_names_by_uuid,
 )
@@ -54,7 +54,12 @@ NO_SHARE = "cpu_share: /proc/stat or /proc/self/stat unreadable, CPU energy left
 
 
 class PointSampler(Protocol):
-    """What the profiler needs of a sampler (:class:`acquisition.sampler.Sampler` is one)."""
+    """What the profiler needs of a sampler (:class:`acquisition.sampler.Sampler` is one).
+
+    ``snapshot()`` returns every point so far, in arrival order (the profiler takes the new ones
+    after those it has seen). A sampler that also has ``drain()`` (the points since the last
+    drain, also after ``stop()``) is drained instead, so it need not keep its points: the
+    profiler keeps its readings compact (16 bytes each, where a point takes about 500)."""
 
     def start(self) -> None: ...
 
@@ -146,7 +151,8 @@ class EnergyProfile(torch.profiler.profile):
         self._share_at_stop: float | None = None
         self._sampling = False
         self._no_source = False
-        self._points: list[Point] = []
+        self._builder = SeriesBuilder()
+        self._seen = 0
         self._step_marks: list[tuple[int, int]] = []
         self.last_energy: EnergyResult | None = None
 
@@ -171,8 +177,9 @@ class EnergyProfile(torch.profiler.profile):
         self._step_marks.append((self.step_num + 1, end))
         if self._sampling:
             self._wait_for_samples(end)
-            self._points = self.sampler.stop()
+            rest = self.sampler.stop()
             self._sampling = False
+            self._take(rest)
 
     def step(self) -> None:
         if self.session is not None:
@@ -199,12 +206,26 @@ class EnergyProfile(torch.profiler.profile):
         return ratio
 
     def points(self) -> list[Point]:
-        """Every point sampled so far (Unix-epoch ns, the agent's units)."""
-        return self.sampler.snapshot() if self._sampling else list(self._points)
+        """The points the sampler holds (all of them, unless it is drained); Unix-epoch ns, the
+        agent's units."""
+        return self.sampler.snapshot()
 
     def series(self) -> dict[str, EnergySeries]:
         """The power sources sampled so far, as cumulative energy series."""
-        return build_series(self.points())
+        self._take()
+        return self._builder.series()
+
+    def _take(self, stopped: list[Point] | None = None) -> None:
+        """Move the sampler's new readings into the compact builder."""
+        drain = getattr(self.sampler, "drain", None)
+        if drain is not None:
+            self._builder.add(drain())
+            return
+        points = stopped if stopped is not None else self.sampler.snapshot()
+        if len(points) < self._seen:  # a sampler that started afresh
+            self._seen = 0
+        self._builder.add(points[self._seen :])
+        self._seen = len(points)
 
     def _wait_for_first_sample(self) -> None:
         """Wait (a few sampling intervals at most) for the sources' first reading, so that the
@@ -217,7 +238,8 @@ class EnergyProfile(torch.profiler.profile):
             return
         deadline = time.monotonic() + 5 * self.interval_s + 0.05
         while time.monotonic() < deadline:
-            if self.sampler.snapshot():
+            self._take()
+            if self._builder.readings:
                 return
             time.sleep(self.interval_s / 4)
 
@@ -230,7 +252,7 @@ class EnergyProfile(torch.profiler.profile):
         deadline = time.monotonic() + max(5 * self.interval_s + 0.05, latency)
         pause = max(self.interval_s / 2, latency / 30)
         while time.monotonic() < deadline:
-            series = build_series(self.sampler.snapshot())
+            series = self.series()
             if series and all(s.last_ns >= t_ns for s in series.values()):
                 return
             time.sleep(pause)
@@ -249,13 +271,8 @@ class EnergyProfile(torch.profiler.profile):
         if self._sampling:
             self._wait_for_samples(max((s.end_ns for s in spans), default=0))
         end = max((s.end_ns for s in spans), default=base)
-        points = self.points()
         result = compute_energy(
-            spans,
-            build_series(points),
-            (min(base, end), end),
-            self._gpu_names(points),
-            self._cpu_scale(),
+            spans, self.series(), (min(base, end), end), self._gpu_names(), self._cpu_scale()
         )
         self.last_energy = result
         return events, result
@@ -317,9 +334,8 @@ class EnergyProfile(torch.profiler.profile):
         rows = sort_rows(self.energy_averages(), sort_by)
         result = self.last_energy
         window_s = None if result is None else (result.window[1] - result.window[0]) / 1e9
-        sources = cpu_sources(self.series()) + [
-            name for name in self.series() if name.startswith("gpu:")
-        ]
+        series = self.series()
+        sources = cpu_sources(series) + sorted(n for n in series if n.startswith("gpu:"))
         return format_table(rows, row_limit=row_limit, window_s=window_s, sources=sources)
 
     def step_energies(self) -> list[StepEnergy]:
@@ -358,10 +374,7 @@ class EnergyProfile(torch.profiler.profile):
             trace["traceName"] = path  # the profiler names the file it wrote: the temporary one
         if self._sampling:
             self._wait_for_samples(time.time_ns())
-        points = self.points()
-        self.last_energy = add_energy(
-            trace, build_series(points), self._gpu_names(points), self._cpu_scale()
-        )
+        self.last_energy = add_energy(trace, self.series(), self._gpu_names(), self._cpu_scale())
         window = self.last_energy.window
         trace["nrg"]["steps"] = [
             {
@@ -377,7 +390,7 @@ class EnergyProfile(torch.profiler.profile):
         ]
         save_trace(trace, path)
 
-    def _gpu_names(self, points: Sequence[Point]) -> dict[int, str]:
+    def _gpu_names(self) -> dict[int, str]:
         """CUDA ordinal → GPU source name, by UUID (empty without CUDA)."""
         if not torch.cuda.is_available():
             return {}
@@ -386,7 +399,7 @@ class EnergyProfile(torch.profiler.profile):
             uuid = getattr(torch.cuda.get_device_properties(ordinal), "uuid", None)
             if uuid is not None:
                 uuids[ordinal] = str(uuid)
-        return gpu_names_by_uuid(points, uuids)
+        return gpu_names_by_uuid(self._builder.uuids, uuids)
 
 
 def _span(event: Any, base_ns: int) -> Span:

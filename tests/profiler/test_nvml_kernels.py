@@ -11,7 +11,7 @@ import pytest
 
 from acquisition.api import PluginContext
 from acquisition.point import Point
-from acquisition.profiler.series import build_series, gpu_names_by_uuid
+from acquisition.profiler.series import SeriesBuilder, build_series, gpu_names_by_uuid
 from acquisition.profiler.trace import ENERGY_ARG, SELF_ENERGY_ARG, add_energy
 from collectors.nvml import NvmlCollector, NvmlConfig
 from tests.nvml.fake_pynvml import FakeNvml, load_scenario
@@ -116,7 +116,9 @@ async def test_cuda_ordinals_map_to_nvml_gpus_by_uuid(tmp_path: Any) -> None:
     """With CUDA_VISIBLE_DEVICES, CUDA device 1 may be NVML GPU 0: matched by UUID (CUDA gives
     it without NVML's ``GPU-`` prefix)."""
     points = await sampled_points(tmp_path)
-    names = gpu_names_by_uuid(points, {1: "A100A100-0000-4000-8000-000000000001", 2: "other"})
+    uuids = SeriesBuilder().add(points).uuids
+    assert uuids == {"a100a100-0000-4000-8000-000000000001": "gpu:0"}
+    names = gpu_names_by_uuid(uuids, {1: "A100A100-0000-4000-8000-000000000001", 2: "other"})
     assert names == {1: "gpu:0"}
     tr = trace()
     for event in tr["traceEvents"]:

@@ -387,3 +387,44 @@ def test_no_source_says_why_and_leaves_events_without_energy(
     line = next(x for x in prof.energy_table().splitlines() if x.startswith("sleep"))
     assert line.split()[5:10] == ["-", "-", "-", "-", "-"]  # no energy, no error, no power
     assert prof.step_energies()[0].energy_j is None
+
+
+class Drained:
+    """A sampler that hands its points over once (``drain``) and keeps none."""
+
+    def __init__(self, inner: ProcessRaplSampler) -> None:
+        self.inner = inner
+        self.handed = 0
+        self.drains = 0
+
+    def start(self) -> None:
+        self.inner.start()
+
+    def stop(self) -> list[Point]:
+        self.inner.stop()
+        return []
+
+    def drain(self) -> list[Point]:
+        points = self.inner.snapshot()
+        new, self.handed = points[self.handed :], len(points)
+        self.drains += 1
+        return new
+
+    def snapshot(self) -> list[Point]:
+        raise AssertionError("a drained sampler's snapshot is not needed")
+
+
+def test_a_drained_sampler_keeps_no_points_and_gives_the_same_energy(
+    constant: tuple[Path, dict[str, Profile]],
+) -> None:
+    root, profiles = constant
+    sampler = Drained(ProcessRaplSampler(root))
+    with (
+        profile(activities=[ProfilerActivity.CPU], sampler=sampler) as prof,
+        record_function("sleep"),
+    ):
+        time.sleep(0.15)
+    (sleep,) = [e for e in prof.energy_events() if e.name == "sleep"]
+    assert_energy(sleep, profiles)
+    assert sampler.drains >= 2 and sampler.handed > 20
+    assert prof.step_energies()[0].energy_j is not None
