@@ -324,6 +324,7 @@ METRICS: tuple[Measurement, ...] = (
             _i("dropped_points", "count", "sink or agent: points lost"),
             _i("spilled_points", "count", "sink: points put in the on-disk spool"),
             _i("rejected_points", "count", "sink: points the server refused"),
+            _i("unencodable_points", "count", "sink: points line protocol cannot carry, dropped"),
             _i("write_errors", "count", "sink: failed writes"),
             _i("retries", "count", "sink: retried writes"),
             _i("queue_points", "count", "sink: points waiting in memory"),
