@@ -397,7 +397,7 @@ class _Signals:
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, self.on_signal, sig)
 
     def on_signal(self, signum: int) -> None:
@@ -417,8 +417,11 @@ MSG_FLUSH_ABORT = "nrg: cutting the final flush short; what is still queued goes
 
 
 def _announce(message: str) -> None:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # the terminal hung up
+        pass
 
 
 def _job_env(agent: Agent, socket_path: str) -> dict[str, str]:
