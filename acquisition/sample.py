@@ -122,13 +122,13 @@ def _reads_interval(cls: type[Any]) -> bool:
 
 def plugin_sample(kind: str, name: str) -> list[str]:
     """The sample lines of one plugin: its ``sample.toml``, else from its config dataclass."""
-    path = sample_path(kind, name)
-    if path is not None:
-        return path.read_text(encoding="utf-8").strip().splitlines()
     try:
         cls = load_class(kind, name)
     except ImportError as exc:
         return [f"## [[{kind}.{name}]]  (not installed here: {exc})"]
+    path = sample_path(kind, name)
+    if path is not None:
+        return _from_sample_toml(path.read_text(encoding="utf-8"), kind, name, cls)
     out = []
     doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
     if doc:
@@ -139,6 +139,32 @@ def plugin_sample(kind: str, name: str) -> list[str]:
     config_class = getattr(cls, "config_class", None)
     if config_class is not None:
         out.extend(dataclass_lines(config_class))
+    return out
+
+
+_SETTING = re.compile(r"^(\[\[|[A-Za-z_][A-Za-z0-9_-]*\s*=)")
+
+
+def _from_sample_toml(text: str, kind: str, name: str, cls: type[Any]) -> list[str]:
+    """A plugin's ``sample.toml`` in the printout's convention: its table header and settings
+    commented ``# ``, its prose ``## ``, and the core's keys for that plugin after the header."""
+    header = f"[[{kind}.{name}]]"
+    lines = text.strip().splitlines()
+    present = {m.group(1) for line in lines if (m := re.match(r"^#?\s*([a-z_]+)\s*=", line))}
+    out = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped == header:
+            out.append(f"# {header}")
+            if kind == "sinks" or (kind == "collectors" and _reads_interval(cls)):
+                out.extend(c for c in _COMMON[kind] if c.split()[1] not in present)
+        elif not stripped:
+            out.append("")
+        elif stripped.startswith("#"):
+            body = stripped.lstrip("#").strip()
+            out.append(f"# {body}" if _SETTING.match(body) else f"## {body}")
+        else:  # a setting left uncommented: the printout shows defaults, commented
+            out.append(f"# {stripped}")
     return out
 
 
