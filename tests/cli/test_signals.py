@@ -160,7 +160,7 @@ def test_closing_the_terminal_hangs_up_the_job_once_and_the_agent_still_flushes(
         _env(workdir),
     )
     try:
-        p.expect(b"READY")
+        p.expect(b"READY\r\n")  # the whole line: the job must not be writing any more
         os.close(p.master)  # the terminal goes away: the kernel sends SIGHUP
         code = p.proc.wait(timeout=60)
     finally:
