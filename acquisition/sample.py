@@ -128,7 +128,7 @@ def plugin_sample(kind: str, name: str) -> list[str]:
         return [f"## [[{kind}.{name}]]  (not installed here: {exc})"]
     path = sample_path(kind, name)
     if path is not None:
-        return _from_sample_toml(path.read_text(encoding="utf-8"), kind, name, cls)
+        return _from_sample_file(kind, cls, path.read_text(encoding="utf-8"))
     out = []
     doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
     if doc:
@@ -142,29 +142,17 @@ def plugin_sample(kind: str, name: str) -> list[str]:
     return out
 
 
-_SETTING = re.compile(r"^(\[\[|[A-Za-z_][A-Za-z0-9_-]*\s*=)")
-
-
-def _from_sample_toml(text: str, kind: str, name: str, cls: type[Any]) -> list[str]:
-    """A plugin's ``sample.toml`` in the printout's convention: its table header and settings
-    commented ``# ``, its prose ``## ``, and the core's keys for that plugin after the header."""
-    header = f"[[{kind}.{name}]]"
-    lines = text.strip().splitlines()
-    present = {m.group(1) for line in lines if (m := re.match(r"^#?\s*([a-z_]+)\s*=", line))}
-    out = []
-    for line in lines:
-        stripped = line.strip()
-        if stripped == header:
-            out.append(f"# {header}")
+def _from_sample_file(kind: str, cls: type[Any], text: str) -> list[str]:
+    """A plugin's ``sample.toml`` as the printout shows it: the table header commented (the
+    plugin runs only once it is uncommented) and the keys the core reads for it added below."""
+    out: list[str] = []
+    for line in text.strip().splitlines():
+        if line.startswith("[["):
+            out.append(f"# {line}")
             if kind == "sinks" or (kind == "collectors" and _reads_interval(cls)):
-                out.extend(c for c in _COMMON[kind] if c.split()[1] not in present)
-        elif not stripped:
-            out.append("")
-        elif stripped.startswith("#"):
-            body = stripped.lstrip("#").strip()
-            out.append(f"# {body}" if _SETTING.match(body) else f"## {body}")
-        else:  # a setting left uncommented: the printout shows defaults, commented
-            out.append(f"# {stripped}")
+                out.extend(_COMMON[kind])
+        else:
+            out.append(line)
     return out
 
 
