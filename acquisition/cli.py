@@ -159,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no live status line")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
-    from acquisition.report.cli import add_summary_arguments
+    from acquisition.summary_options import add_summary_arguments
 
     add_summary_arguments(p)
     p.add_argument("--version", action="version", version=f"nrg {__version__}")
