@@ -6,13 +6,14 @@ cd "$(dirname "$0")/.."
 
 # Debian packages: the real database servers the tests start on 127.0.0.1 (nothing starts by
 # itself), Chromium for the HTML report test, docker-compose to validate the compose file, and
-# Node.js for the Flux and Grafana-schema checkers.
+# Node.js for the Flux and Grafana-schema checkers, tmux for the live-line test.
 need=()
 command -v victoria-metrics >/dev/null || need+=(victoria-metrics)
 command -v influxd >/dev/null || need+=(influxdb)
 command -v chromium >/dev/null || need+=(chromium)
 command -v docker-compose >/dev/null || need+=(docker-compose)
 command -v node >/dev/null || need+=(nodejs npm)
+command -v tmux >/dev/null || need+=(tmux)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         export DEBIAN_FRONTEND=noninteractive
