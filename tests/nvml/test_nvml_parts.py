@@ -12,7 +12,7 @@ from typing import Any
 
 import pynvml
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import collectors.nvml.parse as nvml_module
@@ -338,6 +338,8 @@ def test_fuzz_parse_visible_devices_never_raises(value: str | None) -> None:
     st.lists(st.from_regex(r"GPU-[0-9a-f]{4}", fullmatch=True), max_size=4),
     st.booleans(),
 )
+@example(["²"], ["GPU-abcd"], True)
+@example(["--1"], ["GPU-abcd"], True)
 def test_fuzz_select_gpus_raises_only_value_error(
     entries: list[str] | None, uuids: list[str], stop: bool
 ) -> None:
