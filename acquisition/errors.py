@@ -7,6 +7,7 @@ __all__ = [
     "LineProtocolError",
     "NoData",
     "NrgError",
+    "PartialWriteError",
     "WriteError",
 ]
 
@@ -42,3 +43,20 @@ class WriteError(NrgError):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
+
+
+class PartialWriteError(WriteError):
+    """A sink wrote the first ``written`` points of a batch, whole, and could not write the rest
+    (a disk with room for part of the batch). The core counts those as written and retries only
+    the rest, so a partly written batch is never written twice."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        written: int,
+        retryable: bool = True,
+        retry_after_s: float | None = None,
+    ):
+        super().__init__(message, retryable=retryable, retry_after_s=retry_after_s)
+        self.written = written

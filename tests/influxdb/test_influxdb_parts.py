@@ -95,7 +95,7 @@ def make(context: PluginContext, **kw: object) -> InfluxDBSink:
 def test_token_from_file(context: PluginContext, tmp_path: Path) -> None:
     (tmp_path / "tok").write_text("  s3cret-token\n")
     sink = make(context, token_file=str(tmp_path / "tok"))
-    assert sink._token == "s3cret-token"
+    assert sink._secrets.token == "s3cret-token"
 
 
 def test_token_settings_errors_never_echo_the_token(context: PluginContext, tmp_path: Path) -> None:
@@ -181,7 +181,7 @@ async def test_unreachable_server_spools_and_logs_once(
     assert sink.status().startswith("retrying (ClientConnectorError")
     assert sink.status().endswith("spooling 30 points")
     await sink.aclose()
-    assert sum("unreachable (" in r.getMessage() for r in caplog.records) == 1
+    assert sum("failing (" in r.getMessage() for r in caplog.records) == 1
 
 
 async def test_a_cancelled_write_does_not_orphan_the_batch_in_flight(

@@ -164,15 +164,36 @@ async def test_retry_after_is_honoured(
 ) -> None:
     body = b'{"code":"too many requests","message":"slow down"}'
     translator.answer_next(status, 2, {"Retry-After": "1"}, body)
-    sink = make_sink(context, translator.url, token=TOKEN, bucket=db, retry_max=0.2)
+    sink = make_sink(context, translator.url, token=TOKEN, bucket=db, retry_max=2.0)
     await sink.open()
     await sink.write(make_points(0, 20))
     await sink.flush()
     assert sink.status() == f"retrying (HTTP {status}: slow down); spooling 20 points"
     await until(lambda: sink.spool.records == 0, "the spool to drain")
-    # The backoff cap is 0.2 s, but the server asked for 1 s each time.
+    # The backoff is at most 0.1 s here, but the server asked for 1 s each time.
     assert sink.last_backoff_s == 1.0
     assert (sink.retries, sink.stats()["replayed_points"]) == (1, 20)
+    await sink.aclose()
+    assert values(influxd, db) == [(T0_NS + i * 1_000_000, float(i)) for i in range(20)]
+
+
+@pytest.mark.parametrize("retry_after", ["inf", "1e999", "99999999999", "nan"])
+async def test_retry_after_is_clamped_to_retry_max(
+    influxd: Influxd,
+    translator: V2Translator,
+    context: PluginContext,
+    db: str,
+    retry_after: str,
+) -> None:
+    translator.answer_next(503, 1, {"Retry-After": retry_after}, b'{"message":"later"}')
+    sink = make_sink(context, translator.url, token=TOKEN, bucket=db, retry_max=0.3)
+    await sink.open()
+    await sink.write(make_points(0, 20))
+    await sink.flush()
+    await until(lambda: sink.spool.records == 0, "the spool to drain", timeout=20)
+    assert sink.last_backoff_s <= 0.3
+    if retry_after != "nan":  # not a number: ignored, the plain backoff applies
+        assert sink.last_backoff_s == 0.3
     await sink.aclose()
     assert values(influxd, db) == [(T0_NS + i * 1_000_000, float(i)) for i in range(20)]
 

@@ -1,0 +1,285 @@
+"""Command-line entry points: ``nrg-collect report``, ``nrg-collect compare`` and the summary a
+tracked run (``nrg-collect -- CMD``) prints when CMD exits.
+
+What ``acquisition.cli`` calls:
+
+- ``add_summary_arguments(parser)`` on the main parser (``--summary``, ``--summary-file``,
+  ``--ram-unit``, ``--gpu-ram-unit``, ``--time-unit``, ``--carbon-intensity``);
+- ``attach_recorder(agent)`` before the tracked command starts, and after it exited and the
+  agent shut down, ``print_run_summary(recorder, args, exit_code=…, unavailable=…, tree=…)``;
+- ``report_main(argv)`` / ``compare_main(argv)`` for the two subcommands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from acquisition.config import load_config
+from acquisition.errors import ConfigError, NrgError
+from acquisition.paths import data_dir
+from acquisition.report.compare import compare
+from acquisition.report.formats import (
+    compare_csv,
+    compare_text,
+    list_text,
+    summaries_csv,
+    summaries_json,
+    summaries_text,
+)
+from acquisition.report.recorder import SummaryRecorder, attach_recorder
+from acquisition.report.runs import RunInfo, find_runs, load_run, select_runs
+from acquisition.store import Store
+from acquisition.summary import RAM_UNITS, TIME_UNITS, RunSummary, SummaryOptions, summarize
+from acquisition.summary.model import DEFAULT_CARBON_INTENSITY
+
+__all__ = [
+    "INFLUX_LATER",
+    "add_summary_arguments",
+    "attach_recorder",
+    "compare_main",
+    "print_run_summary",
+    "report_main",
+]
+
+INFLUX_LATER = (
+    "--influx: reading runs back from InfluxDB needs the query library (queries/); "
+    "use the file sink's directory (--data DIR) meanwhile"
+)
+HTML_NEEDS_OUTPUT = "--format html needs -o FILE"
+
+
+def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the summary a tracked run prints (also used by report and compare)."""
+    g = parser.add_argument_group("run summary")
+    g.add_argument(
+        "--summary",
+        choices=("text", "json", "none"),
+        default="text",
+        help="summary printed on stderr when the tracked command exits (default: text)",
+    )
+    g.add_argument("--summary-file", metavar="FILE", help="also write the JSON summary here")
+    _unit_arguments(g)
+
+
+def _unit_arguments(g: Any) -> None:
+    g.add_argument("--ram-unit", choices=tuple(RAM_UNITS), default="gigabytes")
+    g.add_argument(
+        "--gpu-ram-unit",
+        choices=tuple(u for u in RAM_UNITS if u != "terabytes"),
+        default="gigabytes",
+    )
+    g.add_argument("--time-unit", choices=tuple(TIME_UNITS), default="hours")
+    g.add_argument(
+        "--carbon-intensity",
+        type=float,
+        metavar="G_PER_KWH",
+        help=f"grams CO2e per kWh (default: [report] carbon_intensity_g_per_kwh, else "
+        f"{DEFAULT_CARBON_INTENSITY:g}, the world average)",
+    )
+
+
+def _report_table(config_path: str | None) -> dict[str, Any]:
+    if not config_path:
+        return {}
+    try:
+        data = tomllib.loads(Path(config_path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {config_path}: {exc}") from exc
+    table = data.get("report", {})
+    if not isinstance(table, dict):
+        raise ConfigError("[report] must be a table")
+    unknown = set(table) - {"carbon_intensity_g_per_kwh"}
+    if unknown:
+        raise ConfigError(
+            f"[report] unknown key {sorted(unknown)[0]!r}; known keys: carbon_intensity_g_per_kwh"
+        )
+    return table
+
+
+def summary_options(args: argparse.Namespace, tree: str | None = None) -> SummaryOptions:
+    """Units and carbon intensity from the command line, then ``[report]`` of the config."""
+    table = _report_table(getattr(args, "config", None))
+    intensity = getattr(args, "carbon_intensity", None)
+    source = "given on the command line"
+    if intensity is None and "carbon_intensity_g_per_kwh" in table:
+        value = table["carbon_intensity_g_per_kwh"]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError("[report] carbon_intensity_g_per_kwh: expected a number")
+        intensity, source = float(value), "[report] carbon_intensity_g_per_kwh"
+    kwargs: dict[str, Any] = {}
+    if intensity is not None:
+        kwargs = {"carbon_intensity_g_per_kwh": intensity, "carbon_intensity_source": source}
+    options = SummaryOptions(
+        ram_unit=getattr(args, "ram_unit", "gigabytes"),
+        gpu_ram_unit=getattr(args, "gpu_ram_unit", "gigabytes"),
+        time_unit=getattr(args, "time_unit", "hours"),
+        tree=tree,
+        **kwargs,
+    )
+    try:
+        options.validate()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    return options
+
+
+def print_run_summary(
+    recorder: SummaryRecorder,
+    args: argparse.Namespace,
+    *,
+    exit_code: int | None,
+    unavailable: Mapping[str, str] | None = None,
+    tree: int | str | None = None,
+    stream: TextIO | None = None,
+) -> RunSummary | None:
+    """Print (and write to ``--summary-file``) the tracked run's summary; None when nothing
+    was recorded at all."""
+    points = recorder.points()
+    if not points:
+        return None
+    options = summary_options(args, tree=str(tree) if tree is not None else None)
+    summary = summarize(points, options, exit_code=exit_code, unavailable=unavailable)
+    if recorder.thinned:
+        summary.notes.append(
+            f"{recorder.thinned} samples were thinned out to bound memory; energies are exact, "
+            "peaks and means are from the samples kept"
+        )
+    out = stream or sys.stderr
+    mode = getattr(args, "summary", "text")
+    if mode == "text":
+        out.write("\n" + str(summary))
+    elif mode == "json":
+        out.write(summary.to_json() + "\n")
+    out.flush()
+    if getattr(args, "summary_file", None):
+        Path(args.summary_file).write_text(summary.to_json() + "\n", encoding="utf-8")
+    return summary
+
+
+# -- report and compare -------------------------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", metavar="FILE", help="agent config (its file sink's dir)")
+    p.add_argument("--data", metavar="DIR", help="directory (or file) of .lp/.lp.gz files")
+    p.add_argument("--influx", metavar="URL", help="read from InfluxDB instead of files")
+    p.add_argument("--format", choices=("text", "json", "csv", "html"), default="text")
+    p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
+    _unit_arguments(p)
+
+
+def data_location(args: argparse.Namespace) -> Path:
+    """``--data``, else the config's first file sink's directory, else its ``data_dir``, else
+    the default data directory."""
+    if args.data:
+        return Path(args.data).expanduser()
+    if args.config:
+        config = load_config(args.config)
+        for spec in config.sinks:
+            if spec.name == "file":
+                if spec.options.get("path"):
+                    return Path(str(spec.options["path"])).expanduser().parent
+                if spec.options.get("dir"):
+                    return Path(str(spec.options["dir"])).expanduser()
+        if config.agent.data_dir:
+            return Path(config.agent.data_dir).expanduser()
+    return data_dir()
+
+
+def _write(args: argparse.Namespace, text: str) -> None:
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
+def _summaries(store: Store, infos: Sequence[RunInfo], options: SummaryOptions) -> list[RunSummary]:
+    return [summarize(load_run(store, info), options) for info in infos]
+
+
+def _run_cli(func: Any, argv: Sequence[str]) -> int:
+    try:
+        return int(func(argv))
+    except (NrgError, ValueError) as exc:
+        print(f"nrg-collect: {exc}", file=sys.stderr)
+        return 2
+
+
+def report_main(argv: Sequence[str]) -> int:
+    """``nrg-collect report [RUN|EXPERIMENT…] [--list] [--format …] [--data DIR]``."""
+    return _run_cli(_report, argv)
+
+
+def compare_main(argv: Sequence[str]) -> int:
+    """``nrg-collect compare A B … [--format …]``: side by side, against A."""
+    return _run_cli(_compare, argv)
+
+
+def _report(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="nrg-collect report", description="Summaries of past runs.")
+    p.add_argument("names", nargs="*", metavar="RUN|EXPERIMENT", help="default: the newest run")
+    p.add_argument("--list", action="store_true", help="list the runs found")
+    _common(p)
+    args = p.parse_args(argv)
+    if args.influx:
+        raise NrgError(INFLUX_LATER)
+    where = data_location(args)
+    store = Store(where)
+    options = summary_options(args)
+    runs = find_runs(store)
+    if args.list:
+        rows = [(info, summarize(info.points, options)) for info in runs]
+        _write(args, list_text(rows))
+        return 0
+    groups = select_runs(runs, args.names, str(where))
+    infos = [info for group in groups for info in group]
+    summaries = _summaries(store, infos, options)
+    if args.format == "html":
+        if not args.output:
+            raise NrgError(HTML_NEEDS_OUTPUT)
+        from acquisition.report.html import report_html
+
+        points = {id(s): load_run(store, info) for s, info in zip(summaries, infos, strict=True)}
+        _write(args, report_html(summaries, [points[id(s)] for s in summaries]))
+        return 0
+    render = {"text": summaries_text, "json": summaries_json, "csv": summaries_csv}
+    _write(args, render[args.format](summaries))
+    return 0
+
+
+def _compare(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="nrg-collect compare",
+        description="Runs or experiments side by side; differences against the first.",
+    )
+    p.add_argument("names", nargs="+", metavar="RUN|EXPERIMENT")
+    _common(p)
+    args = p.parse_args(argv)
+    if args.influx:
+        raise NrgError(INFLUX_LATER)
+    where = data_location(args)
+    store = Store(where)
+    options = summary_options(args)
+    groups = select_runs(find_runs(store), args.names, str(where))
+    summaries = [_summaries(store, group, options) for group in groups]
+    result = compare(args.names, summaries)
+    if args.format == "html":
+        if not args.output:
+            raise NrgError(HTML_NEEDS_OUTPUT)
+        from acquisition.report.html import compare_html
+
+        _write(args, compare_html(result, summaries))
+    elif args.format == "json":
+        import json
+
+        _write(args, json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
+    elif args.format == "csv":
+        _write(args, compare_csv(result))
+    else:
+        _write(args, compare_text(result))
+    return 0

@@ -1,0 +1,131 @@
+"""Runs in stored points: finding them, and loading one run's points for its summary.
+
+A run is every point with the same ``run`` tag (and ``experiment``), from however many hosts and
+ranks (a distributed job is one run). Its window is its ``nrg_run`` start → end where the job
+sent them, else its first → last point. Power and resource points written without a ``run``
+tag (an agent that was already running, tagging nothing) are taken from the run's hosts within
+its window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from acquisition.errors import NrgError
+from acquisition.point import Point
+from acquisition.store import Store
+
+__all__ = [
+    "NO_RUNS",
+    "NO_SUCH_RUN",
+    "SOURCE_MEASUREMENTS",
+    "RunInfo",
+    "find_runs",
+    "load_run",
+    "select_runs",
+]
+
+NO_RUNS = "no runs found in {where}"
+NO_SUCH_RUN = (
+    "no run or experiment named {name!r} in {where} (nrg-collect report --list shows them)"
+)
+SOURCE_MEASUREMENTS = ("rapl", "gpu", "emonpi")
+RESOURCE_MEASUREMENTS = ("memory", "cpu", "process", "gpu_process")
+_LIST_MEASUREMENTS = (*SOURCE_MEASUREMENTS, "nrg_run", "nrg_step", "nrg_collect", "memory")
+
+
+@dataclass
+class RunInfo:
+    """What ``--list`` shows of one run, and the points it was found from."""
+
+    experiment: str
+    run: str
+    hosts: set[str] = field(default_factory=set)
+    start_ns: int = 2**63
+    end_ns: int = 0
+    points: list[Point] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.experiment, self.run)
+
+
+def _add(runs: dict[tuple[str, str], RunInfo], p: Point) -> None:
+    run = p.tags.get("run")
+    if not run:
+        return
+    key = (p.tags.get("experiment", ""), run)
+    info = runs.get(key)
+    if info is None:
+        info = runs[key] = RunInfo(*key)
+    info.points.append(p)
+    if host := p.tags.get("host"):
+        info.hosts.add(host)
+    info.start_ns = min(info.start_ns, p.time_ns)
+    info.end_ns = max(info.end_ns, p.time_ns)
+
+
+def find_runs(store: Store) -> list[RunInfo]:
+    """Every run of the store, oldest first, with its power and event points (enough for the
+    energy of ``--list``)."""
+    runs: dict[tuple[str, str], RunInfo] = {}
+    for p in store.points(_LIST_MEASUREMENTS):
+        _add(runs, p)
+    return sorted(runs.values(), key=lambda r: r.start_ns)
+
+
+def select_runs(runs: Sequence[RunInfo], names: Sequence[str], where: str) -> list[list[RunInfo]]:
+    """For each name, the run of that name or the runs of that experiment; no names: the
+    newest run."""
+    if not runs:
+        raise NrgError(NO_RUNS.format(where=where))
+    if not names:
+        return [[max(runs, key=lambda r: r.end_ns)]]
+    out = []
+    for name in names:
+        chosen = [r for r in runs if r.run == name] or [r for r in runs if r.experiment == name]
+        if not chosen:
+            raise NrgError(NO_SUCH_RUN.format(name=name, where=where))
+        out.append(chosen)
+    return out
+
+
+def _window(points: Iterable[Point]) -> tuple[int, int]:
+    pts = list(points)
+    starts = [
+        p.time_ns for p in pts if p.measurement == "nrg_run" and p.fields.get("event") == "start"
+    ]
+    ends = [p.time_ns for p in pts if p.measurement == "nrg_run" and p.fields.get("event") == "end"]
+    times = [p.time_ns for p in pts]
+    return (min(starts) if starts else min(times), max(ends) if ends else max(times))
+
+
+def load_run(store: Store, info: RunInfo) -> list[Point]:
+    """Every point of one run (see the module docstring)."""
+    tags = {"run": info.run}
+    if info.experiment:
+        tags["experiment"] = info.experiment
+    points = list(store.points(tags=tags))
+    if info.experiment == "":
+        points = [p for p in points if not p.tags.get("experiment")]
+    if not points:
+        return points
+    have = {p.measurement for p in points}
+    wanted = [m for m in (*SOURCE_MEASUREMENTS, *RESOURCE_MEASUREMENTS) if m not in have]
+    if wanted:
+        start, end = _window(points)
+        hosts = {p.tags["host"] for p in points if p.tags.get("host")}
+        points += list(_untagged(store, wanted, start, end, hosts))
+    return points
+
+
+def _untagged(
+    store: Store, measurements: Sequence[str], start: int, end: int, hosts: set[str]
+) -> Iterator[Point]:
+    """Points of no run, on the run's hosts, that bracket its window (one sample either side
+    kept by widening the window a little: a minute)."""
+    margin = 60_000_000_000
+    for p in store.points(measurements, start_ns=start - margin, end_ns=end + margin + 1):
+        if not p.tags.get("run") and (not hosts or p.tags.get("host") in hosts):
+            yield p

@@ -1,0 +1,478 @@
+"""Computing the run summary from points (a run's stored points, or a Tracker's samples).
+
+Sources of each figure:
+
+- energy per source: the collectors' own points (``rapl`` and ``gpu`` cumulative
+  ``energy_joules``, differenced, a decrease being a collector restart; ``gpu`` ``power_watts``
+  or ``emonpi`` ``power<ch>_watts`` integrated by trapezoids), per host, named as the ``source``
+  tag of ``nrg_energy`` (``rapl:package-0``, ``gpu:0``, ``emonpi:5``); mean power = energy ÷
+  sampled span, peak power = the largest ``power_watts`` reading (or counter delta ÷ interval);
+  ``error_j`` = mean power × the part of the run no two samples bracket;
+- rest of system = wall − (RAPL package + dram + GPUs) of the same host;
+- steps, epochs, samples: ``nrg_step`` (``epoch`` tag, else field; ``samples`` field);
+- energy per step, per epoch, per module: ``nrg_energy`` (``scope`` = ``step`` / ``module``),
+  counted once per host as ``total_j`` is (see :class:`EnergySummary`);
+- resources: ``memory``, ``cpu``, ``process`` (one tree: ``main``/``descendants``/``combined``),
+  ``gpu`` and ``gpu_process`` points (see :mod:`acquisition.summary.resources`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from acquisition.point import FieldValue, Point
+from acquisition.processors.attribution import parse_source
+from acquisition.summary.model import (
+    J_PER_KWH,
+    EnergySummary,
+    EpochSummary,
+    ModuleShare,
+    RunSummary,
+    SourceEnergy,
+    StepStats,
+    SummaryOptions,
+)
+from acquisition.summary.resources import resources
+
+__all__ = ["NO_ENERGY", "REST_OF_SYSTEM", "counted_sources", "summarize"]
+
+REST_OF_SYSTEM = "rest_of_system"
+NO_ENERGY = "No energy was measured: {why}."
+NO_SOURCE_POINTS = "no RAPL, GPU or wall-meter readings were recorded for this run"
+_ERROR_FIELDS = ("energy_error_joules", "error_joules")
+_NS = 1e9
+_ROOT_MODULE = "(root)"
+"""The whole model's module tag in nrg_model (acquisition.torch's ROOT_NAME)."""
+
+
+def _number(value: FieldValue | None) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _kind(source: str) -> tuple[str, str]:
+    """(kind, domain) of a source name: ``rapl:package-0`` → (rapl, package)."""
+    kind, _, rest = source.partition(":")
+    if kind == "rapl":
+        return "rapl", rest.split("-")[0]
+    if kind in ("gpu", "nvml"):
+        return "gpu", ""
+    if kind == "emonpi":
+        return "wall", ""
+    return kind, ""
+
+
+def counted_sources(sources: Iterable[str]) -> set[str]:
+    """Of one host's sources, those whose energies add up to its total without overlap."""
+    names = set(sources) - {REST_OF_SYSTEM}
+    walls = {s for s in names if _kind(s)[0] == "wall"}
+    if walls:
+        return walls
+    return {
+        s
+        for s in names
+        if _kind(s)[0] == "gpu" or _kind(s) in (("rapl", "package"), ("rapl", "dram"))
+    }
+
+
+# --- per-source energy -------------------------------------------------------------------------
+
+
+@dataclass
+class _Series:
+    counter: list[tuple[int, float]] = field(default_factory=list)
+    power: list[tuple[int, float]] = field(default_factory=list)
+    readings: list[tuple[int, float]] = field(default_factory=list)
+    """Instantaneous power readings (``power_watts``) beside a counter, for the peak."""
+
+
+def _continuous(samples: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """A counter made continuous across collector restarts (a decrease starts from 0 again:
+    the interval of the restart itself is lost, not counted negative)."""
+    samples.sort()
+    out: list[tuple[int, float]] = []
+    offset = 0.0
+    prev = None
+    for t, v in samples:
+        if prev is not None and v < prev:
+            offset = out[-1][1] - v
+        if out and t <= out[-1][0]:
+            continue
+        out.append((t, v + offset))
+        prev = v
+    return out
+
+
+def _at(series: list[tuple[int, float]], t: int) -> float:
+    """Linear interpolation inside the series (``t`` within its span)."""
+    i = bisect.bisect_left(series, (t, -math.inf))
+    if i < len(series) and series[i][0] == t:
+        return series[i][1]
+    (t0, v0), (t1, v1) = series[i - 1], series[i]
+    return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+
+def _clip(series: list[tuple[int, float]], start: int, end: int) -> list[tuple[int, float]] | None:
+    """The series inside [start, end], with interpolated points at the edges it brackets."""
+    a, b = max(start, series[0][0]), min(end, series[-1][0])
+    if b <= a:
+        return None
+    inner = [(t, v) for t, v in series if a < t < b]
+    return [(a, _at(series, a)), *inner, (b, _at(series, b))]
+
+
+def _trapezoid(series: list[tuple[int, float]]) -> float:
+    return sum((v0 + v1) / 2 * (t1 - t0) / _NS for (t0, v0), (t1, v1) in itertools.pairwise(series))
+
+
+def _source_energy(
+    host: str, name: str, series: _Series, window: tuple[int, int]
+) -> SourceEnergy | None:
+    start, end = window
+    use_counter = len(series.counter) >= 2
+    raw = _continuous(series.counter) if use_counter else sorted(series.power)
+    if len(raw) < 2:
+        return None
+    data = _clip(raw, start, end)
+    if data is None:
+        return None
+    if use_counter:
+        energy = data[-1][1] - data[0][1]
+        deltas = [(v1 - v0) / ((t1 - t0) / _NS) for (t0, v0), (t1, v1) in itertools.pairwise(data)]
+        inside = [w for t, w in series.readings if start <= t <= end]
+        peak = max(inside) if inside else max(deltas)
+        origin = "energy_joules counter, differenced"
+    else:
+        energy = _trapezoid(data)
+        peak = (
+            max(v for t, v in raw if start <= t <= end)
+            if any(start <= t <= end for t, _ in raw)
+            else max(v for _, v in data)
+        )
+        origin = "power readings, integrated by trapezoids"
+    span = (data[-1][0] - data[0][0]) / _NS
+    mean = energy / span if span > 0 else None
+    uncovered = max((end - start) / _NS - span, 0.0)
+    error = mean * uncovered if mean is not None else None
+    return SourceEnergy(name, energy, mean, peak, error, host, True, origin)
+
+
+def _sources(
+    points: list[Point], options: SummaryOptions, window: tuple[int, int]
+) -> list[SourceEnergy]:
+    series: dict[tuple[str, str], _Series] = defaultdict(_Series)
+    for p in points:
+        if p.measurement not in ("rapl", "gpu", "emonpi"):
+            continue
+        sample = parse_source(p, options.wall_channel)
+        if sample is None:
+            continue
+        s = series[(p.tags.get("host", ""), sample.source)]
+        if sample.counter:
+            s.counter.append((p.time_ns, sample.value))
+            reading = _number(p.fields.get("power_watts"))
+            if reading is not None:
+                s.readings.append((p.time_ns, reading))
+        else:
+            s.power.append((p.time_ns, sample.value))
+    out = []
+    for (host, name), s in sorted(series.items()):
+        energy = _source_energy(host, name, s, window)
+        if energy is not None:
+            out.append(energy)
+    by_host: dict[str, list[SourceEnergy]] = defaultdict(list)
+    for e in out:
+        by_host[e.host].append(e)
+    for host, items in by_host.items():
+        counted = counted_sources(e.source for e in items)
+        for e in items:
+            e.counted = e.source in counted
+        rest = _rest_of_system(host, items)
+        if rest is not None:
+            out.append(rest)
+    return out
+
+
+def _rest_of_system(host: str, items: list[SourceEnergy]) -> SourceEnergy | None:
+    walls = [e for e in items if _kind(e.source)[0] == "wall"]
+    inside = [
+        e
+        for e in items
+        if _kind(e.source)[0] == "gpu" or _kind(e.source) in (("rapl", "package"), ("rapl", "dram"))
+    ]
+    if not walls or not any(_kind(e.source) == ("rapl", "package") for e in inside):
+        return None
+    energy = sum(e.energy_j for e in walls) - sum(e.energy_j for e in inside)
+    errors = [e.error_j for e in walls + inside if e.error_j is not None]
+    return SourceEnergy(
+        REST_OF_SYSTEM,
+        energy,
+        None,
+        None,
+        sum(errors) if errors else None,
+        host,
+        False,
+        "wall meter minus RAPL package and dram and GPUs",
+    )
+
+
+# --- steps, epochs and modules -----------------------------------------------------------------
+
+
+def _epoch(p: Point) -> int:
+    tag = p.tags.get("epoch")
+    if tag is not None and tag.lstrip("-").isdigit():
+        return int(tag)
+    value = p.fields.get("epoch")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _int(p: Point, name: str) -> int | None:
+    value = p.fields.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass
+class _Steps:
+    steps: dict[tuple[str, str, int], Point] = field(default_factory=dict)
+    energy: dict[tuple[str, str, int], dict[str, float]] = field(default_factory=dict)
+    errors: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    modules: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    """(host, module) → source → J."""
+
+
+def _collect_steps(points: list[Point]) -> _Steps:
+    out = _Steps()
+    for p in points:
+        host, rank = p.tags.get("host", ""), p.tags.get("rank", "")
+        if p.measurement == "nrg_step":
+            step = _int(p, "step")
+            if step is not None:
+                out.steps[(host, rank, step)] = p
+        elif p.measurement == "nrg_energy":
+            energy = _number(p.fields.get("energy_joules"))
+            step = _int(p, "step")
+            scope, source = p.tags.get("scope", ""), p.tags.get("source", "")
+            if energy is None or step is None or not source:
+                continue
+            if scope == "step":
+                out.energy.setdefault((host, rank, step), {})[source] = energy
+                for name in _ERROR_FIELDS:
+                    err = _number(p.fields.get(name))
+                    if err is not None:
+                        key = (host, rank, step)
+                        out.errors[key] = out.errors.get(key, 0.0) + err
+            elif scope == "module":
+                per = out.modules.setdefault((host, p.tags.get("module", "")), {})
+                per[source] = per.get(source, 0.0) + energy
+    return out
+
+
+def _step_total(per_source: Mapping[str, float]) -> float:
+    counted = counted_sources(per_source)
+    return sum(per_source[s] for s in counted)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _step_stats(data: _Steps) -> tuple[StepStats, dict[tuple[str, str, int], float]]:
+    totals = {k: _step_total(v) for k, v in data.energy.items() if counted_sources(v)}
+    samples_list = [_int(p, "samples") for p in data.steps.values()]
+    samples = sum(s for s in samples_list if s is not None) if any(samples_list) else None
+    energy = None
+    if totals:
+        values = list(totals.values())
+        energy = {
+            "mean": statistics.fmean(values),
+            "p50": _quantile(values, 0.5),
+            "p95": _quantile(values, 0.95),
+            "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+        }
+    per_sample = None
+    if samples and totals:
+        with_samples = [k for k, p in data.steps.items() if _int(p, "samples") and k in totals]
+        n = sum(_int(data.steps[k], "samples") or 0 for k in with_samples)
+        per_sample = sum(totals[k] for k in with_samples) / n if n else None
+    error = sum(data.errors.values()) if data.errors else None
+    count = len(data.steps) or len(totals)
+    return StepStats(count, energy, samples, per_sample, error), totals
+
+
+def _epochs(data: _Steps, totals: Mapping[tuple[str, str, int], float]) -> list[EpochSummary]:
+    keys_by_epoch: dict[int, list[tuple[str, str, int]]] = defaultdict(list)
+    for key, p in data.steps.items():
+        keys_by_epoch[_epoch(p)].append(key)
+    out = []
+    for epoch in sorted(keys_by_epoch):
+        keys = keys_by_epoch[epoch]
+        starts = [_int(data.steps[k], "start_time_ns") for k in keys]
+        ends = [_int(data.steps[k], "end_time_ns") for k in keys]
+        s = [t for t in starts if t is not None]
+        e = [t for t in ends if t is not None]
+        duration = (max(e) - min(s)) / _NS if s and e else 0.0
+        sources: dict[str, float] = {}
+        for k in keys:
+            for source, joules in data.energy.get(k, {}).items():
+                sources[source] = sources.get(source, 0.0) + joules
+        energies = [totals[k] for k in keys if k in totals]
+        out.append(
+            EpochSummary(epoch, len(keys), duration, sum(energies) if energies else None, sources)
+        )
+    return out
+
+
+def _modules(data: _Steps, inside_j: float, top: int) -> list[ModuleShare]:
+    by_host_sources: dict[str, set[str]] = defaultdict(set)
+    for (host, _, _), per in data.energy.items():
+        by_host_sources[host].update(per)
+    totals: dict[str, float] = defaultdict(float)
+    for (host, module), per in data.modules.items():
+        counted = counted_sources(by_host_sources.get(host, set(per)))
+        totals[module] += sum(j for s, j in per.items() if s in counted)
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[: max(top, 0)]
+    return [ModuleShare(m, j, j / inside_j if inside_j > 0 else 0.0) for m, j in ranked]
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / _NS, UTC).isoformat(timespec="milliseconds")
+
+
+def _most_common(points: list[Point], tag: str) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for p in points:
+        value = p.tags.get(tag)
+        if value:
+            counts[value] += 1
+    return max(counts, key=lambda k: counts[k]) if counts else ""
+
+
+def _window(points: list[Point]) -> tuple[int, int, int | None]:
+    """(start, end, exit code): the job's ``nrg_run`` start and end events where present,
+    else the first and last point."""
+    starts = [
+        p.time_ns for p in points if p.measurement == "nrg_run" and p.fields.get("event") == "start"
+    ]
+    ends = [p for p in points if p.measurement == "nrg_run" and p.fields.get("event") == "end"]
+    times = [p.time_ns for p in points]
+    start = min(starts) if starts else min(times)
+    end = max(p.time_ns for p in ends) if ends else max(times)
+    code = next((_int(p, "exit_code") for p in ends if _int(p, "exit_code") is not None), None)
+    return start, max(end, start), code
+
+
+def _no_energy_reason(unavailable: Mapping[str, str] | None) -> str:
+    if unavailable:
+        why = "; ".join(f"{name}: {reason}" for name, reason in sorted(unavailable.items()))
+        return NO_ENERGY.format(why=why)
+    return NO_ENERGY.format(why=NO_SOURCE_POINTS)
+
+
+def _per_host(
+    sources: list[SourceEnergy], totals: Mapping[tuple[str, str, int], float]
+) -> list[dict[str, object]]:
+    hosts = sorted({s.host for s in sources} | {k[0] for k in totals})
+    out: list[dict[str, object]] = []
+    for host in hosts:
+        ranks = sorted({k[1] for k in totals if k[0] == host})
+        out.append(
+            {
+                "host": host,
+                "energy_j": sum(s.energy_j for s in sources if s.host == host and s.counted),
+                "ranks": [
+                    {
+                        "rank": r,
+                        "steps": sum(1 for k in totals if k[:2] == (host, r)),
+                        "steps_energy_j": sum(v for k, v in totals.items() if k[:2] == (host, r)),
+                    }
+                    for r in ranks
+                ],
+            }
+        )
+    return out
+
+
+def summarize(
+    points: Iterable[Point],
+    options: SummaryOptions | None = None,
+    *,
+    exit_code: int | None = None,
+    unavailable: Mapping[str, str] | None = None,
+    window_ns: tuple[int, int] | None = None,
+) -> RunSummary:
+    """The summary of ``points`` (one run, or any time window of them).
+
+    ``unavailable`` (collector → reason) says why a source is missing, for the sentence that
+    opens a summary without energy; ``window_ns`` fixes start and end instead of taking them
+    from the points."""
+    options = options or SummaryOptions()
+    options.validate()
+    pts = list(points)
+    if not pts and window_ns is None:
+        raise ValueError("no points to summarise")
+    start, end, code = _window(pts) if pts else (window_ns[0], window_ns[1], None)  # type: ignore[index]
+    if window_ns is not None:
+        start, end = window_ns
+    duration = (end - start) / _NS
+    sources = _sources(pts, options, (start, end))
+    total = sum(s.energy_j for s in sources if s.counted)
+    steps = _collect_steps(pts)
+    stats, totals = _step_stats(steps)
+    inside = sum(totals.values())
+    counted = [s for s in sources if s.counted]
+    peaks = [s.peak_w for s in counted if s.peak_w is not None]
+    energy = EnergySummary(
+        total_j=total,
+        total_kwh=total / J_PER_KWH,
+        outside_steps_j=(total - inside) if totals and counted else None,
+        sources=sources,
+        mean_w=total / duration if counted and duration > 0 else None,
+        peak_w=sum(peaks) if peaks else None,
+    )
+    flops = [
+        _int(p, "flops")
+        for p in pts
+        if p.measurement == "nrg_model" and p.tags.get("module") == _ROOT_MODULE
+    ]
+    return RunSummary(
+        run=_most_common(pts, "run"),
+        experiment=_most_common(pts, "experiment"),
+        host=_most_common(pts, "host"),
+        start=_iso(start),
+        end=_iso(end),
+        duration_s=duration,
+        energy=energy,
+        co2e_g=total / J_PER_KWH * options.carbon_intensity_g_per_kwh,
+        carbon_intensity_g_per_kwh=options.carbon_intensity_g_per_kwh,
+        carbon_intensity_source=options.carbon_intensity_source,
+        epochs=_epochs(steps, totals),
+        steps=stats,
+        modules=_modules(steps, inside, options.top_modules),
+        resources=resources(pts, options, duration),
+        no_energy_reason=None if counted else _no_energy_reason(unavailable),
+        exit_code=exit_code if exit_code is not None else code,
+        hosts=sorted({p.tags["host"] for p in pts if p.tags.get("host")}),
+        ranks=sorted({p.tags["rank"] for p in pts if p.tags.get("rank")}),
+        per_host=_per_host(sources, totals),
+        start_ns=start,
+        end_ns=end,
+        flops=next((f for f in flops if f is not None), None),
+    )

@@ -1,0 +1,176 @@
+"""The run summary's typed result: what ``summarize`` returns and the JSON contract ``nrg.summary/1``.
+
+Energies in joules (``*_j``) and kWh, powers in watts (``*_w``), durations in seconds
+(``*_s``), CO₂e in grams; memory and time in the units chosen by ``SummaryOptions`` (gpu_tracker's
+unit names). ``to_dict()`` gives the JSON form, validated by the schema shipped as
+``acquisition/schemas/summary-1.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULT_CARBON_INTENSITY",
+    "DEFAULT_CARBON_SOURCE",
+    "RAM_UNITS",
+    "SCHEMA",
+    "TIME_UNITS",
+    "EnergySummary",
+    "EpochSummary",
+    "ModuleShare",
+    "RunSummary",
+    "SourceEnergy",
+    "StepStats",
+    "SummaryOptions",
+]
+
+SCHEMA = "nrg.summary/1"
+DEFAULT_CARBON_INTENSITY = 480.0
+DEFAULT_CARBON_SOURCE = (
+    "world average of electricity generation in 2023, 480 gCO2e/kWh "
+    "(Ember, Global Electricity Review 2024)"
+)
+RAM_UNITS: dict[str, float] = {
+    "bytes": 1.0,
+    "kilobytes": 1e3,
+    "megabytes": 1e6,
+    "gigabytes": 1e9,
+    "terabytes": 1e12,
+}
+"""gpu_tracker's memory units (decimal prefixes)."""
+TIME_UNITS: dict[str, float] = {"seconds": 1.0, "minutes": 60.0, "hours": 3600.0, "days": 86400.0}
+J_PER_KWH = 3.6e6
+
+
+@dataclass(frozen=True)
+class SummaryOptions:
+    """How to summarise: carbon intensity, how many modules, gpu_tracker's units."""
+
+    carbon_intensity_g_per_kwh: float = DEFAULT_CARBON_INTENSITY
+    carbon_intensity_source: str = DEFAULT_CARBON_SOURCE
+    top_modules: int = 10
+    ram_unit: Literal["bytes", "kilobytes", "megabytes", "gigabytes", "terabytes"] = "gigabytes"
+    gpu_ram_unit: Literal["bytes", "kilobytes", "megabytes", "gigabytes"] = "gigabytes"
+    time_unit: Literal["seconds", "minutes", "hours", "days"] = "hours"
+    tree: str | None = None
+    """Process tree (root pid) whose resources to report; default: the run's own job."""
+    wall_channel: int = 1
+    """emonPi CT channel that measures this machine, as in ``[[processors.attribution]]``."""
+
+    def validate(self) -> None:
+        if self.ram_unit not in RAM_UNITS:
+            raise ValueError(f"unknown RAM unit; use one of {', '.join(RAM_UNITS)}")
+        if self.gpu_ram_unit not in RAM_UNITS or str(self.gpu_ram_unit) == "terabytes":
+            raise ValueError(f"unknown GPU RAM unit; use one of {', '.join(RAM_UNITS)}")
+        if self.time_unit not in TIME_UNITS:
+            raise ValueError(f"unknown time unit; use one of {', '.join(TIME_UNITS)}")
+        if self.carbon_intensity_g_per_kwh < 0:
+            raise ValueError("carbon intensity must be >= 0")
+
+
+@dataclass
+class SourceEnergy:
+    """Energy of one source (a ``source`` tag value of ``nrg_energy``) on one host."""
+
+    source: str
+    energy_j: float
+    mean_w: float | None
+    peak_w: float | None
+    error_j: float | None
+    host: str = ""
+    counted: bool = True
+    """Whether ``energy.total_j`` includes it (see ``EnergySummary``)."""
+    origin: str = ""
+    """Where the figure comes from (measurement and field, how it was integrated)."""
+
+
+@dataclass
+class EnergySummary:
+    """Energy of the run. ``total_j`` counts each joule once: per host the wall meter when there
+    is one (it contains everything else), else RAPL package + dram of every socket plus every
+    GPU; RAPL core/uncore (inside package), psys (the platform) and rest of system are reported
+    but not added."""
+
+    total_j: float
+    total_kwh: float
+    outside_steps_j: float | None
+    sources: list[SourceEnergy]
+    mean_w: float | None = None
+    peak_w: float | None = None
+
+
+@dataclass
+class EpochSummary:
+    epoch: int
+    steps: int
+    duration_s: float
+    energy_j: float | None
+    sources: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class StepStats:
+    count: int
+    energy_j: dict[str, float] | None
+    """``mean``, ``p50``, ``p95`` and ``sd`` of the energy of one step (counted sources)."""
+    samples: int | None
+    energy_per_sample_j: float | None
+    error_j: float | None = None
+    """Sum of the per-step error bars the attribution gives, when it gives them."""
+
+
+@dataclass
+class ModuleShare:
+    module: str
+    energy_j: float
+    share: float
+    """Of the energy inside steps."""
+
+
+@dataclass
+class RunSummary:
+    """The figures of one run (or time window); ``to_dict`` is the ``nrg.summary/1`` JSON."""
+
+    run: str
+    experiment: str
+    host: str
+    start: str
+    end: str
+    duration_s: float
+    energy: EnergySummary
+    co2e_g: float
+    carbon_intensity_g_per_kwh: float
+    carbon_intensity_source: str
+    epochs: list[EpochSummary]
+    steps: StepStats
+    modules: list[ModuleShare]
+    resources: dict[str, Any]
+    no_energy_reason: str | None
+    exit_code: int | None = None
+    hosts: list[str] = field(default_factory=list)
+    ranks: list[str] = field(default_factory=list)
+    per_host: list[dict[str, Any]] = field(default_factory=list)
+    start_ns: int = 0
+    end_ns: int = 0
+    flops: int | None = None
+    """Forward FLOPs of the model per step (``nrg_model``), when the job reported them."""
+    notes: list[str] = field(default_factory=list)
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    """A Tracker's named windows: name, start_ns, duration_s, energy_j, sources."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("start_ns")
+        out.pop("end_ns")
+        return {"schema": SCHEMA, **out}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def __str__(self) -> str:
+        from acquisition.summary.text import format_text
+
+        return format_text(self)

@@ -1,0 +1,260 @@
+"""``Tracker``: energy and resources of this process and its children, from Python.
+
+    from acquisition import Tracker
+
+    with Tracker() as t:                  # or Tracker(config="nrg.toml"), t.start() / t.stop()
+        train()
+        with t.window("eval"):            # nested windows: "eval", "eval/loader", ...
+            evaluate()
+    print(t.summary())                    # gpu_tracker's text layout; .to_dict(), .to_json()
+
+Without an agent the collectors run in this process, on a background thread
+(:class:`~acquisition.sampler.Sampler`), from the same TOML config the agent reads (no config:
+every collector that works here). With ``agent_data=DIR`` (or ``NRG_DATA_DIR`` in the
+environment) nothing is opened: the points come from the file sink directory of the agent
+already running here, read back for the tracked span when the tracker stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from acquisition.config import Config, load_config
+from acquisition.errors import NrgError
+from acquisition.point import Point
+from acquisition.summary import RunSummary, SummaryOptions, counted_sources, summarize
+
+__all__ = ["NOT_STARTED", "NO_SUCH_WINDOW", "Tracker", "WindowResult"]
+
+NOT_STARTED = "the tracker is not running (call start() or use it in a with block)"
+NO_SUCH_WINDOW = "no open window named {name!r}"
+_SOURCES = ("rapl", "gpu", "emonpi")
+_NS = 1_000_000_000
+
+
+@dataclass
+class WindowResult:
+    """Energy and time of one window (Zeus's ``end_window`` result, per source)."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    energy_j: float
+    sources: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.start_ns) / _NS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "start_ns": self.start_ns,
+            "duration_s": self.duration_s,
+            "energy_j": self.energy_j,
+            "sources": dict(self.sources),
+        }
+
+
+class Tracker:
+    """Tracks this process tree's energy and resources (see the module docstring).
+
+    ``config``: a path to the agent's TOML, or a parsed :class:`Config`; ``interval_s`` and
+    ``only`` as for :class:`~acquisition.sampler.Sampler`; the unit and carbon options as
+    gpu_tracker's (``ram_unit``, ``gpu_ram_unit``, ``time_unit``)."""
+
+    def __init__(
+        self,
+        config: str | os.PathLike[str] | Config | None = None,
+        *,
+        interval_s: float | None = None,
+        only: Collection[str] | None = None,
+        agent_data: str | os.PathLike[str] | None = None,
+        ram_unit: Literal[
+            "bytes", "kilobytes", "megabytes", "gigabytes", "terabytes"
+        ] = "gigabytes",
+        gpu_ram_unit: Literal["bytes", "kilobytes", "megabytes", "gigabytes"] = "gigabytes",
+        time_unit: Literal["seconds", "minutes", "hours", "days"] = "hours",
+        carbon_intensity_g_per_kwh: float | None = None,
+    ) -> None:
+        if isinstance(config, str | os.PathLike):
+            config = load_config(config)
+        self.config = config
+        self.interval_s = interval_s
+        self.only = only
+        data = agent_data if agent_data is not None else os.environ.get("NRG_DATA_DIR")
+        self.agent_data = Path(data).expanduser() if data else None
+        extra: dict[str, Any] = {}
+        if carbon_intensity_g_per_kwh is not None:
+            extra = {
+                "carbon_intensity_g_per_kwh": carbon_intensity_g_per_kwh,
+                "carbon_intensity_source": "given to Tracker",
+            }
+        self.options = SummaryOptions(
+            ram_unit=ram_unit,
+            gpu_ram_unit=gpu_ram_unit,
+            time_unit=time_unit,
+            tree=str(os.getpid()),
+            **extra,
+        )
+        self.options.validate()
+        self._sampler: Any = None
+        self._points: list[Point] | None = None
+        self.start_ns = 0
+        self.stop_ns = 0
+        self._open: dict[str, int] = {}
+        self._stack: list[str] = []
+        self.windows: list[WindowResult] = []
+
+    # -- start / stop -------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self.start_ns > 0 and self.stop_ns == 0
+
+    @property
+    def available(self) -> list[str]:
+        return list(self._sampler.available) if self._sampler is not None else []
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        return dict(self._sampler.unavailable) if self._sampler is not None else {}
+
+    def start(self) -> Tracker:
+        if self.running:
+            raise NrgError("the tracker is already running")
+        self._points, self.stop_ns, self.windows = None, 0, []
+        if self.agent_data is None:
+            from acquisition.sampler import Sampler
+
+            self._sampler = Sampler(self.config, interval_s=self.interval_s, only=self.only)
+            self._sampler.start()
+        self.start_ns = time.time_ns()
+        return self
+
+    def stop(self) -> None:
+        if not self.running:
+            raise NrgError(NOT_STARTED)
+        for name in reversed(self._stack):
+            self.end_window(name)
+        self.stop_ns = time.time_ns()
+        self._wait_for_sample_after(self.stop_ns)
+        if self._sampler is not None:
+            self._points = self._sampler.stop()
+        else:
+            self._points = self._agent_points()
+
+    def __enter__(self) -> Tracker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.running:
+            self.stop()
+
+    # -- windows ------------------------------------------------------------------------------
+
+    def begin_window(self, name: str) -> None:
+        """Open a window; a window opened inside another is named ``outer/name``."""
+        if not self.running:
+            raise NrgError(NOT_STARTED)
+        path = "/".join([*self._stack, name]) if self._stack else name
+        self._open[path] = time.time_ns()
+        self._stack.append(path)
+
+    def end_window(self, name: str) -> WindowResult:
+        """Close the innermost window called ``name`` (or its full ``outer/name``); its energy
+        per source, once every source has a sample after its end."""
+        path = next((p for p in reversed(self._stack) if p == name or p.endswith("/" + name)), None)
+        if path is None:
+            raise NrgError(NO_SUCH_WINDOW.format(name=name))
+        end = time.time_ns()
+        start = self._open.pop(path)
+        self._stack.remove(path)
+        self._wait_for_sample_after(end)
+        result = self._window_result(path, start, end, self._current_points())
+        self.windows.append(result)
+        return result
+
+    @contextlib.contextmanager
+    def window(self, name: str) -> Iterator[None]:
+        self.begin_window(name)
+        try:
+            yield
+        finally:
+            self.end_window(name)
+
+    # -- results ------------------------------------------------------------------------------
+
+    def points(self) -> list[Point]:
+        """Every point sampled so far (or read from the agent), arrival order."""
+        return self._current_points()
+
+    def summary(self) -> RunSummary:
+        """The figures of the tracked span (a running tracker: up to now)."""
+        points = self._current_points()
+        end = self.stop_ns or time.time_ns()
+        if not self.start_ns:
+            raise NrgError(NOT_STARTED)
+        summary = summarize(
+            points,
+            self.options,
+            unavailable=self.unavailable or None,
+            window_ns=(self.start_ns, end),
+        )
+        summary.windows = [w.to_dict() for w in self.windows]
+        return summary
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _current_points(self) -> list[Point]:
+        if self._points is not None:
+            return self._points
+        if self._sampler is not None:
+            return list(self._sampler.snapshot())
+        return self._agent_points()
+
+    def _agent_points(self) -> list[Point]:
+        from acquisition.store import Store
+
+        assert self.agent_data is not None
+        end = self.stop_ns or time.time_ns()
+        margin = 60 * _NS
+        return [
+            p
+            for p in Store(self.agent_data).points(
+                start_ns=self.start_ns - margin, end_ns=end + margin
+            )
+            if p.measurement != "process" or p.tags.get("scope") != "pid"
+        ]
+
+    def _wait_for_sample_after(self, t_ns: int) -> None:
+        """Wait (at most a few intervals) until every power source has a sample at or after
+        ``t_ns``, so the energy up to ``t_ns`` is bracketed rather than extrapolated."""
+        if self._sampler is None:
+            return  # an agent's file sink: stop() reads whatever it has
+        interval = self.interval_s or self._sampler.interval_s
+        deadline = time.monotonic() + max(3 * interval, 0.2)
+        while time.monotonic() < deadline:
+            latest: dict[str, int] = {}
+            for p in self._sampler.snapshot():
+                if p.measurement in _SOURCES:
+                    key = p.measurement + str(sorted(p.tags.items()))
+                    latest[key] = max(latest.get(key, 0), p.time_ns)
+            if not latest or all(t >= t_ns for t in latest.values()):
+                return
+            time.sleep(min(interval / 4, 0.05))
+
+    def _window_result(self, name: str, start: int, end: int, points: list[Point]) -> WindowResult:
+        sources = [p for p in points if p.measurement in _SOURCES]
+        if not sources:
+            return WindowResult(name, start, end, 0.0, {})
+        part = summarize(sources, self.options, window_ns=(start, end))
+        per = {s.source: s.energy_j for s in part.energy.sources}
+        counted = counted_sources(per)
+        return WindowResult(name, start, end, sum(per[s] for s in counted), per)

@@ -1,0 +1,179 @@
+"""report and compare on stored runs of known power: distributed runs, experiments, the
+differences and their significance, run listing, and the recorder's memory bound."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from acquisition.errors import ConfigError, NrgError
+from acquisition.lineproto import LineEncoder
+from acquisition.point import Point
+from acquisition.report import SummaryRecorder, compare, find_runs, load_run
+from acquisition.report.cli import (
+    INFLUX_LATER,
+    compare_main,
+    print_run_summary,
+    report_main,
+    summary_options,
+)
+from acquisition.report.runs import NO_SUCH_RUN, select_runs
+from acquisition.store import Store
+from acquisition.summary import summarize
+from tests.answers.runs import NS, T0, KnownRun
+
+
+def store_runs(d: Path, runs: list[KnownRun], untag_sources: bool = False) -> Path:
+    d.mkdir(exist_ok=True)
+    for i, run in enumerate(runs):
+        pts = run.points()
+        if untag_sources:  # an agent that tags nothing: its points carry no run
+            pts = [
+                Point(
+                    p.measurement,
+                    {k: v for k, v in p.tags.items() if k not in ("run", "experiment")},
+                    p.fields,
+                    p.time_ns,
+                )
+                if p.measurement in ("rapl", "emonpi")
+                else p
+                for p in pts
+            ]
+        (d / f"nrg-{i:03d}.lp").write_text(LineEncoder().encode_many(pts))
+    return d
+
+
+def test_distributed_run_is_one_run(tmp_path: Path) -> None:
+    a = KnownRun(host="h1", rank="0")
+    b = KnownRun(host="h2", rank="1", package_w=35.0)
+    store = Store(store_runs(tmp_path / "d", [a, b]))
+    runs = find_runs(store)
+    assert [(r.experiment, r.run) for r in runs] == [("e1", "r1")]
+    assert runs[0].hosts == {"h1", "h2"}
+    s = summarize(load_run(store, runs[0]))
+    assert s.hosts == ["h1", "h2"] and s.ranks == ["0", "1"]
+    expected = (a.inside_w + b.inside_w) * a.duration_s
+    assert s.energy.total_j == pytest.approx(expected, rel=1e-9)
+    per_host = {h["host"]: h for h in s.per_host}
+    assert per_host["h2"]["energy_j"] == pytest.approx(b.inside_w * b.duration_s, rel=1e-9)
+    assert per_host["h1"]["ranks"][0]["steps"] == a.epochs * a.steps
+    assert s.steps.count == 2 * a.epochs * a.steps
+
+
+def test_sources_of_an_untagged_agent_join_the_run(tmp_path: Path) -> None:
+    run = KnownRun()
+    store = Store(store_runs(tmp_path / "d", [run], untag_sources=True))
+    (info,) = find_runs(store)
+    s = summarize(load_run(store, info))
+    assert s.energy.total_j == pytest.approx(run.inside_w * run.duration_s, rel=1e-9)
+
+
+def test_compare_runs_differences_and_significance() -> None:
+    base = summarize(KnownRun(run="a").points())
+    same = summarize(KnownRun(run="b").points())
+    hotter = summarize(KnownRun(run="c", package_w=45.0).points())
+    c = compare(["a", "b", "c"], [[base], [same], [hotter]])
+    fig = {f.name: f for f in c.figures}
+    energy = fig["energy"].values
+    run = KnownRun()
+    assert energy[2].diff == pytest.approx(20.0 * run.duration_s, rel=1e-6)
+    assert energy[2].diff_ratio == pytest.approx(20.0 / run.inside_w, rel=1e-6)
+    assert energy[2].significant is True
+    assert energy[1].diff == pytest.approx(0.0, abs=1e-9)
+    assert energy[1].significant is False
+    step = fig["energy per step"].values
+    assert step[2].diff == pytest.approx(20.0 * run.step_s, rel=1e-6)
+    assert fig["energy rapl:package-0"].values[2].diff == pytest.approx(20.0 * run.duration_s)
+
+
+def test_compare_experiments_mean_sd_n() -> None:
+    a = [summarize(KnownRun(run=f"a{i}", package_w=w).points()) for i, w in enumerate((20.0, 30.0))]
+    b = [summarize(KnownRun(run=f"b{i}", package_w=w).points()) for i, w in enumerate((60.0, 70.0))]
+    c = compare(["A", "B"], [a, b])
+    energy = next(f for f in c.figures if f.name == "energy").values
+    d = KnownRun().duration_s
+    dram = KnownRun().dram_w
+    assert energy[0].n == 2 and energy[0].value == pytest.approx((25.0 + dram) * d)
+    assert energy[0].sd == pytest.approx(10.0 * d / 2**0.5)
+    assert energy[1].diff == pytest.approx(40.0 * d)
+    assert energy[1].significant is True  # 40 W apart, runs 10 W apart
+
+
+def test_select_and_errors(tmp_path: Path) -> None:
+    store = Store(
+        store_runs(tmp_path / "d", [KnownRun(run="x"), KnownRun(run="y", t0=T0 + 100 * NS)])
+    )
+    runs = find_runs(store)
+    assert [r.run for r in select_runs(runs, [], "d")[0]] == ["y"]  # the newest
+    assert [r.run for r in select_runs(runs, ["e1"], "d")[0]] == ["x", "y"]
+    with pytest.raises(NrgError) as info:
+        select_runs(runs, ["zz"], "d")
+    assert str(info.value) == NO_SUCH_RUN.format(name="zz", where="d")
+
+
+def test_report_main_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = store_runs(tmp_path / "d", [KnownRun(run="x"), KnownRun(run="y", t0=T0 + 100 * NS)])
+    assert report_main(["--data", str(d), "--list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in out[1:]] == ["x", "y"]
+    assert report_main(["--data", str(d), "x", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["run"] == "x"
+    assert compare_main(["--data", str(d), "x", "y", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("figure,unit,label,value")
+    assert report_main(["--data", str(d), "--influx", "http://127.0.0.1:1"]) == 2
+    assert INFLUX_LATER in capsys.readouterr().err
+    assert report_main(["--data", str(tmp_path / "nothing")]) == 2
+
+
+def test_ten_thousand_runs_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = []
+    for i in range(10_000):
+        tags = {"run": f"r{i:05d}", "host": "h"}
+        for event, dt in (("start", 0), ("end", 5 * NS)):
+            lines.append(Point("nrg_run", tags, {"event": event}, T0 + i * 10 * NS + dt))
+    (tmp_path / "nrg.lp").write_text(LineEncoder().encode_many(lines))
+    assert report_main(["--data", str(tmp_path), "--list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 10_001
+    assert out[1].split()[1] == "r00000" and out[-1].split()[1] == "r09999"
+    assert all(line.split()[-3] == "5.0s" for line in out[1:])
+
+
+def test_carbon_intensity_from_report_table(tmp_path: Path) -> None:
+    cfg = tmp_path / "nrg.toml"
+    cfg.write_text("[report]\ncarbon_intensity_g_per_kwh = 56.0\n")
+    args = argparse.Namespace(config=str(cfg), carbon_intensity=None)
+    assert summary_options(args).carbon_intensity_g_per_kwh == 56.0
+    args.carbon_intensity = 100.0
+    assert summary_options(args).carbon_intensity_g_per_kwh == 100.0
+    cfg.write_text("[report]\ncarbon = 1\n")
+    with pytest.raises(ConfigError, match="carbon_intensity_g_per_kwh"):
+        summary_options(argparse.Namespace(config=str(cfg), carbon_intensity=None))
+
+
+def test_recorder_bounded_and_exact(tmp_path: Path) -> None:
+    run = KnownRun(tick_s=0.01)
+    pts = run.points()
+    full = summarize(pts)
+    rec = SummaryRecorder(max_points=300, tags={"host": "h1"})
+    for p in pts:
+        rec.offer(p)
+    assert rec.thinned > 0
+    assert len(rec.sampled) <= 300
+    s = summarize(rec.points())
+    assert s.energy.total_j == pytest.approx(full.energy.total_j, rel=1e-9)
+    assert s.steps.energy_j == pytest.approx(full.steps.energy_j)  # type: ignore[arg-type]
+    assert {m.module: m.energy_j for m in s.modules} == pytest.approx(
+        {m.module: m.energy_j for m in full.modules}
+    )
+    out = io.StringIO()
+    args = argparse.Namespace(summary="text", summary_file=str(tmp_path / "s.json"), config=None)
+    printed = print_run_summary(rec, args, exit_code=0, stream=out)
+    assert printed is not None and "thinned" in printed.notes[0]
+    assert out.getvalue().startswith("\nnrg summary: run r1")
+    assert json.loads((tmp_path / "s.json").read_text())["exit_code"] == 0

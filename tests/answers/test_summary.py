@@ -1,0 +1,209 @@
+"""The run summary on runs of known power: every figure against power × time.
+
+The run's points are what storage holds after the real attribution processor ran on the bus
+(see ``runs.py``); counters are linear in time, so interpolation is exact and the bounds are
+floating-point ones, except where the summary documents an error bar.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from acquisition.point import Point
+from acquisition.summary import (
+    NO_ENERGY,
+    REST_OF_SYSTEM,
+    SCHEMA,
+    SummaryOptions,
+    format_text,
+    summarize,
+)
+from tests.answers.runs import NS, KnownRun
+
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "acquisition/schemas/summary-1.json"
+REL = 1e-9
+
+
+def validate(summary_dict: dict[str, object]) -> None:
+    schema = json.loads(SCHEMA_FILE.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(summary_dict, schema, cls=jsonschema.Draft202012Validator)
+
+
+def by_source(summary: object) -> dict[str, object]:
+    return {s.source: s for s in summary.energy.sources}  # type: ignore[attr-defined]
+
+
+def test_rapl_only_run() -> None:
+    run = KnownRun()
+    s = summarize(run.points())
+    assert s.run == "r1" and s.experiment == "e1" and s.host == "h1"
+    assert s.duration_s == pytest.approx(run.duration_s, rel=REL)
+    # total: package + dram over the job's window (nrg_run start → end)
+    assert s.energy.total_j == pytest.approx(run.inside_w * run.duration_s, rel=REL)
+    assert s.energy.total_kwh == pytest.approx(s.energy.total_j / 3.6e6, rel=REL)
+    assert s.energy.mean_w == pytest.approx(run.inside_w, rel=REL)
+    src = by_source(s)
+    assert set(src) == {"rapl:package-0", "rapl:dram-0"}
+    assert src["rapl:package-0"].energy_j == pytest.approx(run.package_w * run.duration_s)
+    assert src["rapl:package-0"].peak_w == run.package_w
+    assert src["rapl:dram-0"].mean_w == pytest.approx(run.dram_w, rel=REL)
+    assert src["rapl:package-0"].error_j == pytest.approx(0.0, abs=1e-9)  # window fully sampled
+    # steps: 12 of 0.2 s at 30 W = 6 J each
+    n_steps = run.epochs * run.steps
+    step_j = run.inside_w * run.step_s
+    assert s.steps.count == n_steps
+    assert s.steps.energy_j is not None
+    for key in ("mean", "p50", "p95"):
+        assert s.steps.energy_j[key] == pytest.approx(step_j, rel=1e-6)
+    assert s.steps.samples == n_steps * run.samples
+    assert s.steps.energy_per_sample_j == pytest.approx(step_j / run.samples, rel=1e-6)
+    # outside steps: start-up is outside the window; the evaluations between epochs and the
+    # tail after the last epoch are inside it
+    outside_s = run.epochs * run.eval_s
+    assert s.energy.outside_steps_j == pytest.approx(run.inside_w * outside_s, rel=1e-6)
+    assert [e.epoch for e in s.epochs] == list(range(run.epochs))
+    for e in s.epochs:
+        assert e.steps == run.steps
+        assert e.duration_s == pytest.approx(run.steps * run.step_s)
+        assert e.energy_j == pytest.approx(run.steps * step_j, rel=1e-6)
+        assert e.sources["rapl:package-0"] == pytest.approx(run.steps * run.package_w * run.step_s)
+    # modules: mean power x exclusive time; shares of the energy inside steps
+    mods = {m.module: m for m in s.modules}
+    inside = n_steps * step_j
+    for name, seconds in run.modules.items():
+        assert mods[name].energy_j == pytest.approx(n_steps * run.inside_w * seconds, rel=1e-6)
+        assert mods[name].share == pytest.approx(n_steps * run.inside_w * seconds / inside)
+    assert [m.module for m in s.modules][:2] == ["fc1", "fc2"]
+    assert s.co2e_g == pytest.approx(s.energy.total_kwh * 480.0)
+    assert s.no_energy_reason is None
+    validate(s.to_dict())
+
+
+def test_wall_meter_counted_once_and_rest_of_system() -> None:
+    run = KnownRun(wall_w=80.0)
+    s = summarize(run.points())
+    src = by_source(s)
+    assert s.energy.total_j == pytest.approx(run.wall_w * run.duration_s, rel=1e-6)
+    assert src["emonpi:5"].counted
+    assert not src["rapl:package-0"].counted and not src["rapl:dram-0"].counted
+    rest = src[REST_OF_SYSTEM]
+    assert not rest.counted
+    assert rest.energy_j == pytest.approx((run.wall_w - run.inside_w) * run.duration_s, rel=1e-6)
+    assert s.steps.energy_j["mean"] == pytest.approx(run.wall_w * run.step_s, rel=1e-6)  # type: ignore[index]
+    validate(s.to_dict())
+
+
+def test_epoch_as_old_integer_field() -> None:
+    s = summarize(KnownRun(epoch_as_tag=False).points())
+    assert [e.steps for e in s.epochs] == [4, 4, 4]
+
+
+def test_no_samples_no_energy_per_sample() -> None:
+    s = summarize(KnownRun(samples=None).points())
+    assert s.steps.samples is None and s.steps.energy_per_sample_j is None
+
+
+def test_window_larger_than_sampling_gives_an_error_bar() -> None:
+    run = KnownRun()
+    pts = run.points()
+    start = run.t0 - 2 * NS  # two seconds before the first sample
+    s = summarize(pts, window_ns=(start, run.last_sample))
+    pkg = by_source(s)["rapl:package-0"]
+    sampled_s = (run.last_sample - run.t0) / NS
+    assert pkg.energy_j == pytest.approx(run.package_w * sampled_s, rel=1e-9)
+    assert pkg.error_j == pytest.approx(run.package_w * 2.0, rel=1e-6)
+
+
+def test_counter_restart_loses_one_interval_only() -> None:
+    run = KnownRun(startup_s=0.0, eval_s=0.0, tail_s=0.0)
+    pts = [p for p in run.points() if p.measurement == "rapl" and p.tags["domain"] == "package"]
+    half = len(pts) // 2
+    restarted = pts[:half] + [
+        Point(
+            p.measurement,
+            p.tags,
+            {
+                "energy_joules": float(p.fields["energy_joules"])
+                - float(pts[half].fields["energy_joules"])
+                + 1.0
+            },
+            p.time_ns,
+        )
+        for p in pts[half:]
+    ]
+    s = summarize(restarted)
+    tick_j = run.package_w * run.tick_s
+    span = (pts[-1].time_ns - pts[0].time_ns) / NS
+    assert s.energy.total_j == pytest.approx(run.package_w * span - tick_j, rel=1e-9)
+
+
+def test_no_energy_source_says_why_first() -> None:
+    pts = [p for p in KnownRun().points() if p.measurement not in ("rapl", "nrg_energy")]
+    reasons = {"rapl": "no RAPL interface here", "nvml": "no NVIDIA driver"}
+    s = summarize(pts, unavailable=reasons)
+    assert s.energy.total_j == 0.0
+    assert s.no_energy_reason == NO_ENERGY.format(
+        why="nvml: no NVIDIA driver; rapl: no RAPL interface here"
+    )
+    text = format_text(s)
+    assert text.splitlines()[0] == s.no_energy_reason
+    validate(s.to_dict())
+
+
+def test_resources_from_process_points() -> None:
+    run = KnownRun()
+    pts = run.points()
+    t = run.job_start
+    for i, (main, desc) in enumerate([(100e6, 50e6), (300e6, 20e6), (200e6, 80e6)]):
+        for scope, rss in (("main", main), ("descendants", desc), ("combined", main + desc)):
+            pts.append(
+                Point(
+                    "process",
+                    {"host": "h1", "run": "r1", "tree": "4242", "scope": scope},
+                    {"rss_bytes": int(rss), "cpu_cores": 0.5 * (i + 1), "threads": 3 + i},
+                    t + i * NS,
+                )
+            )
+        pts.append(
+            Point(
+                "memory",
+                {"host": "h1"},
+                {"total_bytes": int(8e9), "used_bytes": int(1e9 * (i + 1))},
+                t + i * NS,
+            )
+        )
+    s = summarize(pts, SummaryOptions(ram_unit="megabytes", time_unit="seconds"))
+    r = s.resources
+    assert r["tree"] == "4242"  # the job's pid from nrg_run
+    assert r["max_ram"]["main"]["total_rss"] == pytest.approx(300.0)
+    assert r["max_ram"]["descendants"]["total_rss"] == pytest.approx(80.0)
+    assert r["max_ram"]["combined"]["total_rss"] == pytest.approx(320.0)
+    assert r["max_ram"]["system"] == pytest.approx(3000.0)
+    assert r["max_ram"]["system_capacity"] == pytest.approx(8000.0)
+    assert r["cpu_utilization"]["main"]["max_sum_percent"] == pytest.approx(150.0)
+    assert r["cpu_utilization"]["main"]["mean_sum_percent"] == pytest.approx(100.0)
+    assert r["cpu_utilization"]["main_n_threads"] == 5
+    assert r["compute_time"]["time"] == pytest.approx(run.duration_s)
+    text = str(s)
+    assert (
+        "Max RAM:" in text and "   Unit: megabytes" in text and "      Total RSS: 300.000" in text
+    )
+    validate(s.to_dict())
+
+
+def test_json_round_trip_and_schema_id() -> None:
+    s = summarize(KnownRun().points())
+    data = json.loads(s.to_json())
+    assert data["schema"] == SCHEMA
+    assert data["energy"]["total_j"] == s.energy.total_j
+    validate(data)
+
+
+def test_bad_unit() -> None:
+    with pytest.raises(ValueError, match="unit"):
+        summarize(KnownRun().points(), SummaryOptions(ram_unit="furlongs"))  # type: ignore[arg-type]

@@ -1,0 +1,185 @@
+"""End to end: ``nrg-collect -- CMD`` prints the run's summary, ``report`` and ``compare`` read
+the same run back from the file sink's directory. The agent is the real one, RAPL a powercap
+tree at known constant powers (see ``fakepower.py``), the job a real instrumented CPU training
+loop (``job_train.py``) or an uninstrumented command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from acquisition.summary import NO_ENERGY, SCHEMA
+from tests.answers import job_train
+from tests.answers.fakepower import powercap_tree
+
+pytestmark = pytest.mark.slow
+
+NRG = str(Path(sys.executable).with_name("nrg-collect"))
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA_FILE = REPO / "acquisition/schemas/summary-1.json"
+PACKAGE_W, DRAM_W = 25.0, 5.0
+STALE_S = 0.02
+"""How stale a fixture counter may be when read (rewritten every ~1 ms; allowance for load)."""
+
+
+@pytest.fixture(scope="module")
+def rapl_root() -> Iterator[Path]:
+    with powercap_tree({"package-0": PACKAGE_W, "dram": DRAM_W}) as root:
+        yield root
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    # Unix socket paths are limited to 107 bytes; pytest's tmp_path can be longer.
+    with tempfile.TemporaryDirectory(prefix="nrg-ans-") as d:
+        yield Path(d)
+
+
+def config(tmp: Path, rapl_root: Path) -> Path:
+    cfg = tmp / "nrg.toml"
+    cfg.write_text(
+        f"""
+[agent]
+interval = "50ms"
+flush_interval = "200ms"
+state_dir = "{tmp}/state"
+data_dir = "{tmp}/data"
+experiment = "exp"
+
+[[collectors.rapl]]
+root = "{rapl_root}"
+backend = "powercap"
+
+[[collectors.procfs]]
+memory_detail_interval = "0s"
+
+[[collectors.hooks]]
+socket_path = "{tmp}/s"
+ingest_dir = "{tmp}/fallback"
+
+[[processors.attribution]]
+
+[[sinks.file]]
+dir = "{tmp}/out"
+fsync = "never"
+"""
+    )
+    return cfg
+
+
+def nrg(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [NRG, *args], capture_output=True, text=True, timeout=150, cwd=REPO, check=False
+    )
+    if check_rc is not None:
+        assert proc.returncode == check_rc, proc.stderr
+    return proc
+
+
+def validate(data: object) -> None:
+    jsonschema.validate(data, json.loads(SCHEMA_FILE.read_text()))
+
+
+def test_training_run_summary_report_and_compare(short_tmp: Path, rapl_root: Path) -> None:
+    cfg = config(short_tmp, rapl_root)
+    job = [sys.executable, "-m", "tests.answers.job_train"]
+    job += [str(short_tmp / "s"), str(short_tmp / "fallback"), str(short_tmp / "graphs")]
+    runs = {}
+    for run in ("a", "b"):
+        out = short_tmp / f"{run}.json"
+        proc = nrg(
+            "-c", str(cfg), "--run", run, "--quiet", "--summary", "json",
+            "--summary-file", str(out), "--", *job, check_rc=job_train.EXIT_CODE,
+        )  # fmt: skip
+        printed = json.loads(proc.stderr[proc.stderr.index("{\n") :])
+        runs[run] = data = json.loads(out.read_text())
+        assert printed == data
+        validate(data)
+        assert data["schema"] == SCHEMA
+        assert data["run"] == run and data["experiment"] == "exp"
+        assert data["exit_code"] == job_train.EXIT_CODE
+        watts = PACKAGE_W + DRAM_W
+        bound = 2 * watts * STALE_S
+        assert data["energy"]["total_j"] == pytest.approx(watts * data["duration_s"], abs=bound)
+        src = {s["source"]: s for s in data["energy"]["sources"]}
+        assert src["rapl:package-0"]["energy_j"] == pytest.approx(
+            PACKAGE_W * data["duration_s"], abs=2 * PACKAGE_W * STALE_S
+        )
+        steps = data["steps"]
+        assert steps["count"] >= job_train.EPOCHS * job_train.STEPS
+        assert [e["epoch"] for e in data["epochs"]] == list(range(job_train.EPOCHS))
+        # every epoch: energy = power × the time its steps took
+        for e in data["epochs"]:
+            assert e["energy_j"] == pytest.approx(
+                watts * e["duration_s"], abs=2 * e["steps"] * watts * STALE_S
+            )
+        # outside steps: at least the evaluations (paused) at the known power
+        evals = job_train.EPOCHS * job_train.EVAL_S
+        assert data["energy"]["outside_steps_j"] >= watts * evals - bound
+        assert data["modules"] and 0 < sum(m["share"] for m in data["modules"]) <= 1 + 1e-9
+        assert data["resources"]["max_ram"]["main"]["total_rss"] > 0
+
+    # report reads the same runs back from the file sink's directory: the same figures
+    rep = json.loads(nrg("report", "-c", str(cfg), "a", "--format", "json").stdout)
+    validate(rep)
+    assert rep["energy"]["total_j"] == pytest.approx(runs["a"]["energy"]["total_j"], rel=1e-9)
+    assert rep["steps"]["count"] == runs["a"]["steps"]["count"]
+    listing = nrg("report", "--data", str(short_tmp / "out"), "--list").stdout
+    assert [line.split()[1] for line in listing.splitlines()[1:]] == ["a", "b"]
+    # an experiment is its runs
+    both = json.loads(nrg("report", "-c", str(cfg), "exp", "--format", "json").stdout)
+    assert [s["run"] for s in both] == ["a", "b"]
+    csv_text = nrg("report", "-c", str(cfg), "a", "b", "--format", "csv").stdout
+    assert csv_text.splitlines()[0].startswith("experiment,run,host,start")
+    assert len(csv_text.splitlines()) == 3
+
+    cmp = json.loads(nrg("compare", "-c", str(cfg), "a", "b", "--format", "json").stdout)
+    energy = next(f for f in cmp["figures"] if f["name"] == "energy")
+    a, b = energy["values"]
+    assert a["value"] == pytest.approx(runs["a"]["energy"]["total_j"], rel=1e-9)
+    assert b["diff"] == pytest.approx(b["value"] - a["value"])
+    per_step = next(f for f in cmp["figures"] if f["name"] == "energy per step")
+    # the same job at the same power: per-step energy equal within the error bars
+    assert per_step["values"][1]["significant"] is False
+    assert "energy per step" in nrg("compare", "-c", str(cfg), "a", "b").stdout
+
+
+def test_uninstrumented_command_text_summary(short_tmp: Path, rapl_root: Path) -> None:
+    cfg = config(short_tmp, rapl_root)
+    proc = nrg(
+        "-c", str(cfg), "--quiet", "--summary-file", str(short_tmp / "s.json"), "--",
+        sys.executable, "-c", "import time; print('job output'); time.sleep(1)",
+    )  # fmt: skip
+    assert proc.stdout == "job output\n"
+    assert "nrg summary: run python" in proc.stderr
+    assert "Energy:" in proc.stderr and "rapl:package-0" in proc.stderr
+    data = json.loads((short_tmp / "s.json").read_text())
+    validate(data)
+    watts = PACKAGE_W + DRAM_W
+    # no nrg_run: the window is the agent's first to last point, all of it sampled
+    assert data["energy"]["total_j"] == pytest.approx(
+        watts * data["duration_s"], abs=2 * watts * STALE_S + watts * 0.05
+    )
+    assert data["steps"]["count"] == 0 and data["energy"]["outside_steps_j"] is None
+    assert data["exit_code"] == 0
+
+
+def test_no_energy_source_is_said_first(short_tmp: Path) -> None:
+    empty = short_tmp / "empty"
+    empty.mkdir()
+    cfg = config(short_tmp, empty)
+    text = cfg.read_text().replace("[[collectors.rapl]]", "[[collectors.rapl]]\n# none here")
+    cfg.write_text(text)
+    proc = nrg("-c", str(cfg), "--quiet", "--", sys.executable, "-c", "pass", check_rc=None)
+    if proc.returncode == 2:  # an explicit collector that cannot open is a config error
+        pytest.skip("explicit RAPL without a tree is refused at start")
+    summary = proc.stderr[proc.stderr.index("No energy was measured") :]
+    assert summary.startswith(NO_ENERGY.split("{")[0])
+    assert "rapl" in summary.splitlines()[0]
