@@ -10,7 +10,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from acquisition.errors import LineProtocolError
-from acquisition.lineproto import decode_line
+from acquisition.lineproto import (
+    INT_RANGE_ERROR,
+    MAX_TIME_NS,
+    MIN_TIME_NS,
+    TIME_RANGE_ERROR,
+    decode_line,
+)
 from acquisition.point import Point
 
 __all__ = [
@@ -38,8 +44,13 @@ INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 MSG_MEASUREMENT = "{measurement!r} is not one a job may send (accepted: {accepted})"
 MSG_FIELD_RANGE = "field {field!r} = {value} is outside the int64 range"
-MSG_TIME_RANGE = "timestamp {value} is outside the int64 range"
+MSG_TIME_RANGE = "timestamp {value} is outside InfluxDB's range"
 _RANK_VARS = (b"RANK", b"LOCAL_RANK")
+# What follows the value in the decoder's range errors: how they are told from syntax errors.
+_RANGE_ERROR_ENDINGS = (
+    INT_RANGE_ERROR.split("{value}")[1],
+    TIME_RANGE_ERROR.split("{value}")[1],
+)
 
 
 class HookLineRejected(ValueError):
@@ -76,9 +87,11 @@ def parse_hook_line(
     try:
         point = decode_line(stripped, default_time_ns=now_ns)
     except LineProtocolError as exc:
-        # The decoder refuses integers and timestamps beyond int64 itself; count those as range.
-        reason = "range" if "int64" in str(exc) else "syntax"
-        raise HookLineRejected(reason, str(exc)) from None
+        # The decoder refuses integers and timestamps out of InfluxDB's range itself; those are
+        # counted as range, everything else it refuses as syntax.
+        message = str(exc)
+        reason = "range" if message.endswith(_RANGE_ERROR_ENDINGS) else "syntax"
+        raise HookLineRejected(reason, message) from None
     if point.measurement not in JOB_MEASUREMENTS:
         raise HookLineRejected(
             "measurement",
@@ -98,12 +111,14 @@ def parse_hook_line(
 
 
 def check_int64(point: Point) -> None:
-    """HookLineRejected("range") when an integer field or the timestamp is outside int64.
+    """HookLineRejected("range") when an integer field is outside int64 or the timestamp outside
+    InfluxDB's range (``MIN_TIME_NS`` … ``MAX_TIME_NS``).
 
-    InfluxDB stores integers and timestamps as int64 and drops a point that holds a larger one
-    without a word; here it is refused where it enters, and counted.
+    InfluxDB drops a point that holds such a value without a word; here it is refused where it
+    enters, and counted. (The decoder refuses them already; this keeps the promise for any
+    point that reaches the listener.)
     """
-    if not INT64_MIN <= point.time_ns <= INT64_MAX:
+    if not MIN_TIME_NS <= point.time_ns <= MAX_TIME_NS:
         raise HookLineRejected("range", MSG_TIME_RANGE.format(value=point.time_ns))
     for key, value in point.fields.items():
         if type(value) is int and not INT64_MIN <= value <= INT64_MAX:

@@ -94,11 +94,18 @@ def test_split_lines_matches_split_for_any_chunking(lines: list[bytes], cut: int
     assert rest == b""
 
 
-def test_int64_bounds_are_inclusive() -> None:
-    top = parse(b"nrg_step x=9223372036854775807i,y=-9223372036854775808i 9223372036854775807")
+def test_range_bounds_are_inclusive() -> None:
+    from acquisition.lineproto import MAX_TIME_NS, MIN_TIME_NS
+
+    top = parse(f"nrg_step x=9223372036854775807i,y=-9223372036854775808i {MAX_TIME_NS}".encode())
     assert top is not None
     assert top.fields == {"x": 2**63 - 1, "y": -(2**63)}
-    assert top.time_ns == 2**63 - 1
+    assert top.time_ns == MAX_TIME_NS
+    bottom = parse(f"nrg_step x=1i {MIN_TIME_NS}".encode())
+    assert bottom is not None and bottom.time_ns == MIN_TIME_NS
+    assert reason(f"nrg_step x=1i {MAX_TIME_NS + 1}".encode()) == "range"
+    assert reason(f"nrg_step x=1i {MIN_TIME_NS - 1}".encode()) == "range"
+    assert reason(b"nrg_step x=-9223372036854775809i 1") == "range"
 
 
 def test_accepted_measurements_are_what_the_training_library_writes() -> None:
