@@ -60,9 +60,9 @@ _EPOCH_TAG = Tag("epoch", "epoch number as a decimal string (`session.epoch()`)"
 _TREE_TAGS = (
     Tag("tree", "pid of the tracked tree's root process"),
     Tag("scope", "`main` (the root), `descendants`, `combined`, or `pid` (one process)"),
+    Tag("pid", "process id (`scope=pid` only, with `pid_tag = true`)"),
     Tag("comm", "process name (`scope=pid` only)"),
-    Tag("instance", "slot among the tree's live processes of that name (`scope=pid` only)"),
-    Tag("pid", "process id (`scope=pid`, only with `pid_tag = true`)"),
+    Tag("instance", "the process's slot among its tree's live processes of the same name"),
 )
 _JOB_TAGS = (
     Tag("pid", "the job process that sent the point (stamped by the agent's hooks listener)"),
@@ -121,7 +121,7 @@ METRICS: tuple[Measurement, ...] = (
             _f("memory_used_share_ratio", "ratio 0–1", "rss / used system memory"),
             _i("threads", "count", "threads"),
             _i("process_count", "count", "processes in the scope (not for `scope=pid`)"),
-            _i("pid", "", "process id (`scope=pid`; a tag instead with `pid_tag = true`)"),
+            _i("pid", "id", "process id (`scope=pid`; a tag instead with `pid_tag = true`)"),
         ),
     ),
     Measurement(
@@ -177,17 +177,17 @@ METRICS: tuple[Measurement, ...] = (
         (
             Tag("gpu", "NVML index"),
             Tag("uuid", "GPU UUID"),
-            Tag("instance", "slot among the processes on that GPU (per-process points)"),
-            Tag("pid", "process id (per-process points, only with `pid_tag = true`)"),
+            Tag("pid", "process id (per-process points, with `pid_tag = true`)"),
+            Tag("instance", "the process's slot among the processes on that GPU"),
             Tag("tree", "pid of the tracked tree's root (per-tree points)"),
             Tag("scope", "`main`, `descendants` or `combined` (per-tree points)"),
         ),
         (
             _i("memory_used_bytes", "bytes", "device memory used"),
             _i("memory_used_max_bytes", "bytes", "the most device memory used so far"),
+            _i("pid", "id", "process id (per-process points; a tag with `pid_tag = true`)"),
             _f("sm_utilization_ratio", "ratio 0–1", "SM utilisation"),
             _f("memory_utilization_ratio", "ratio 0–1", "memory utilisation"),
-            _i("pid", "", "process id (per-process points; a tag with `pid_tag = true`)"),
         ),
     ),
     Measurement(
@@ -338,6 +338,7 @@ METRICS: tuple[Measurement, ...] = (
             _i("dropped_points", "count", "sink or agent: points lost"),
             _i("spilled_points", "count", "sink: points put in the on-disk spool"),
             _i("rejected_points", "count", "sink: points the server refused"),
+            _i("unencodable_points", "count", "sink: points line protocol cannot carry, dropped"),
             _i("write_errors", "count", "sink: failed writes"),
             _i("retries", "count", "sink: retried writes"),
             _i("queue_points", "count", "sink: points waiting in memory"),

@@ -9,14 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from acquisition.errors import LineProtocolError
-from acquisition.lineproto import (
-    INT_RANGE_ERROR,
-    MAX_TIME_NS,
-    MIN_TIME_NS,
-    TIME_RANGE_ERROR,
-    decode_line,
-)
+from acquisition.errors import LineProtocolError, LineProtocolRangeError
+from acquisition.lineproto import decode_line
 from acquisition.point import Point
 
 __all__ = [
@@ -44,13 +38,8 @@ INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 MSG_MEASUREMENT = "{measurement!r} is not one a job may send (accepted: {accepted})"
 MSG_FIELD_RANGE = "field {field!r} = {value} is outside the int64 range"
-MSG_TIME_RANGE = "timestamp {value} is outside InfluxDB's range"
+MSG_TIME_RANGE = "timestamp {value} is outside the int64 range"
 _RANK_VARS = (b"RANK", b"LOCAL_RANK")
-# What follows the value in the decoder's range errors: how they are told from syntax errors.
-_RANGE_ERROR_ENDINGS = (
-    INT_RANGE_ERROR.split("{value}")[1],
-    TIME_RANGE_ERROR.split("{value}")[1],
-)
 
 
 class HookLineRejected(ValueError):
@@ -86,12 +75,10 @@ def parse_hook_line(
         return None
     try:
         point = decode_line(stripped, default_time_ns=now_ns)
+    except LineProtocolRangeError as exc:
+        raise HookLineRejected("range", str(exc)) from None
     except LineProtocolError as exc:
-        # The decoder refuses integers and timestamps out of InfluxDB's range itself; those are
-        # counted as range, everything else it refuses as syntax.
-        message = str(exc)
-        reason = "range" if message.endswith(_RANGE_ERROR_ENDINGS) else "syntax"
-        raise HookLineRejected(reason, message) from None
+        raise HookLineRejected("syntax", str(exc)) from None
     if point.measurement not in JOB_MEASUREMENTS:
         raise HookLineRejected(
             "measurement",
@@ -111,14 +98,12 @@ def parse_hook_line(
 
 
 def check_int64(point: Point) -> None:
-    """HookLineRejected("range") when an integer field is outside int64 or the timestamp outside
-    InfluxDB's range (``MIN_TIME_NS`` … ``MAX_TIME_NS``).
+    """HookLineRejected("range") when an integer field or the timestamp is outside int64.
 
-    InfluxDB drops a point that holds such a value without a word; here it is refused where it
-    enters, and counted. (The decoder refuses them already; this keeps the promise for any
-    point that reaches the listener.)
+    InfluxDB stores integers and timestamps as int64 and drops a point that holds a larger one
+    without a word; here it is refused where it enters, and counted.
     """
-    if not MIN_TIME_NS <= point.time_ns <= MAX_TIME_NS:
+    if not INT64_MIN <= point.time_ns <= INT64_MAX:
         raise HookLineRejected("range", MSG_TIME_RANGE.format(value=point.time_ns))
     for key, value in point.fields.items():
         if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
