@@ -64,6 +64,9 @@ _TREE_TAGS = (
     Tag("comm", "process name (`scope=pid` only)"),
     Tag("instance", "the process's slot among its tree's live processes of the same name"),
 )
+_JOB_TAGS = (
+    Tag("pid", "the job process that sent the point (stamped by the agent's hooks listener)"),
+)
 _GPU_TAGS = (
     Tag("gpu", "NVML index"),
     Tag("uuid", "GPU UUID"),
@@ -214,13 +217,14 @@ METRICS: tuple[Measurement, ...] = (
             _i("pulse_count", "count", "pulse input count"),
             _i("pulse{n}_count", "count", "pulse input n count"),
             _i("rssi_dbm", "dBm", "radio signal strength of a relayed frame"),
+            _f("analog{n}_value", "", "analog input n as printed (emon32 firmware)"),
         ),
     ),
     Measurement(
         "nrg_run",
         "training job (acquisition.torch)",
         "start and end of an instrumented training run",
-        _RUN_TAGS,
+        (*_RUN_TAGS, *_JOB_TAGS),
         (
             Field("event", "string", "", "`start` or `end`"),
             _i("pid", "", "the training process's pid"),
@@ -231,7 +235,12 @@ METRICS: tuple[Measurement, ...] = (
         "nrg_model",
         "training job (acquisition.torch)",
         "the model's modules, once per run",
-        (Tag("experiment", "experiment name"), Tag("run", "run name"), Tag("module", "path")),
+        (
+            Tag("experiment", "experiment name"),
+            Tag("run", "run name"),
+            Tag("module", "path"),
+            *_JOB_TAGS,
+        ),
         (
             _i("params", "count", "parameters of the module itself"),
             _i("buffers", "count", "buffer elements of the module itself"),
@@ -243,7 +252,7 @@ METRICS: tuple[Measurement, ...] = (
         "nrg_step",
         "training job (acquisition.torch)",
         "one point per optimizer step",
-        (*_RUN_TAGS, _EPOCH_TAG),
+        (*_RUN_TAGS, _EPOCH_TAG, *_JOB_TAGS),
         (
             _i("step", "count", "step index within the run, from 0"),
             _i("start_time_ns", "ns", "start of the step, Unix epoch"),
@@ -262,6 +271,7 @@ METRICS: tuple[Measurement, ...] = (
             _EPOCH_TAG,
             Tag("module", "module path"),
             Tag("phase", "`forward` or `backward`"),
+            *_JOB_TAGS,
         ),
         (
             _i("step", "count", "step index"),
