@@ -287,6 +287,7 @@ class Agent:
                 "dropped_points": ss.dropped_points,
                 "spilled_points": ss.spilled_points,
                 "rejected_points": ss.rejected_points,
+                "unencodable_points": ss.unencodable_points,
                 "write_errors": ss.write_errors,
                 "retries": ss.retries,
                 "queue_points": len(r.queue),

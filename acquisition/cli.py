@@ -159,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no live status line")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
-    from acquisition.report.cli import add_summary_arguments
+    from acquisition.summary_options import add_summary_arguments
 
     add_summary_arguments(p)
     p.add_argument("--version", action="version", version=f"nrg {__version__}")
@@ -262,12 +262,13 @@ async def _list(config: Config) -> int:
     await agent.open_collectors(streams=True)
     rows: list[tuple[str, str]] = []
     for c in agent.collectors:
-        problem = await _probe(c.instance)
+        problem, detail = await _probe(c.instance)
         if problem is not None:
             rows.append((c.label, f"unavailable: {problem}"))
             continue
         describe = getattr(c.instance, "describe", None)
-        detail = describe() if callable(describe) else "available"
+        if not detail:
+            detail = describe() if callable(describe) else "available"
         rows.append((c.label, f"available: {detail}" if detail != "available" else detail))
     for u in agent.state.unavailable:
         reason = u.reason if u.reason.startswith("unavailable") else f"unavailable: {u.reason}"
@@ -285,25 +286,26 @@ async def _list(config: Config) -> int:
     return 0
 
 
-async def _probe(instance: Any) -> str | None:
-    """Why a collector that opened still cannot read here (None: it can). Uses the plugin's
-    ``probe()`` where it has one; a serial-port collector without one gets its port opened."""
+async def _probe(instance: Any) -> tuple[str | None, str]:
+    """(why a collector that opened still cannot read here, or None; what its probe found).
+    Uses the plugin's ``probe()`` where it has one; a serial-port collector without one gets
+    its port opened."""
     probe = getattr(instance, "probe", None)
     if callable(probe):
         try:
             result = probe()
             if asyncio.iscoroutine(result):
-                await result
+                result = await result
         except NoData as exc:
-            return str(exc)
+            return str(exc), ""
         except Exception as exc:
-            return f"probe failed: {exc!r}"
-        return None
+            return f"probe failed: {exc!r}", ""
+        return None, result if isinstance(result, str) else ""
     port = getattr(instance, "port", None)
     if isinstance(port, str) and port:
         baudrate = getattr(getattr(instance, "config", None), "baudrate", 9600)
-        return await asyncio.to_thread(_open_serial, port, int(baudrate))
-    return None
+        return await asyncio.to_thread(_open_serial, port, int(baudrate)), ""
+    return None, ""
 
 
 def _open_serial(port: str, baudrate: int) -> str | None:
@@ -404,7 +406,7 @@ class _Signals:
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, self.on_signal, sig)
 
     def on_signal(self, signum: int) -> None:
@@ -424,8 +426,11 @@ MSG_FLUSH_ABORT = "nrg: cutting the final flush short; what is still queued goes
 
 
 def _announce(message: str) -> None:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # the terminal hung up
+        pass
 
 
 def _job_env(agent: Agent, socket_path: str) -> dict[str, str]:

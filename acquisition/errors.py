@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "LineProtocolError",
+    "LineProtocolRangeError",
     "NoData",
     "NrgError",
     "PartialWriteError",
@@ -30,6 +31,10 @@ class NoData(NrgError):
 
 class LineProtocolError(NrgError, ValueError):
     """A point cannot be written as line protocol, or a line cannot be parsed."""
+
+
+class LineProtocolRangeError(LineProtocolError):
+    """An integer field outside int64, or a timestamp outside InfluxDB's range."""
 
 
 class WriteError(NrgError):

@@ -36,7 +36,7 @@ LADDER = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 MSG_NOT_FOUND = "nrg-collect: {command}: command not found"
 MSG_NOT_EXECUTABLE = "nrg-collect: {command}: permission denied (not an executable file)"
 ANNOUNCE_WAITING = (
-    "nrg: interrupt reached the job (pid {pid}); waiting for it to exit "
+    "nrg: the signal reached the job (pid {pid}); waiting for it to exit "
     "(again to escalate{kill_after})"
 )
 ANNOUNCE_FORWARDED = (
@@ -160,19 +160,29 @@ class Job:
             self.escalate("")
             return
         hint = f", or wait {self.kill_after:g} s" if self.kill_after else ""
-        if signum == signal.SIGINT and self.shares_terminal and _foreground_on_terminal():
-            # The terminal already delivered this Ctrl-C to the job: sending another would
+        if self._reached_job_already(signum):
+            # The terminal delivered this signal to the job too: sending another would
             # interrupt its own cleanup.
-            self.level = 0
+            self.level = 0 if signum == signal.SIGINT else 1
             self._announce(ANNOUNCE_WAITING.format(pid=self.pid, kill_after=hint))
         else:
             sig = signal.Signals(signum)
             self.level = LADDER.index(sig) if sig in LADDER else 1
-            self._send(LADDER[self.level])
+            self._send(sig)
             self._announce(
                 ANNOUNCE_FORWARDED.format(signame=sig.name, pid=self.pid, kill_after=hint)
             )
         self._arm_timer()
+
+    def _reached_job_already(self, signum: int) -> bool:
+        """Ctrl-C on the terminal we share, or its hang-up, reached the whole group."""
+        if not self.shares_terminal:
+            return False
+        if signum == signal.SIGHUP:
+            # A closed terminal hangs up the session leader: a shell passes SIGHUP on to each
+            # of its jobs (our group, the job included); when we lead the session, only we got it.
+            return os.getsid(0) != os.getpid()
+        return signum == signal.SIGINT and _foreground_on_terminal()
 
     def escalate(self, why: str) -> None:
         """Send the next signal of the ladder (SIGTERM, then SIGKILL) and say so."""
@@ -203,8 +213,11 @@ class Job:
 
 
 def _to_stderr(message: str) -> None:
-    sys.stderr.write("\r\x1b[2K" + message + "\n" if sys.stderr.isatty() else message + "\n")
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # the terminal hung up
+        pass
 
 
 _PYTHON_OPTIONS_WITH_ARGUMENT = {"-W", "-X", "-Q"}

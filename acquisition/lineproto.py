@@ -28,7 +28,7 @@ import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
 
-from acquisition.errors import LineProtocolError
+from acquisition.errors import LineProtocolError, LineProtocolRangeError
 from acquisition.point import FieldValue, Point
 
 __all__ = [
@@ -89,7 +89,9 @@ def _escape_key(key: str, what: str) -> str:
 
 
 def _int_error(measurement: str, key: str, value: int) -> LineProtocolError:
-    return LineProtocolError(INT_RANGE_ERROR.format(key=key, measurement=measurement, value=value))
+    return LineProtocolRangeError(
+        INT_RANGE_ERROR.format(key=key, measurement=measurement, value=value)
+    )
 
 
 def _encode_value(measurement: str, key: str, value: FieldValue) -> str:
@@ -124,7 +126,7 @@ def _check_time(measurement: str, t: object) -> int:
     if type(t) is not int:
         raise LineProtocolError(f"timestamp of {measurement!r} is not an int: {t!r}")
     if not MIN_TIME_NS <= t <= MAX_TIME_NS:
-        raise LineProtocolError(TIME_RANGE_ERROR.format(measurement=measurement, value=t))
+        raise LineProtocolRangeError(TIME_RANGE_ERROR.format(measurement=measurement, value=t))
     return t
 
 

@@ -60,8 +60,12 @@ _EPOCH_TAG = Tag("epoch", "epoch number as a decimal string (`session.epoch()`)"
 _TREE_TAGS = (
     Tag("tree", "pid of the tracked tree's root process"),
     Tag("scope", "`main` (the root), `descendants`, `combined`, or `pid` (one process)"),
-    Tag("pid", "process id (`scope=pid` only)"),
+    Tag("pid", "process id (`scope=pid` only, with `pid_tag = true`)"),
     Tag("comm", "process name (`scope=pid` only)"),
+    Tag("instance", "the process's slot among its tree's live processes of the same name"),
+)
+_JOB_TAGS = (
+    Tag("pid", "the job process that sent the point (stamped by the agent's hooks listener)"),
 )
 _GPU_TAGS = (
     Tag("gpu", "NVML index"),
@@ -117,6 +121,7 @@ METRICS: tuple[Measurement, ...] = (
             _f("memory_used_share_ratio", "ratio 0–1", "rss / used system memory"),
             _i("threads", "count", "threads"),
             _i("process_count", "count", "processes in the scope (not for `scope=pid`)"),
+            _i("pid", "id", "process id (`scope=pid`; a tag instead with `pid_tag = true`)"),
         ),
     ),
     Measurement(
@@ -172,13 +177,15 @@ METRICS: tuple[Measurement, ...] = (
         (
             Tag("gpu", "NVML index"),
             Tag("uuid", "GPU UUID"),
-            Tag("pid", "process id (per-process points)"),
+            Tag("pid", "process id (per-process points, with `pid_tag = true`)"),
+            Tag("instance", "the process's slot among the processes on that GPU"),
             Tag("tree", "pid of the tracked tree's root (per-tree points)"),
             Tag("scope", "`main`, `descendants` or `combined` (per-tree points)"),
         ),
         (
             _i("memory_used_bytes", "bytes", "device memory used"),
             _i("memory_used_max_bytes", "bytes", "the most device memory used so far"),
+            _i("pid", "id", "process id (per-process points; a tag with `pid_tag = true`)"),
             _f("sm_utilization_ratio", "ratio 0–1", "SM utilisation"),
             _f("memory_utilization_ratio", "ratio 0–1", "memory utilisation"),
         ),
@@ -210,13 +217,14 @@ METRICS: tuple[Measurement, ...] = (
             _i("pulse_count", "count", "pulse input count"),
             _i("pulse{n}_count", "count", "pulse input n count"),
             _i("rssi_dbm", "dBm", "radio signal strength of a relayed frame"),
+            _f("analog{n}_value", "", "analog input n as printed (emon32 firmware)"),
         ),
     ),
     Measurement(
         "nrg_run",
         "training job (acquisition.torch)",
         "start and end of an instrumented training run",
-        _RUN_TAGS,
+        (*_RUN_TAGS, *_JOB_TAGS),
         (
             Field("event", "string", "", "`start` or `end`"),
             _i("pid", "", "the training process's pid"),
@@ -227,7 +235,12 @@ METRICS: tuple[Measurement, ...] = (
         "nrg_model",
         "training job (acquisition.torch)",
         "the model's modules, once per run",
-        (Tag("experiment", "experiment name"), Tag("run", "run name"), Tag("module", "path")),
+        (
+            Tag("experiment", "experiment name"),
+            Tag("run", "run name"),
+            Tag("module", "path"),
+            *_JOB_TAGS,
+        ),
         (
             _i("params", "count", "parameters of the module itself"),
             _i("buffers", "count", "buffer elements of the module itself"),
@@ -239,7 +252,7 @@ METRICS: tuple[Measurement, ...] = (
         "nrg_step",
         "training job (acquisition.torch)",
         "one point per optimizer step",
-        (*_RUN_TAGS, _EPOCH_TAG),
+        (*_RUN_TAGS, _EPOCH_TAG, *_JOB_TAGS),
         (
             _i("step", "count", "step index within the run, from 0"),
             _i("start_time_ns", "ns", "start of the step, Unix epoch"),
@@ -258,6 +271,7 @@ METRICS: tuple[Measurement, ...] = (
             _EPOCH_TAG,
             Tag("module", "module path"),
             Tag("phase", "`forward` or `backward`"),
+            *_JOB_TAGS,
         ),
         (
             _i("step", "count", "step index"),
@@ -324,6 +338,7 @@ METRICS: tuple[Measurement, ...] = (
             _i("dropped_points", "count", "sink or agent: points lost"),
             _i("spilled_points", "count", "sink: points put in the on-disk spool"),
             _i("rejected_points", "count", "sink: points the server refused"),
+            _i("unencodable_points", "count", "sink: points line protocol cannot carry, dropped"),
             _i("write_errors", "count", "sink: failed writes"),
             _i("retries", "count", "sink: retried writes"),
             _i("queue_points", "count", "sink: points waiting in memory"),

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from acquisition.api import Collector, Emit, Sink, StreamCollector
-from acquisition.errors import PartialWriteError, WriteError
+from acquisition.errors import LineProtocolError, PartialWriteError, WriteError
+from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 
 __all__ = [
@@ -263,6 +264,7 @@ class SinkStats:
     spilled_points: int = 0
     dropped_points: int = 0
     rejected_points: int = 0
+    unencodable_points: int = 0
     queue_max: int = 0
     write_ns_total: int = 0
     last_error: str = ""
@@ -299,6 +301,7 @@ class SinkRunner:
         self._wake: asyncio.Event | None = None
         self._failure = FailureLog(log, f"sink {name}")
         self._drop_logged = False
+        self._unencodable_logged = False
         self._stopping = False
         self._aborting = False
         self._flushed_once = False
@@ -322,7 +325,11 @@ class SinkRunner:
         chunk = [self.queue.popleft() for _ in range(min(self.batch_size, len(self.queue)))]
         if self._spill is not None:
             try:
-                self._spill(chunk)
+                try:
+                    self._spill(chunk)
+                except LineProtocolError:
+                    chunk = self._without_unencodable(chunk)
+                    self._spill(chunk)
                 self.stats.spilled_points += len(chunk)
                 return
             except Exception as exc:
@@ -340,6 +347,29 @@ class SinkRunner:
                 len(points),
                 why,
             )
+
+    def _without_unencodable(self, points: Sequence[Point]) -> list[Point]:
+        """``points`` less those line protocol cannot carry (an integer beyond int64, a NaN, a
+        tag that is not text): each is counted, the first is logged with its reason, the rest
+        of the batch is written as usual."""
+        probe = LineEncoder({})
+        kept: list[Point] = []
+        for point in points:
+            try:
+                probe.encode(point)
+            except LineProtocolError as exc:
+                self.stats.unencodable_points += 1
+                if not self._unencodable_logged:
+                    self._unencodable_logged = True
+                    log.error(
+                        "sink %s: dropped a point that cannot be written as line protocol: %s "
+                        "(counted in nrg_collect unencodable_points; further ones are only counted)",
+                        self.name,
+                        exc,
+                    )
+            else:
+                kept.append(point)
+        return kept
 
     # -- loop side ----------------------------------------------------------------------------
 
@@ -417,6 +447,11 @@ class SinkRunner:
                 # Keep the batch: put it back at the head so the final flush still sees it.
                 self.queue.extendleft(reversed(batch))
                 raise
+            except LineProtocolError:
+                batch = self._without_unencodable(batch)
+                if not batch:
+                    return True
+                continue
             except WriteError as exc:
                 batch = self._count_partial(batch, exc)
                 if not batch:

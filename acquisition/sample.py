@@ -122,13 +122,13 @@ def _reads_interval(cls: type[Any]) -> bool:
 
 def plugin_sample(kind: str, name: str) -> list[str]:
     """The sample lines of one plugin: its ``sample.toml``, else from its config dataclass."""
-    path = sample_path(kind, name)
-    if path is not None:
-        return path.read_text(encoding="utf-8").strip().splitlines()
     try:
         cls = load_class(kind, name)
     except ImportError as exc:
         return [f"## [[{kind}.{name}]]  (not installed here: {exc})"]
+    path = sample_path(kind, name)
+    if path is not None:
+        return _from_sample_file(kind, cls, path.read_text(encoding="utf-8"))
     out = []
     doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
     if doc:
@@ -139,6 +139,20 @@ def plugin_sample(kind: str, name: str) -> list[str]:
     config_class = getattr(cls, "config_class", None)
     if config_class is not None:
         out.extend(dataclass_lines(config_class))
+    return out
+
+
+def _from_sample_file(kind: str, cls: type[Any], text: str) -> list[str]:
+    """A plugin's ``sample.toml`` as the printout shows it: the table header commented (the
+    plugin runs only once it is uncommented) and the keys the core reads for it added below."""
+    out: list[str] = []
+    for line in text.strip().splitlines():
+        if line.startswith("[["):
+            out.append(f"# {line}")
+            if kind == "sinks" or (kind == "collectors" and _reads_interval(cls)):
+                out.extend(_COMMON[kind])
+        else:
+            out.append(line)
     return out
 
 

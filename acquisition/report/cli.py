@@ -34,8 +34,8 @@ from acquisition.report.formats import (
 from acquisition.report.recorder import SummaryRecorder, attach_recorder
 from acquisition.report.runs import RunInfo, find_runs, load_run, select_runs
 from acquisition.store import Store
-from acquisition.summary import RAM_UNITS, TIME_UNITS, RunSummary, SummaryOptions, summarize
-from acquisition.summary.model import DEFAULT_CARBON_INTENSITY
+from acquisition.summary import RunSummary, SummaryOptions, summarize
+from acquisition.summary_options import add_summary_arguments, add_unit_arguments
 
 __all__ = [
     "INFLUX_LATER",
@@ -51,36 +51,6 @@ INFLUX_LATER = (
     "use the file sink's directory (--data DIR) meanwhile"
 )
 HTML_NEEDS_OUTPUT = "--format html needs -o FILE"
-
-
-def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of the summary a tracked run prints (also used by report and compare)."""
-    g = parser.add_argument_group("run summary")
-    g.add_argument(
-        "--summary",
-        choices=("text", "json", "none"),
-        default="text",
-        help="summary printed on stderr when the tracked command exits (default: text)",
-    )
-    g.add_argument("--summary-file", metavar="FILE", help="also write the JSON summary here")
-    _unit_arguments(g)
-
-
-def _unit_arguments(g: Any) -> None:
-    g.add_argument("--ram-unit", choices=tuple(RAM_UNITS), default="gigabytes")
-    g.add_argument(
-        "--gpu-ram-unit",
-        choices=tuple(u for u in RAM_UNITS if u != "terabytes"),
-        default="gigabytes",
-    )
-    g.add_argument("--time-unit", choices=tuple(TIME_UNITS), default="hours")
-    g.add_argument(
-        "--carbon-intensity",
-        type=float,
-        metavar="G_PER_KWH",
-        help=f"grams CO2e per kWh (default: [report] carbon_intensity_g_per_kwh, else "
-        f"{DEFAULT_CARBON_INTENSITY:g}, the world average)",
-    )
 
 
 def _report_table(config_path: str | None) -> dict[str, Any]:
@@ -170,7 +140,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--influx", metavar="URL", help="read from InfluxDB instead of files")
     p.add_argument("--format", choices=("text", "json", "csv", "html"), default="text")
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
-    _unit_arguments(p)
+    add_unit_arguments(p)
 
 
 def data_location(args: argparse.Namespace) -> Path:

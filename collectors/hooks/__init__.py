@@ -13,10 +13,10 @@ listener stamps the ``host`` tag and the ``pid`` tag (the sending process, from 
 for a fallback file, the writer's pid from its name), and a ``rank`` tag from the job's
 ``RANK``/``LOCAL_RANK`` environment when the line has none; it adds each peer's pid to
 ``context.status["tracked_pids"]`` so the procfs collector follows the training process. Lines
-longer than ``max_line_bytes``, undecodable or unparsable lines, integers or timestamps outside
-int64, other measurements, connections beyond ``max_connections`` and other users' connections are
-rejected, counted by reason (``stats()``, published in ``nrg_collect``) and logged once per
-reason.
+longer than ``max_line_bytes``, undecodable or unparsable lines, integers outside int64 or
+timestamps outside InfluxDB's range, other measurements, connections beyond ``max_connections``
+and other users' connections are rejected, counted by reason (``stats()``, published in
+``nrg_collect``) and logged once per reason.
 
 On shutdown the listener stops reading new connections, drains what the peers already sent, and
 removes the socket file if it is still the one it created.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from acquisition.errors import LineProtocolError
+from acquisition.errors import LineProtocolError, LineProtocolRangeError
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
 
@@ -75,10 +75,10 @@ def parse_hook_line(
         return None
     try:
         point = decode_line(stripped, default_time_ns=now_ns)
+    except LineProtocolRangeError as exc:
+        raise HookLineRejected("range", str(exc)) from None
     except LineProtocolError as exc:
-        # The decoder refuses integers and timestamps beyond int64 itself; count those as range.
-        reason = "range" if "int64" in str(exc) else "syntax"
-        raise HookLineRejected(reason, str(exc)) from None
+        raise HookLineRejected("syntax", str(exc)) from None
     if point.measurement not in JOB_MEASUREMENTS:
         raise HookLineRejected(
             "measurement",

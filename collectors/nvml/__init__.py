@@ -63,6 +63,7 @@ from .parse import (
     MEMORY_V2,
     NVML_SUCCESS,
     TEMPERATURE_GPU,
+    _is_number,
     decode_samples,
     is_ga100,
     parse_proc_stat,
@@ -279,7 +280,7 @@ class NvmlCollector:
             return list(range(len(uuids))), [None] * len(uuids)
         if spec == "visible":
             entries = parse_visible_devices(self._environ.get("CUDA_VISIBLE_DEVICES"))
-            ordinals = entries and any(entry.lstrip("-").isdigit() for entry in entries)
+            ordinals = entries and any(_is_number(entry) for entry in entries)
             if ordinals and mixed and self._environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
                 # CUDA numbers fastest-first by default, NVML in PCI order. They agree on a machine
                 # of identical GPUs; on a mixed one only UUIDs (or PCI_BUS_ID order) are exact.

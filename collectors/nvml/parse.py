@@ -117,6 +117,12 @@ def parse_visible_devices(value: str | None) -> list[str] | None:
     return [entry.strip() for entry in value.split(",")] if value.strip() else []
 
 
+def _is_number(entry: str) -> bool:
+    """An ASCII decimal integer, optionally negative (CUDA reads ``-1`` as "stop here")."""
+    digits = entry[1:] if entry.startswith("-") else entry
+    return digits.isascii() and digits.isdigit()
+
+
 def select_gpus(
     entries: Sequence[str] | None, uuids: Sequence[str], *, stop_at_invalid: bool
 ) -> list[int]:
@@ -131,7 +137,7 @@ def select_gpus(
     chosen: list[int] = []
     for entry in entries:
         found: int | None = None
-        if entry.lstrip("-").isdigit():
+        if _is_number(entry):
             number = int(entry)
             if 0 <= number < len(uuids):
                 found = number

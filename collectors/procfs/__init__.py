@@ -413,12 +413,16 @@ class ProcfsCollector:
                 {"tree": tree, "scope": scope} for scope in _SCOPES
             )
         for t, s in zip(tags, (main, desc, main.merged(desc)), strict=True):
-            emit(Point("process", t, process_fields(tick, history, s, s.d), now_ns))
+            f = process_fields(tick, history, s.cpu, s.d, s.rss, s.threads, s.memory(), s.count)
+            emit(Point("process", t, f, now_ns))
         rows.sort(key=lambda r: r[0].st.pid)
-        if not self.config.pid_tag:
+        if not self.config.pid_tag and rows:
             self._instances.update(tree, [(p.st.comm, p.st.pid) for p, _ in rows])
         for p, d in rows:
-            fields = process_fields(tick, history, p, d)
+            st = p.st
+            fields = process_fields(
+                tick, history, p.cpu, d, st.rss_pages, st.num_threads, p.detail, -1
+            )
             if not self.config.pid_tag:
                 fields["pid"] = p.st.pid
             emit(Point("process", self._pid_tags(p, tree), fields, now_ns))

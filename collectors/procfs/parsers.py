@@ -160,18 +160,16 @@ def parse_pid_stat(data: bytes) -> PidStat:
     rest = data[rp + 2 :].split(b" ", 22)
     if len(rest) < 22:
         raise ValueError(f"/proc/<pid>/stat has {len(rest)} fields after comm, expected 22+")
-    numbers = (
-        int(data[:lp]),
-        int(rest[1]),
-        int(rest[11]),
-        int(rest[12]),
-        int(rest[17]),
-        int(rest[19]),
-        int(rest[21]),
-    )
-    if max(numbers) > INT64_MAX or min(numbers) < INT64_MIN:
-        _check64(numbers)
-    pid, ppid, utime, stime, threads, start, rss = numbers
+    pid = int(data[:lp])
+    ppid = int(rest[1])
+    utime = int(rest[11])
+    stime = int(rest[12])
+    threads = int(rest[17])
+    start = int(rest[19])
+    rss = int(rest[21])
+    # One OR and a shift: non-zero only for a negative value or one of 2^63 or more.
+    if (pid | ppid | utime | stime | threads | start | rss) >> 63:
+        _check64((pid, ppid, utime, stime, threads, start, rss))
     # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs for every tracked
     # process at every tick.
     return _new_tuple(

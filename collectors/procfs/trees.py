@@ -17,7 +17,6 @@ root (a job tracked on its own under the agent's tree is counted in its own tree
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from acquisition.point import FieldValue
 
@@ -205,8 +204,9 @@ def same_members(
     changed or moved. Used when the kernel's fork counter stood still since the last tick."""
     members = [root]
     alive = {root.st.pid}
+    get = table.get
     for pid, ppid in shape:
-        p = table.get(pid)
+        p = get(pid)
         if p is None or p.prev_cpu is None or p.st.ppid != ppid or ppid not in alive:
             return None
         members.append(p)
@@ -214,27 +214,42 @@ def same_members(
     return members
 
 
-@dataclass(frozen=True, slots=True)
 class TickContext:
     """What every tree's fields need from the system at this tick."""
 
-    hz: int
-    page_size: int
-    d_total: int  # Δ total ticks of /proc/stat since the previous tick (0: no history)
-    d_busy: int
-    n_online: int
-    used_bytes: int
-    memory_detail: bool
+    __slots__ = ("d_busy", "d_total", "hz", "memory_detail", "n_online", "page_size", "used_bytes")
+
+    def __init__(
+        self,
+        *,
+        hz: int,
+        page_size: int,
+        d_total: int,
+        d_busy: int,
+        n_online: int,
+        used_bytes: int,
+        memory_detail: bool,
+    ) -> None:
+        self.hz = hz
+        self.page_size = page_size
+        self.d_total = d_total  # Δ total ticks of /proc/stat since the previous tick (0: none)
+        self.d_busy = d_busy
+        self.n_online = n_online
+        self.used_bytes = used_bytes
+        self.memory_detail = memory_detail
 
 
 def process_fields(
-    tick: TickContext, history: bool, s: Sum | Proc, d: int
+    tick: TickContext,
+    history: bool,
+    cpu: int,
+    d: int,
+    rss_pages: int,
+    threads: int,
+    m: MemoryDetail | None,
+    count: int,
 ) -> dict[str, FieldValue]:
-    """Fields of one ``process`` point: a scope's sums (``Sum``) or one process (``Proc``)."""
-    if isinstance(s, Sum):
-        cpu, rss_pages, threads, m, count = s.cpu, s.rss, s.threads, s.memory(), s.count
-    else:
-        cpu, rss_pages, threads, m, count = s.cpu, s.st.rss_pages, s.st.num_threads, s.detail, -1
+    """Fields of one ``process`` point (``count`` < 0: a single process, no ``process_count``)."""
     out: dict[str, FieldValue] = {"cpu_seconds": cpu / tick.hz}
     if history:
         out["cpu_utilization_ratio"] = d / tick.d_total
@@ -267,9 +282,13 @@ class Instances:
 
     def __init__(self) -> None:
         self._slots: dict[tuple[str, str], dict[int, int]] = {}
+        self._last: dict[str, list[tuple[str, int]]] = {}
 
     def update(self, tree: str, live: list[tuple[str, int]]) -> None:
         """Release the slots of processes no longer in ``tree``, then give new ones a slot."""
+        if self._last.get(tree) == live:
+            return  # the same processes as at the last tick: nothing to do
+        self._last[tree] = live
         by_comm: dict[str, set[int]] = {}
         for comm, pid in live:
             by_comm.setdefault(comm, set()).add(pid)
@@ -293,5 +312,6 @@ class Instances:
         return slot
 
     def forget(self, tree: str) -> None:
+        self._last.pop(tree, None)
         for key in [k for k in self._slots if k[0] == tree]:
             del self._slots[key]

@@ -136,6 +136,40 @@ def test_ctrl_c_reaches_only_the_job_which_saves_its_checkpoint_and_exit_code(
     assert runs[0].tags["run"].startswith("job.py-")
 
 
+_HUP_JOB = r"""
+import pathlib, signal, sys, time
+done = pathlib.Path(sys.argv[1])
+def hung_up(signum, frame):
+    done.write_text("saved")
+    sys.exit(5)
+signal.signal(signal.SIGHUP, hung_up)
+print("READY", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_closing_the_terminal_hangs_up_the_job_once_and_the_agent_still_flushes(
+    workdir: Path,
+) -> None:
+    job = workdir / "hup.py"
+    job.write_text(_HUP_JOB)
+    done = workdir / "saved"
+    p = PtyProcess(
+        [NRG, "-q", "-c", str(_config(workdir)), "--", sys.executable, str(job), str(done)],
+        _env(workdir),
+    )
+    try:
+        p.expect(b"READY\r\n")  # the whole line: the job must not be writing any more
+        os.close(p.master)  # the terminal goes away: the kernel sends SIGHUP
+        code = p.proc.wait(timeout=60)
+    finally:
+        p.kill()
+    assert code == 5
+    assert done.read_text() == "saved"
+    assert any(pt.measurement == "memory" for pt in _points(workdir))
+
+
 def test_second_ctrl_c_escalates_to_sigterm_and_exit_status_is_128_plus_n(
     workdir: Path,
 ) -> None:

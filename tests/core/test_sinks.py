@@ -473,3 +473,24 @@ async def test_file_sink_gzips_rotated_files(tmp_path: Path) -> None:
     assert gz and len(plain) == 1  # only the last file stays uncompressed
     text = "".join(gzip.decompress(p.read_bytes()).decode() for p in gz) + plain[0].read_text()
     assert [decode_line(ln).fields["n"] for ln in text.splitlines()] == list(range(200))
+
+
+async def test_a_point_line_protocol_cannot_carry_is_dropped_alone_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = FileSink(FileConfig(path=str(tmp_path / "out.lp")), ctx(tmp_path))
+    await sink.open()
+    runner = SinkRunner("file", sink, batch_size=10, flush_interval_s=0.01, buffer_limit=100)
+    batch = pts(5)
+    batch[2] = Point("m", {}, {"n": 2**64}, batch[2].time_ns)  # beyond int64
+    batch[3] = Point("m", {}, {"n": math.nan}, batch[3].time_ns)
+    for p in batch:
+        runner.offer(p)
+    assert await runner.write(runner.take_batch(), deadline=None)
+    await sink.aclose()
+    lines = (tmp_path / "out.lp").read_text().splitlines()
+    assert [int(decode_line(line).fields["n"]) for line in lines] == [0, 1, 4]
+    assert runner.stats.unencodable_points == 2
+    assert runner.stats.points_written == 3
+    logged = [r for r in caplog.records if "cannot be written as line protocol" in r.getMessage()]
+    assert len(logged) == 1 and "18446744073709551616" in logged[0].getMessage()

@@ -10,7 +10,6 @@ WORDS = re.compile(r"the issue|§|as requested|reviewer|not met", re.IGNORECASE)
 SCANNED_DIRS = ("docs", "acquisition", "collectors", "sinks", "scripts", "bench", "tests")
 SUFFIXES = {".md", ".py", ".toml"}
 PENDING_REWRITE = {
-    "README.md",
     "acquisition/torch/steps.py",
     "bench/bench_nvml.py",
     "collectors/rapl/__init__.py",

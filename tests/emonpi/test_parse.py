@@ -30,7 +30,7 @@ from .conftest import StepClock
 LAYOUTS = {layout.name: layout for layout in BUILTIN_LAYOUTS}
 TABLE = LayoutTable(BUILTIN_LAYOUTS)
 
-# interfaces.md §1.7, synthetic vectors (struct.pack, round-trip exact)
+# The emonPi firmware's documented test vectors and synthetic ones (struct.pack, round-trip exact)
 CLASSIC = "OK 5 96 1 211 255 51 1 73 94 215 0 0 0 0 0 0 0 0 0 0 0 210 4 0 0 (-0)"
 TX_V2 = "OK 10 176 4 202 254 55 0 204 93"
 CM = (

@@ -19,6 +19,7 @@ import pytest
 from acquisition.api import PluginContext
 from acquisition.config import PluginSpec
 from acquisition.errors import ConfigError, NoData
+from acquisition.lineproto import INT_RANGE_ERROR
 from acquisition.point import Point
 from acquisition.registry import build_plugin
 from collectors.hooks import HooksCollector, HooksConfig, fallback_file_pid
@@ -467,7 +468,8 @@ async def test_out_of_range_integers_and_timestamps_are_rejected_and_logged_once
     assert listener.collector.stats()["rejected_range"] == 3
     logged = [r for r in caplog.records if "rejected a line" in r.getMessage()]
     assert len(logged) == 1
-    assert "int64" in logged[0].getMessage()
+    first = INT_RANGE_ERROR.format(key="step", measurement="nrg_step", value=99999999999999999999)
+    assert f"(range: {first})" in logged[0].getMessage()
 
 
 async def test_job_points_carry_the_peer_pid_and_rank_from_its_environment(

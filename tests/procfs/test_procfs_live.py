@@ -138,8 +138,8 @@ def _fds_on(pids: set[int]) -> list[str]:
 async def test_real_tree_found_with_plausible_values(tree: Tree, tmp_path: Path) -> None:
     c = await _opened(tmp_path, pids=[tree.pid], track_self=False)
     try:
-        first = await _tick(c)
-        assert [p for p in first if p.measurement == "cpu"] == []  # no delta yet
+        # The first tick's ratios cover the time since open (test_procfs_golden checks them).
+        await _tick(c)
         tree.command("burn")  # so that CPU ticks elapse between the two samples
         points = await _tick(c)
     finally:
