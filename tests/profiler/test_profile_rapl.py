@@ -428,3 +428,25 @@ def test_a_drained_sampler_keeps_no_points_and_gives_the_same_energy(
     assert_energy(sleep, profiles)
     assert sampler.drains >= 2 and sampler.handed > 20
     assert prof.step_energies()[0].energy_j is not None
+
+
+def test_profiler_events_map_to_thread_gpu_and_async_tracks() -> None:
+    """The profiler's own events (``prof.events()``): CPU ones on their thread, device ones
+    (kernels, which this machine cannot record) on their GPU, async ones alone; µs from the
+    trace start → Unix-epoch ns."""
+    from types import SimpleNamespace
+
+    from acquisition.profiler.wrapper import _span
+
+    device = torch.autograd.DeviceType
+    base = 1_790_000_000_000_000_000
+
+    def event(**kw: Any) -> Any:
+        return SimpleNamespace(time_range=SimpleNamespace(start=1.5, end=4.0), **kw)
+
+    cpu = _span(event(device_type=device.CPU, thread=7, is_async=False), base)
+    assert (cpu.track, cpu.start_ns, cpu.end_ns) == (("cpu", 7), base + 1500, base + 4000)
+    gpu = _span(event(device_type=device.CUDA, device_index=1, thread=0, is_async=False), base)
+    assert gpu.track == ("gpu", 1)
+    lone = _span(event(device_type=device.CPU, thread=7, is_async=True), base)
+    assert lone.track[0] == "async"
