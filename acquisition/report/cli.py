@@ -172,6 +172,9 @@ def _summaries(store: Store, infos: Sequence[RunInfo], options: SummaryOptions) 
     return [summarize(load_run(store, info), options) for info in infos]
 
 
+PROFILE_NEEDS_TWO = "--profile compares exactly two trace files"
+
+
 def _run_cli(func: Any, argv: Sequence[str]) -> int:
     try:
         return int(func(argv))
@@ -222,14 +225,41 @@ def _report(argv: Sequence[str]) -> int:
     return 0
 
 
+def _compare_profiles(args: argparse.Namespace) -> int:
+    """``compare --profile a.json b.json``: two energy-annotated traces, operator by operator."""
+    if len(args.names) != 2:
+        raise NrgError(PROFILE_NEEDS_TWO)
+    from acquisition.profiler import compare_profiles, format_comparison
+
+    try:
+        result = compare_profiles(*args.names)
+    except OSError as exc:
+        raise NrgError(f"cannot read trace {exc.filename}: {exc.strerror}") from None
+    if args.format == "json":
+        import json
+
+        _write(args, json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        _write(args, format_comparison(result))
+    return 0
+
+
 def _compare(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="nrg-collect compare",
         description="Runs or experiments side by side; differences against the first.",
     )
     p.add_argument("names", nargs="+", metavar="RUN|EXPERIMENT")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="NAMES are two traces from acquisition.torch.profile: compare them operator by "
+        "operator",
+    )
     _common(p)
     args = p.parse_args(argv)
+    if args.profile:
+        return _compare_profiles(args)
     if args.influx:
         raise NrgError(INFLUX_LATER)
     where = data_location(args)

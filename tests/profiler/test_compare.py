@@ -138,3 +138,22 @@ def test_comparison_as_json() -> None:
     assert big["significant"] is True
     assert ops[("aten::to", "[[64, 64]]")]["a"] is None
     assert data["window_energy_j"]["a"] == pytest.approx(WATTS * 0.055)
+
+
+def test_the_command_line_compares_two_traces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from acquisition.cli import main
+    from acquisition.report.cli import PROFILE_NEEDS_TWO
+
+    save_trace(A, tmp_path / "a.json")
+    save_trace(B, tmp_path / "b.json")
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    assert main(["compare", "--profile", a, b, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == compare_profiles(a, b).to_dict()
+    assert main(["compare", "--profile", a, b]) == 0
+    assert capsys.readouterr().out == format_comparison(compare_profiles(a, b))
+    assert main(["compare", "--profile", a]) == 2
+    assert PROFILE_NEEDS_TWO in capsys.readouterr().err
+    assert main(["compare", "--profile", a, str(tmp_path / "missing.json")]) == 2
+    assert "cannot read trace" in capsys.readouterr().err
