@@ -289,6 +289,15 @@ def test_quota_drops_are_counted_and_the_agent_lives_on(
     (spool_dir,) = agent.spool_dirs()
     spooled = spooled_lines(spool_dir)
     assert sum(os.path.getsize(p) for p in spool_dir.glob("seg-*")) <= quota + 8
+    # The oldest points stay, the newest are dropped: the spool starts with the first points
+    # produced, contiguous until the quota was reached, and keeps their order throughout.
+    produced = [line for line in agent.lp.read_text().splitlines() if line]
+    position = {line: i for i, line in enumerate(produced)}
+    where = [position[line] for line in spooled]
+    assert where == sorted(where) and len(set(where)) == len(where)
+    prefix = next((i for i, w in enumerate(where) if w != i), len(where))
+    assert where[0] == 0 and prefix >= len(where) * 0.8, (prefix, len(where))
+    assert "dropping new points until replay frees space" in log
 
     vm.start()
     (tmp_path / "second").mkdir()
