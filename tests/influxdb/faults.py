@@ -282,7 +282,7 @@ def hung_then_sigterm(tmp: Path, scale: float) -> Figures:
             again.start()
             time.sleep(2)
             rc2, _ = again.stop()
-            accepted = set(l.decode() for l in server.accepted_lines())
+            accepted = {x.decode() for x in server.accepted_lines()}
     missing = sum(1 for line in produced if line not in accepted)
     assert rc2 == 0 and missing == 0, f"{missing} of {len(produced)} lines missing after restart"
     return {"points": len(produced), "sigterm_exit_s": round(exit_s, 2), "missing_after_restart": 0}
@@ -453,7 +453,7 @@ def retry_after_infinity(tmp: Path, scale: float) -> Figures:
             rc, _ = agent.stop()
             produced = _data_lines(agent.lines())
         writes = server.writes
-    accepted = set(l.decode() for l in server.accepted_lines())
+    accepted = {x.decode() for x in server.accepted_lines()}
     missing = sum(1 for line in produced if line not in accepted)
     assert rc == 0 and missing == 0, f"{missing} of {len(produced)} lines never sent"
     gap = _arrival_gap(writes)
