@@ -473,3 +473,28 @@ async def test_file_sink_gzips_rotated_files(tmp_path: Path) -> None:
     assert gz and len(plain) == 1  # only the last file stays uncompressed
     text = "".join(gzip.decompress(p.read_bytes()).decode() for p in gz) + plain[0].read_text()
     assert [decode_line(ln).fields["n"] for ln in text.splitlines()] == list(range(200))
+
+
+# --- sample.toml of every sink --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["file", "influxdb", "stdout"])
+def test_sample_toml_parses_uncommented_and_lists_exactly_the_config_keys(name: str) -> None:
+    import dataclasses
+    import re
+    import tomllib
+
+    from acquisition.config import build_dataclass
+    from acquisition.registry import load_class
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "sinks" / name / "sample.toml").read_text()
+    assert tomllib.loads(text) == {"sinks": {name: [{}]}}  # valid as it stands
+    uncommented = re.sub(r"(?m)^# (\w+ = )", r"\1", text)
+    (table,) = tomllib.loads(uncommented)["sinks"][name]
+    cls = load_class("sinks", name)
+    fields = [f.name for f in dataclasses.fields(cls.config_class)]
+    assert list(table) == fields
+    built = build_dataclass(cls.config_class, table, f"sinks.{name}[0]")
+    if name != "stdout":  # its sample shows a filter, not the default
+        assert built == cls.config_class()
