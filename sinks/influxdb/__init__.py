@@ -559,11 +559,32 @@ class InfluxDBSink:
         )
         why = Failure(RETRY, f"{type(exc).__name__}: {exc}")
         self._note_failure(why)
-        if self._unexpected < MAX_UNEXPECTED or batch is None:
+        if self._unexpected < MAX_UNEXPECTED:
             return
         self._unexpected = 0
+        await self._set_aside(batch, why)
+
+    async def _set_aside(self, batch: SpoolBatch | None, why: Failure) -> None:
+        """Replay failed :data:`MAX_UNEXPECTED` times in a row on the same batch: its lines go
+        to the dead-letter file (or, when they cannot even be read, its oldest record is counted
+        as lost), so the rest of the spool moves on."""
+        spool = self.spool
         try:
-            await self.dead_letter.keep([(line, why) for line in lines_of(batch.payload)])
-            await self.spool.commit(batch)
+            if batch is not None and batch.payload:
+                await self.dead_letter.keep([(line, why) for line in lines_of(batch.payload)])
+                await spool.commit(batch)
+                return
+            head = spool.oldest()
+            if head is None:
+                return
+            await spool.commit(SpoolBatch(1, head.points, b"", (head,)))
+            self.lost_points += head.points
+            log.error(
+                "influxdb %s: %d point(s) of an unreadable spool record were given up "
+                "(counted in lost_points): %s",
+                self.where(),
+                head.points,
+                why,
+            )
         except OSError as err:
             log.error("influxdb %s: cannot set the batch aside: %s", self.where(), err)

@@ -327,6 +327,10 @@ class Spool:
 
     # --- accounting --------------------------------------------------------------------------
 
+    def oldest(self) -> SpoolRecord | None:
+        """The oldest record not yet replayed."""
+        return self._index[0] if self._index else None
+
     @property
     def records(self) -> int:
         return len(self._index)
