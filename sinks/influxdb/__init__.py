@@ -574,6 +574,7 @@ class InfluxDBSink:
                 await self.dead_letter.keep([(line, why) for line in lines_of(batch.payload)])
                 await spool.commit(batch)
                 return
+            spool.roll()  # never append to a segment that cannot be read
             head = spool.oldest()
             if head is None:
                 return

@@ -327,6 +327,12 @@ class Spool:
 
     # --- accounting --------------------------------------------------------------------------
 
+    def roll(self) -> None:
+        """Start a new segment for the next append (the current one may be damaged)."""
+        if self._seq_size:
+            self._seq += 1
+            self._seq_size = 0
+
     def oldest(self) -> SpoolRecord | None:
         """The oldest record not yet replayed."""
         return self._index[0] if self._index else None
