@@ -262,6 +262,10 @@ class Spool:
         """fsync the active segment now (whatever the policy)."""
         await self._call(self._files.sync)
 
+    async def sync_barrier(self) -> None:
+        """Wait until the writer thread has done everything submitted so far."""
+        await self._call(lambda: None)
+
     # --- replaying ---------------------------------------------------------------------------
 
     async def read(self, max_bytes: int) -> SpoolBatch:

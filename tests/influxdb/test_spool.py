@@ -370,12 +370,13 @@ async def test_corruption_in_the_middle_costs_one_record_at_restart(tmp_path: Pa
     await again.close()
 
 
-@pytest.mark.parametrize(("policy", "expect_sync"), [("always", True), ("never", False)])
+@pytest.mark.parametrize("policy", ["always", "never", "50ms"])
 async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, expect_sync: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
 ) -> None:
-    """Spy on os.fsync and os.replace: with "always" every append and the cursor (before its
-    rename) reach the disk; with "never" nothing is fsynced."""
+    """Spy on os.fsync and os.replace: "always" syncs every append and the cursor before its
+    rename; a duration syncs the segment once its timer fires, and the cursor before its rename;
+    "never" syncs nothing."""
     events: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
 
@@ -397,12 +398,20 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
     seg_name = segments(tmp_path)[0].name
     appended = list(events)
     events.clear()
+    await asyncio.sleep(0.15)  # the interval policy's timer fires
+    await spool.sync_barrier()
+    timed = list(events)
+    events.clear()
     await spool.commit(await spool.read(1 << 20))
     committed = list(events)
     await spool.close()
-    if expect_sync:
-        assert f"fsync {seg_name}" in appended
+    synced_segment = f"fsync {seg_name}"
+    if policy == "always":
+        assert synced_segment in appended and timed == []
+        assert committed[:2] == ["fsync cursor.tmp", "rename cursor.tmp"]
+    elif policy == "50ms":
+        assert synced_segment not in appended and timed == [synced_segment]
         assert committed[:2] == ["fsync cursor.tmp", "rename cursor.tmp"]
     else:
-        assert not [e for e in appended + committed if e.startswith("fsync")]
+        assert not [e for e in appended + timed + committed if e.startswith("fsync")]
         assert committed == ["rename cursor.tmp"]
