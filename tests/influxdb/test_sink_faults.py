@@ -229,3 +229,24 @@ async def test_an_unreadable_spool_record_is_given_up_after_a_few_tries_and_coun
     assert sink.stats()["lost_points"] == 10
     assert server.accepted_lines() == lines_of(context, 10, 5)
     assert "given up" in caplog.text
+
+
+async def test_the_runner_cuts_closing_short_at_the_shutdown_deadline(
+    context: PluginContext,
+) -> None:
+    from acquisition.running import SinkRunner
+
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=3600.0, drain_timeout=3600.0)
+        await sink.open()
+        runner = SinkRunner("influxdb", sink, batch_size=100, flush_interval_s=1, buffer_limit=1000)
+        for p in make_points(0, 100):
+            runner.offer(p)
+        deadline = time.monotonic() + 0.3
+        await runner.close(deadline)  # the batch is posted; the server never answers
+        await asyncio.wait_for(runner.close_sink(deadline), 30)  # a hang guard
+    assert sink.stats()["lost_points"] == 0
+    again = make_sink(context, server.url)
+    await again.spool.open()
+    assert again.spool.points == 100
+    await again.spool.close()
