@@ -415,3 +415,38 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
     else:
         assert not [e for e in appended + timed + committed if e.startswith("fsync")]
         assert committed == ["rename cursor.tmp"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 30), min_size=1, max_size=8),
+    st.data(),
+)
+def test_a_flipped_byte_in_any_payload_costs_exactly_that_record(
+    sizes: list[int], data: st.DataObject
+) -> None:
+    async def run(directory: Path) -> None:
+        spool = Spool(directory, max_bytes=1 << 20)
+        await spool.open()
+        payloads = []
+        start = 0
+        for n in sizes:
+            payloads.append(lines(start, n))
+            spool.append_nowait(payloads[-1], n)
+            start += n
+        await spool.close()
+        (seg,) = segments(directory)
+        raw = bytearray(seg.read_bytes())
+        k = data.draw(st.integers(0, len(payloads) - 1), label="record")
+        offset = len(MAGIC) + sum(len(encode_record(p, 1, 0)) for p in payloads[:k])
+        at = offset + HEADER.size + data.draw(st.integers(0, len(payloads[k]) - 1), label="byte")
+        raw[at] ^= data.draw(st.integers(1, 255), label="flip")
+        seg.write_bytes(bytes(raw))
+        again = Spool(directory, max_bytes=1 << 20)
+        await again.open()
+        assert again.torn_records == 1
+        assert await drain(again) == b"".join(p for i, p in enumerate(payloads) if i != k)
+        await again.close()
+
+    with tempfile.TemporaryDirectory() as d:
+        asyncio.run(run(Path(d)))
