@@ -401,7 +401,7 @@ class InfluxDBSink:
         try:
             accepted = await self.spool.append(body, points)
         except OSError as exc:
-            raise WriteError(str(exc), retryable=True) from None
+            raise WriteError(exc.strerror or str(exc), retryable=True) from None
         if accepted:
             self.spooled_points += points
         self.machine.fire(Event.BACKLOG)

@@ -174,7 +174,8 @@ class Spool:
         try:
             await asyncio.wrap_future(fut)
         except OSError as exc:
-            raise OSError(exc.errno, f"spool {self.directory} cannot write: {exc}") from None
+            why = exc.strerror or str(exc)
+            raise OSError(exc.errno, f"spool {self.directory} cannot write: {why}") from None
         return True
 
     def _enqueue(
