@@ -498,3 +498,27 @@ def test_sample_toml_parses_uncommented_and_lists_exactly_the_config_keys(name: 
     built = build_dataclass(cls.config_class, table, f"sinks.{name}[0]")
     if name != "stdout":  # its sample shows a filter, not the default
         assert built == cls.config_class()
+
+
+async def test_a_run_task_cancelled_at_the_deadline_keeps_its_batch_for_close() -> None:
+    """The agent cancels a sink task whose write hangs past the deadline: the batch goes back
+    to the queue, and close() spills it (or counts it) instead of losing it silently."""
+    release = asyncio.Event()
+
+    class HungWithSpool(FlakySink):
+        async def write(self, batch: Sequence[Point]) -> None:
+            await release.wait()
+
+    sink = HungWithSpool()
+    runner = SinkRunner("t", sink, batch_size=3, flush_interval_s=0.01, buffer_limit=100)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.run())
+    for p in pts(5):
+        runner.offer(p)
+    await asyncio.sleep(0.05)  # a write is hanging
+    runner.stop()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await runner.close(deadline=time.monotonic())
+    assert sorted(sink.spilled) == [0, 1, 2, 3, 4]
+    assert runner.stats.spilled_points == 5
