@@ -533,6 +533,19 @@ class SinkRunner:
         if self.queue:
             self._keep_rest()
 
+    async def close_sink(self, deadline: float) -> None:
+        """``sink.aclose()``, cut short at ``deadline`` (monotonic s) through ``sink.abort()``
+        when the sink has one (a post waiting for a hung server, a spool still draining)."""
+        task = asyncio.ensure_future(self.sink.aclose())
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - time.monotonic()))
+        abort = getattr(self.sink, "abort", None)
+        if not done and callable(abort):
+            log.warning(
+                "sink %s: closing passed the shutdown deadline; cutting it short", self.name
+            )
+            abort()
+        await task
+
     def _keep_rest(self) -> None:
         rest = list(self.queue)
         self.queue.clear()

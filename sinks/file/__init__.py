@@ -191,10 +191,13 @@ class FileSink:
 
     async def write(self, batch: Sequence[Point]) -> None:
         data = self.encoder.encode_many(batch).encode()
-        if self._file is None:
-            await self._open_file()
-        if self._size and self._size + len(data) > self.config.max_bytes:
-            await self._rotate()
+        try:
+            if self._file is None:
+                await self._open_file()
+            if self._size and self._size + len(data) > self.config.max_bytes:
+                await self._rotate()
+        except (ConfigError, OSError) as exc:  # a full disk refusing a new file: try again later
+            raise WriteError(str(exc), retryable=True) from exc
         start = self._size
         done = 0
         try:

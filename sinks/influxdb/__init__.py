@@ -60,6 +60,7 @@ from sinks.influxdb.http import (
     detect_api,
     parse_retry_after,
 )
+from sinks.influxdb.order import TicketOrder
 from sinks.influxdb.rejects import DeadLetter, bisect, lines_of
 from sinks.influxdb.spool import Spool, SpoolBatch, parse_fsync_policy
 from sinks.influxdb.state import Event, SinkState, StateMachine
@@ -141,11 +142,7 @@ class InfluxDBSink:
         self._inflight: asyncio.Task[None] | None = None
         self._post_started: float | None = None
         self._unspooled: collections.deque[tuple[bytes, int]] = collections.deque()
-        # Order: every body gets a ticket when its points leave the core's queue; spool appends
-        # happen in ticket order (see _place).
-        self._next_ticket = 0
-        self._placed = 0
-        self._pending: dict[int, tuple[bytes, int] | None] = {}
+        self._order = TicketOrder(self._spool_nowait)
         # Counters published as nrg_collect self-stats.
         self.sent_points = 0
         self.replayed_points = 0
@@ -188,7 +185,7 @@ class InfluxDBSink:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._replayer
             self._replayer = None
-        self._place_all()
+        self._order.place_all()
         await self.spool.flush()
         if self.spool.records:
             log.warning(
@@ -248,18 +245,18 @@ class InfluxDBSink:
         """
         if not batch:
             return
-        ticket = self._take_ticket()
+        ticket = self._order.take()
         try:
             body = await self._encode(batch)
             await self._settle()
         except BaseException:
-            self._place(ticket, None)  # the core keeps the batch and writes it again
+            self._order.place(ticket, None)  # the core keeps the batch and writes it again
             raise
-        if self.spool.records or self.machine.state is not SinkState.OK or self._pending:
+        if self.spool.records or self.machine.state is not SinkState.OK or self._order.waiting:
             try:
                 await self._to_spool(body, len(batch))
             finally:
-                self._place(ticket, None)
+                self._order.place(ticket, None)
             return
         self._inflight = asyncio.create_task(self._send_direct(body, len(batch), ticket))
 
@@ -298,7 +295,7 @@ class InfluxDBSink:
             async with self._send_lock:
                 await self._deliver(body)
         except asyncio.CancelledError:  # abort(): keep the batch for the next start
-            self._place(ticket, (body, points))
+            self._order.place(ticket, (body, points))
             raise
         except Failure as exc:
             self._note_failure(exc)
@@ -307,22 +304,22 @@ class InfluxDBSink:
             self._note_failure(Failure(RETRY, f"{type(exc).__name__}: {exc}"))
         else:
             self.sent_points += points
-            self._place(ticket, None)
+            self._order.place(ticket, None)
             return
         try:
             await self._to_spool(body, points)
         except WriteError:
             self._unspooled.append((body, points))
         finally:
-            self._place(ticket, None)
+            self._order.place(ticket, None)
 
     def spill(self, points: Sequence[Point]) -> None:
         """The core's queue is full: keep ``points`` on disk (never blocks the loop)."""
         if not points:
             return
-        ticket = self._take_ticket()
+        ticket = self._order.take()
         body = self._encoder.encode_many(points).encode()
-        self._place(ticket, (body, len(points)))
+        self._order.place(ticket, (body, len(points)))
 
     def status(self) -> str:
         n = self.spool.points
@@ -365,31 +362,7 @@ class InfluxDBSink:
             return f"{self.config.url} database {self.config.db()}"
         return f"{self.config.url} bucket {self.config.bucket}"
 
-    # --- order -------------------------------------------------------------------------------
-
-    def _take_ticket(self) -> int:
-        ticket = self._next_ticket
-        self._next_ticket += 1
-        return ticket
-
-    def _place(self, ticket: int, item: tuple[bytes, int] | None) -> None:
-        """Body ``ticket`` is settled: ``None`` when delivered or spooled already, else a body
-        to spool. Spool appends happen in ticket order, so a batch spilled while an older one is
-        still being written queues behind it."""
-        self._pending[ticket] = item
-        while self._placed in self._pending:
-            ready = self._pending.pop(self._placed)
-            self._placed += 1
-            if ready is not None:
-                self._spool_nowait(*ready)
-
-    def _place_all(self) -> None:
-        """At close: spool whatever waits for an earlier body, in order."""
-        for ticket in sorted(self._pending):
-            ready = self._pending.pop(ticket)
-            if ready is not None:
-                self._spool_nowait(*ready)
-        self._placed = self._next_ticket
+    # --- spool -------------------------------------------------------------------------------
 
     def _spool_nowait(self, body: bytes, points: int) -> None:
         if self.spool.append_nowait(body, points):
@@ -401,7 +374,7 @@ class InfluxDBSink:
         try:
             accepted = await self.spool.append(body, points)
         except OSError as exc:
-            raise WriteError(str(exc), retryable=True) from None
+            raise WriteError(exc.strerror or str(exc), retryable=True) from None
         if accepted:
             self.spooled_points += points
         self.machine.fire(Event.BACKLOG)
@@ -559,11 +532,33 @@ class InfluxDBSink:
         )
         why = Failure(RETRY, f"{type(exc).__name__}: {exc}")
         self._note_failure(why)
-        if self._unexpected < MAX_UNEXPECTED or batch is None:
+        if self._unexpected < MAX_UNEXPECTED:
             return
         self._unexpected = 0
+        await self._set_aside(batch, why)
+
+    async def _set_aside(self, batch: SpoolBatch | None, why: Failure) -> None:
+        """Replay failed :data:`MAX_UNEXPECTED` times in a row on the same batch: its lines go
+        to the dead-letter file (or, when they cannot even be read, its oldest record is counted
+        as lost), so the rest of the spool moves on."""
+        spool = self.spool
         try:
-            await self.dead_letter.keep([(line, why) for line in lines_of(batch.payload)])
-            await self.spool.commit(batch)
+            if batch is not None and batch.payload:
+                await self.dead_letter.keep([(line, why) for line in lines_of(batch.payload)])
+                await spool.commit(batch)
+                return
+            spool.roll()  # never append to a segment that cannot be read
+            head = spool.oldest()
+            if head is None:
+                return
+            await spool.commit(SpoolBatch(1, head.points, b"", (head,)))
+            self.lost_points += head.points
+            log.error(
+                "influxdb %s: %d point(s) of an unreadable spool record were given up "
+                "(counted in lost_points): %s",
+                self.where(),
+                head.points,
+                why,
+            )
         except OSError as err:
             log.error("influxdb %s: cannot set the batch aside: %s", self.where(), err)

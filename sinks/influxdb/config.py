@@ -119,6 +119,9 @@ class Secrets:
         self.token = _read_secret(config.token, config.token_file, "token")
         self.password = _read_secret(config.password, config.password_file, "password")
         self.username = config.username
+        if not self.username and not self.password and ":" in self.token:
+            # A 1.8 "user:password" token: the same credentials on the v1 API.
+            self.username, _, self.password = self.token.partition(":")
         forms = [self.token, self.password]
         if self.username or self.password:
             forms.append(self.basic_auth())

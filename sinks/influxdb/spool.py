@@ -174,7 +174,8 @@ class Spool:
         try:
             await asyncio.wrap_future(fut)
         except OSError as exc:
-            raise OSError(exc.errno, f"spool {self.directory} cannot write: {exc}") from None
+            why = exc.strerror or str(exc)
+            raise OSError(exc.errno, f"spool {self.directory} cannot write: {why}") from None
         return True
 
     def _enqueue(
@@ -262,6 +263,10 @@ class Spool:
         """fsync the active segment now (whatever the policy)."""
         await self._call(self._files.sync)
 
+    async def sync_barrier(self) -> None:
+        """Wait until the writer thread has done everything submitted so far."""
+        await self._call(lambda: None)
+
     # --- replaying ---------------------------------------------------------------------------
 
     async def read(self, max_bytes: int) -> SpoolBatch:
@@ -326,6 +331,16 @@ class Spool:
         await self._call(self._files.commit, cursor, cursor[0])
 
     # --- accounting --------------------------------------------------------------------------
+
+    def roll(self) -> None:
+        """Start a new segment for the next append (the current one may be damaged)."""
+        if self._seq_size:
+            self._seq += 1
+            self._seq_size = 0
+
+    def oldest(self) -> SpoolRecord | None:
+        """The oldest record not yet replayed."""
+        return self._index[0] if self._index else None
 
     @property
     def records(self) -> int:

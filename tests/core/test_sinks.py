@@ -494,3 +494,52 @@ async def test_a_point_line_protocol_cannot_carry_is_dropped_alone_and_counted(
     assert runner.stats.points_written == 3
     logged = [r for r in caplog.records if "cannot be written as line protocol" in r.getMessage()]
     assert len(logged) == 1 and "18446744073709551616" in logged[0].getMessage()
+
+
+# --- sample.toml of every sink --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["file", "influxdb", "stdout"])
+def test_sample_toml_parses_uncommented_and_lists_exactly_the_config_keys(name: str) -> None:
+    import dataclasses
+    import re
+    import tomllib
+
+    from acquisition.config import build_dataclass
+    from acquisition.registry import load_class
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "sinks" / name / "sample.toml").read_text()
+    assert tomllib.loads(text) == {"sinks": {name: [{}]}}  # valid as it stands
+    uncommented = re.sub(r"(?m)^# (\w+ = )", r"\1", text)
+    (table,) = tomllib.loads(uncommented)["sinks"][name]
+    cls = load_class("sinks", name)
+    fields = [f.name for f in dataclasses.fields(cls.config_class)]
+    assert list(table) == fields
+    built = build_dataclass(cls.config_class, table, f"sinks.{name}[0]")
+    if name != "stdout":  # its sample shows a filter, not the default
+        assert built == cls.config_class()
+
+
+async def test_a_run_task_cancelled_at_the_deadline_keeps_its_batch_for_close() -> None:
+    """The agent cancels a sink task whose write hangs past the deadline: the batch goes back
+    to the queue, and close() spills it (or counts it) instead of losing it silently."""
+    release = asyncio.Event()
+
+    class HungWithSpool(FlakySink):
+        async def write(self, batch: Sequence[Point]) -> None:
+            await release.wait()
+
+    sink = HungWithSpool()
+    runner = SinkRunner("t", sink, batch_size=3, flush_interval_s=0.01, buffer_limit=100)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.run())
+    for p in pts(5):
+        runner.offer(p)
+    await asyncio.sleep(0.05)  # a write is hanging
+    runner.stop()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await runner.close(deadline=time.monotonic())
+    assert sorted(sink.spilled) == [0, 1, 2, 3, 4]
+    assert runner.stats.spilled_points == 5

@@ -26,6 +26,8 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]
     body: bytes
+    at: float = 0.0
+    """When it arrived (``time.monotonic()``)."""
 
 
 Answer = tuple[int, dict[str, str], bytes] | None
@@ -114,6 +116,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()},
             dict(self.headers.items()),
             body,
+            time.monotonic(),
         )
         with state.lock:
             state.writes.append(req)

@@ -207,3 +207,46 @@ async def test_the_api_is_detected_from_ping(
 def test_sink_without_spool_dir_uses_the_state_dir(context: PluginContext, tmp_path: Path) -> None:
     sink = InfluxDBSink(make_sink(context, "http://127.0.0.1:1").config, context)
     assert sink.spool.directory.is_relative_to(context.state_dir)
+
+
+async def test_an_unreadable_spool_record_is_given_up_after_a_few_tries_and_counted(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A segment deleted under the agent's feet: replay fails on it a bounded number of times,
+    its points are counted as lost, and what comes after is delivered."""
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=0.2, retry_initial=0.01, retry_max=0.02)
+        await sink.open()
+        await sink.write(make_points(0, 10))
+        await sink.flush()  # spooled after the timeout
+        for seg in sink.spool.directory.glob("seg-*.nrgspool"):
+            seg.unlink()
+        server.set_script(accept)
+        await until(lambda: sink.spool.records == 0, "the spool to move on")
+        await sink.write(make_points(10, 5))
+        await until(lambda: len(server.accepted) == 1, "the next batch to arrive")
+        await sink.aclose()
+    assert sink.stats()["lost_points"] == 10
+    assert server.accepted_lines() == lines_of(context, 10, 5)
+    assert "given up" in caplog.text
+
+
+async def test_the_runner_cuts_closing_short_at_the_shutdown_deadline(
+    context: PluginContext,
+) -> None:
+    from acquisition.running import SinkRunner
+
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=3600.0, drain_timeout=3600.0)
+        await sink.open()
+        runner = SinkRunner("influxdb", sink, batch_size=100, flush_interval_s=1, buffer_limit=1000)
+        for p in make_points(0, 100):
+            runner.offer(p)
+        deadline = time.monotonic() + 0.3
+        await runner.close(deadline)  # the batch is posted; the server never answers
+        await asyncio.wait_for(runner.close_sink(deadline), 30)  # a hang guard
+    assert sink.stats()["lost_points"] == 0
+    again = make_sink(context, server.url)
+    await again.spool.open()
+    assert again.spool.points == 100
+    await again.spool.close()

@@ -43,11 +43,15 @@ def values(influxd: Influxd, db: str, measurement: str = "m") -> list[tuple[int,
     return [(r["time"], r["v"]) for r in influxd.rows(f'SELECT "v" FROM "{measurement}"', db)]
 
 
-@pytest.mark.parametrize("api", ["v1", ""])
+@pytest.mark.parametrize("api", ["v1", "", "1.8-style"])
 async def test_v1_writes_exact_types_and_detects_the_api(
     own_influxd: Influxd, context: PluginContext, db: str, api: str
 ) -> None:
-    sink = make_sink(context, own_influxd.url, api=api, database=db, **CREDENTIALS)
+    if api == "1.8-style":  # the v2-compatibility settings of 1.8 work on the v1 API too
+        token = f"{Influxd.admin_user}:{Influxd.admin_password}"
+        sink = make_sink(context, own_influxd.url, token=token, bucket=f"{db}/autogen")
+    else:
+        sink = make_sink(context, own_influxd.url, api=api, database=db, **CREDENTIALS)
     await sink.open()
     point = Point("types", {"k": "a b"}, {"i": 2**62 + 1, "s": 'q "x"', "b": True}, T0_NS + 7)
     await sink.write([point, *make_points(0, 20)])

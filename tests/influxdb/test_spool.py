@@ -370,12 +370,13 @@ async def test_corruption_in_the_middle_costs_one_record_at_restart(tmp_path: Pa
     await again.close()
 
 
-@pytest.mark.parametrize(("policy", "expect_sync"), [("always", True), ("never", False)])
+@pytest.mark.parametrize("policy", ["always", "never", "50ms"])
 async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, expect_sync: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
 ) -> None:
-    """Spy on os.fsync and os.replace: with "always" every append and the cursor (before its
-    rename) reach the disk; with "never" nothing is fsynced."""
+    """Spy on os.fsync and os.replace: "always" syncs every append and the cursor before its
+    rename; a duration syncs the segment once its timer fires, and the cursor before its rename;
+    "never" syncs nothing."""
     events: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
 
@@ -397,12 +398,55 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
     seg_name = segments(tmp_path)[0].name
     appended = list(events)
     events.clear()
+    await asyncio.sleep(0.15)  # the interval policy's timer fires
+    await spool.sync_barrier()
+    timed = list(events)
+    events.clear()
     await spool.commit(await spool.read(1 << 20))
     committed = list(events)
     await spool.close()
-    if expect_sync:
-        assert f"fsync {seg_name}" in appended
+    synced_segment = f"fsync {seg_name}"
+    if policy == "always":
+        assert synced_segment in appended and timed == []
+        assert committed[:2] == ["fsync cursor.tmp", "rename cursor.tmp"]
+    elif policy == "50ms":
+        assert synced_segment not in appended and timed == [synced_segment]
         assert committed[:2] == ["fsync cursor.tmp", "rename cursor.tmp"]
     else:
-        assert not [e for e in appended + committed if e.startswith("fsync")]
+        assert not [e for e in appended + timed + committed if e.startswith("fsync")]
         assert committed == ["rename cursor.tmp"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 30), min_size=1, max_size=8),
+    st.data(),
+)
+def test_a_flipped_byte_in_any_payload_costs_exactly_that_record(
+    sizes: list[int], data: st.DataObject
+) -> None:
+    async def run(directory: Path) -> None:
+        spool = Spool(directory, max_bytes=1 << 20)
+        await spool.open()
+        payloads = []
+        start = 0
+        for n in sizes:
+            payloads.append(lines(start, n))
+            spool.append_nowait(payloads[-1], n)
+            start += n
+        await spool.close()
+        (seg,) = segments(directory)
+        raw = bytearray(seg.read_bytes())
+        k = data.draw(st.integers(0, len(payloads) - 1), label="record")
+        offset = len(MAGIC) + sum(len(encode_record(p, 1, 0)) for p in payloads[:k])
+        at = offset + HEADER.size + data.draw(st.integers(0, len(payloads[k]) - 1), label="byte")
+        raw[at] ^= data.draw(st.integers(1, 255), label="flip")
+        seg.write_bytes(bytes(raw))
+        again = Spool(directory, max_bytes=1 << 20)
+        await again.open()
+        assert again.torn_records == 1
+        assert await drain(again) == b"".join(p for i, p in enumerate(payloads) if i != k)
+        await again.close()
+
+    with tempfile.TemporaryDirectory() as d:
+        asyncio.run(run(Path(d)))
