@@ -364,6 +364,7 @@ class Agent:
             if not aborted:
                 aborted = await _unless_aborted(r.close(deadline), abort)
             if aborted:  # what is still queued goes to the spool, or is counted as dropped
+                r.abort_flush()
                 await r.close(time.monotonic())
             await self._close_sink(r, deadline, abort)
         aborted = aborted or (abort is not None and abort.is_set())
@@ -414,6 +415,11 @@ class Agent:
             await asyncio.wait({task}, timeout=CLOSE_GRACE_S)
         if abort_task is not None:
             abort_task.cancel()
+        sink_abort = getattr(r.sink, "abort", None)
+        if not task.done() and callable(sink_abort):
+            # Ask the sink to cut its own wait short (it spools a post in flight) before cancelling.
+            sink_abort()
+            await asyncio.wait({task}, timeout=CLOSE_GRACE_S)
         if not task.done():
             task.cancel()
             log.warning(SINK_CLOSE_CUT_SHORT, r.name)
