@@ -149,6 +149,8 @@ def test_modules_first_then_step_completed_by_run_end() -> None:
         "energy_joules": pytest.approx(3.0, rel=1e-12),
         "duration_seconds": pytest.approx(0.3, rel=1e-12),
         "mean_power_watts": pytest.approx(10.0, rel=1e-12),
+        # constant power, no swing: 2 × 10 W × RAPL's 1 ms update period
+        "error_joules": pytest.approx(0.02, rel=1e-9),
     }
     assert first.time_ns == T0 + 550 * MS
     assert first.fields["mean_power_watts"] == pytest.approx(10.0, rel=1e-9)

@@ -419,6 +419,7 @@ def test_energy_per_step_and_module_with_the_real_agent(
             assert sp.tags["epoch"] == step_epoch(s)
             truth = watts * duration
             bound = error_bar(samples, start, end, joules / duration)
+            assert sp.fields["error_joules"] == pytest.approx(bound, rel=1e-6, abs=1e-12)
             errors.append((abs(joules - truth) / truth, bound / truth))
             # A bound this loose would hide a step charged with a wrong interval (one 50 ms poll
             # interval is 25 % of a 200 ms step): the data itself is then too disturbed to judge.
