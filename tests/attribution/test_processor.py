@@ -263,7 +263,7 @@ def test_sources_that_cannot_bracket_the_step_are_left_out() -> None:
     assert h2.proc.stats()["steps_without_source"] == 1
 
 
-def test_lagging_source_is_waited_for_until_grace() -> None:
+def test_a_lagging_source_is_waited_for() -> None:
     h = Harness(grace=2.0)
     h.feed([*counter("package", 10.0, 0, 1000), *counter("dram", 2.0, 0, 500)])
     h.feed([step(0, 250, 550), run_event("end", 1000)])
