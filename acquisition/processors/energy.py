@@ -149,19 +149,23 @@ def split_energy(
     return shares, energy - sum(shares.values())
 
 
-def edge_error(times: list[int], values: list[float], t: int, counter: bool) -> float:
+def edge_error(
+    times: list[int], values: list[float], t: int, counter: bool, last: int | None = None
+) -> float:
     """Error bound (J) of the energy a series gives up to the time ``t`` (ns) of a step's edge.
 
     The swing of the power (largest minus smallest) over the sample interval holding ``t`` and
     its two neighbours, times that interval's length. Power is ``values`` itself, or the
-    counter's rate over each interval when ``counter``. 0 without an interval around ``t``.
+    counter's rate over each interval when ``counter``. Only samples up to index ``last`` are
+    used (default: all). 0 without an interval around ``t``.
     """
-    k = bisect.bisect_right(times, t) - 1
-    if k == len(times) - 1 and k > 0 and times[k] == t:
+    end = len(times) - 1 if last is None else min(last, len(times) - 1)
+    k = bisect.bisect_right(times, t, 0, end + 1) - 1
+    if k == end and k > 0 and times[k] == t:
         k -= 1  # an edge on the last sample: the interval that ends there
-    if k < 0 or k >= len(times) - 1:
+    if k < 0 or k >= end:
         return 0.0
-    lo, hi = max(k - 1, 0), min(k + 2, len(times) - 1)
+    lo, hi = max(k - 1, 0), min(k + 2, end)
     if counter:
         watts = [
             (values[i + 1] - values[i]) * _NS / (times[i + 1] - times[i]) for i in range(lo, hi)
@@ -242,9 +246,11 @@ class Source:
         the power swing times the sample interval at each edge, plus twice the mean power times
         the counter's update period."""
         counter = bool(self.counter.times)
-        series = self.series()
-        swing = edge_error(series.times, series.values, start, counter)
-        swing += edge_error(series.times, series.values, end, counter)
+        times, values = self.series().times, self.series().values
+        # Samples up to the first at or after the end: all a step is sure to have when written.
+        last = bisect.bisect_left(times, end)
+        swing = edge_error(times, values, start, counter, last)
+        swing += edge_error(times, values, end, counter, last)
         if not counter or end <= start:
             return swing
         mean_w = energy * _NS / (end - start)

@@ -322,11 +322,13 @@ def error_bar(samples: list[tuple[int, float]], start: int, end: int, mean_w: fl
     """The documented per-step error bound (J) of a counter source over [start, end]:
 
     for each edge, the swing of the measured power (max − min over the sample interval holding
-    the edge and its two neighbours) times that interval's length — a sample read late or early,
+    the edge and its two neighbours, up to the first sample at or after the step's end: what the
+    agent has when it writes the step) times that interval's length — a sample read late or early,
     or a counter file not yet rewritten, shifts the interpolated counter at the edge by at most
     that much and shows as such a swing — plus 2 × the mean power × the counter update period
     (the counter's own staleness at each edge). A constant lag shared by both edges cancels.
     """
+    samples = samples[: bisect.bisect_left([t for t, _ in samples], end) + 1]
     times = [t for t, _ in samples]
     watts = [
         (samples[k + 1][1] - samples[k][1]) / ((times[k + 1] - times[k]) / 1e9)
