@@ -301,6 +301,7 @@ METRICS: tuple[Measurement, ...] = (
             _f("energy_joules", "J", "energy of the scope in the step (or epoch sum)"),
             _f("duration_seconds", "s", "step duration, module time, or time outside modules"),
             _f("mean_power_watts", "W", "energy_joules / duration_seconds (absent for 0 s)"),
+            _f("error_joules", "J", "error bound of the step's energy (`scope=step`)"),
         ),
     ),
     Measurement(

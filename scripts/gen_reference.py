@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import json
 import sys
 import textwrap
 import typing
@@ -103,12 +104,18 @@ def default_text(f: dataclasses.Field[Any]) -> str:
         return f'`"{value}"`'
     if value is None:
         return "unset"
+    if isinstance(value, list | dict):
+        return f"`{json.dumps(value)}`" if value or isinstance(value, list) else "`{}`"
     return f"`{value!r}`"
 
 
 def _cell(text: str) -> str:
-    """Text for a table cell: reST ``code`` as Markdown `code`, pipes escaped."""
-    return text.replace("``", "`").replace("|", "\\|").replace("\n", " ")
+    """Text for a table cell: reST ``code`` as Markdown `code`, pipes escaped, and ``<...>``
+    outside code shown as text (not taken for an HTML tag)."""
+    parts = text.replace("``", "`").replace("\n", " ").split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts).replace("|", "\\|")
 
 
 def key_rows(cls: type[Any]) -> list[str]:

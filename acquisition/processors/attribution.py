@@ -464,7 +464,8 @@ class EnergyAttribution:
         """The step's energy from one source: the step, its modules and the unattributed rest."""
         assert entry.start_ns is not None and entry.end_ns is not None
         duration_s = (entry.end_ns - entry.start_ns) / _NS
-        self._emit(emit, entry, src.name, "step", {}, energy, duration_s)
+        error = src.error(entry.start_ns, entry.end_ns, energy)
+        self._emit(emit, entry, src.name, "step", {}, energy, duration_s, error)
         if detail == "off":
             return
         if src.kind == "gpu":
@@ -510,6 +511,7 @@ class EnergyAttribution:
         extra: Mapping[str, str],
         joules: float,
         seconds: float,
+        error: float | None = None,
     ) -> None:
         tags = {**entry.base_tags(), "source": source, "scope": scope, **extra}
         fields: dict[str, FieldValue] = {
@@ -519,6 +521,8 @@ class EnergyAttribution:
         }
         if seconds > 0.0:
             fields["mean_power_watts"] = joules / seconds
+        if error is not None:
+            fields["error_joules"] = error
         assert entry.end_ns is not None
         emit(Point("nrg_energy", tags, fields, entry.end_ns))
         self._counts["points_emitted"] += 1

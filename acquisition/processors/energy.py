@@ -16,6 +16,7 @@ __all__ = [
     "Source",
     "SourceSample",
     "counter_energy",
+    "edge_error",
     "interpolate",
     "parse_source",
     "split_energy",
@@ -23,6 +24,9 @@ __all__ = [
 ]
 
 _NS = 1_000_000_000
+UPDATE_PERIOD_S = {"rapl": 0.001, "gpu": 0.1}
+"""How often a kind of source updates its energy counter (s): the staleness term of the error
+bar. Power series (a GPU without a counter, the wall meter) have none: their swing covers it."""
 _GAPS_KEPT = 8
 """Recent sample gaps a source remembers to tell "late" from "silent"."""
 
@@ -145,6 +149,32 @@ def split_energy(
     return shares, energy - sum(shares.values())
 
 
+def edge_error(
+    times: list[int], values: list[float], t: int, counter: bool, last: int | None = None
+) -> float:
+    """Error bound (J) of the energy a series gives up to the time ``t`` (ns) of a step's edge.
+
+    The swing of the power (largest minus smallest) over the sample interval holding ``t`` and
+    its two neighbours, times that interval's length. Power is ``values`` itself, or the
+    counter's rate over each interval when ``counter``. Only samples up to index ``last`` are
+    used (default: all). 0 without an interval around ``t``.
+    """
+    end = len(times) - 1 if last is None else min(last, len(times) - 1)
+    k = bisect.bisect_right(times, t, 0, end + 1) - 1
+    if k == end and k > 0 and times[k] == t:
+        k -= 1  # an edge on the last sample: the interval that ends there
+    if k < 0 or k >= end:
+        return 0.0
+    lo, hi = max(k - 1, 0), min(k + 2, end)
+    if counter:
+        watts = [
+            (values[i + 1] - values[i]) * _NS / (times[i + 1] - times[i]) for i in range(lo, hi)
+        ]
+    else:
+        watts = values[lo : hi + 1]
+    return (max(watts) - min(watts)) * (times[k + 1] - times[k]) / _NS
+
+
 class Series:
     """Time-ordered samples of one quantity of one source."""
 
@@ -210,3 +240,18 @@ class Source:
         if self.counter.times:
             return counter_energy(self.counter.times, self.counter.values, start, end)
         return trapezoid_energy(self.power.times, self.power.values, start, end)
+
+    def error(self, start: int, end: int, energy: float) -> float:
+        """The documented error bound (J) of ``energy``, this source's energy over [start, end]:
+        the power swing times the sample interval at each edge, plus twice the mean power times
+        the counter's update period."""
+        counter = bool(self.counter.times)
+        times, values = self.series().times, self.series().values
+        # Samples up to the first at or after the end: all a step is sure to have when written.
+        last = bisect.bisect_left(times, end)
+        swing = edge_error(times, values, start, counter, last)
+        swing += edge_error(times, values, end, counter, last)
+        if not counter or end <= start:
+            return swing
+        mean_w = energy * _NS / (end - start)
+        return swing + 2 * abs(mean_w) * UPDATE_PERIOD_S.get(self.kind, 0.0)

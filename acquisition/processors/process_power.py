@@ -136,6 +136,8 @@ class ProcessPowerShare:
 
     name: ClassVar[str] = "process_power"
     config_class: ClassVar[type] = ProcessPowerConfig
+    measurements: ClassVar[frozenset[str]] = frozenset({_RAPL, _PROCESS})
+    """The only measurements it reads: a bus may skip calling it for any other."""
 
     def __init__(self, config: ProcessPowerConfig | None, context: PluginContext) -> None:
         self.config = cfg = config or ProcessPowerConfig()

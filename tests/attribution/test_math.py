@@ -109,5 +109,8 @@ def test_split_conserves_energy(energy: float, duration: float, times: list[floa
     weights = {(f"m{i}", "forward"): t for i, t in enumerate(times)}
     shares, rest = split_energy(energy, duration, weights)
     assert math.isclose(sum(shares.values()) + rest, energy, rel_tol=1e-9, abs_tol=1e-9)
-    assert all(v >= 0.0 for v in shares.values())
+    # Each module: the step's mean power times its time, over the longer of step and module sum.
+    denom = max(duration, sum(times))
+    expected = {k: energy * w / denom for k, w in weights.items()} if denom > 0 else {}
+    assert shares == pytest.approx(expected, rel=1e-12, abs=1e-300)
     assert rest >= -1e-9 * max(energy, 1.0)

@@ -241,3 +241,21 @@ def test_module_detail_is_checked() -> None:
     with pytest.raises(ValueError, match="module_detail"):
         AttributionConfig(module_detail="sometimes").validate()  # type: ignore[arg-type]
     assert RUN["run"] == "r1"
+
+
+def test_the_error_bar_of_a_step_comes_from_the_power_swing_at_its_edges() -> None:
+    """10 W sampled every 100 ms, but the 300 ms sample read 2 ms late (counter 3.02 J): the
+    intervals around the 250 ms edge read 10, 10.2 and 9.8 W, a swing of 0.4 W over 100 ms."""
+    samples = counter("package", 10.0, 0, 1000)
+    samples[3] = Point(
+        samples[3].measurement, samples[3].tags, {"energy_joules": 3.02}, samples[3].time_ns
+    )
+    h = Harness()
+    h.feed([*samples, step(0, 250, 550), run_event("end", 1000)])
+    [point] = [p for p in h.out if p.tags["scope"] == "step"]
+    # C(550 ms) − C(250 ms) = 5.5 − (2.0 + 3.02) / 2 = 2.99 J, 0.01 J below the truth.
+    assert point.fields["energy_joules"] == pytest.approx(2.99, rel=1e-12)
+    # 0.4 W × 0.1 s at the start edge, nothing at the end, plus 2 × (2.99 J / 0.3 s) × 1 ms.
+    assert point.fields["error_joules"] == pytest.approx(0.04 + 2 * 2.99 / 0.3 * 0.001, rel=1e-9)
+    assert abs(point.fields["energy_joules"] - 3.0) <= point.fields["error_joules"]  # type: ignore[operator]
+    assert all("error_joules" not in p.fields for p in h.out if p.tags["scope"] != "step")
