@@ -48,7 +48,7 @@ ROOT_NAME = "(root)"
 _PHASE = {FWD_PRE: "forward", FWD_POST: "forward", BWD_PRE: "backward", BWD_POST: "backward"}
 
 
-@dataclass
+@dataclass(slots=True)
 class ModuleTiming:
     """What one module did in one phase of one step."""
 
@@ -329,9 +329,13 @@ class StepLines:
                     f",gpu_seconds={timing.gpu_exclusive_ms / 1e3!r}"
                     f",gpu_inclusive_seconds={(timing.gpu_inclusive_ms or 0.0) / 1e3!r}"
                 )
+            inclusive = timing.inclusive_ns
+            seconds = repr(inclusive / 1e9)
+            # A leaf's exclusive time is its inclusive time: one float formatted, not two.
+            exclusive = timing.exclusive_ns
+            own = seconds if exclusive == inclusive else repr(exclusive / 1e9)
             out.append(
-                f"{prefix}{head}calls={timing.calls}i,"
-                f"inclusive_seconds={timing.inclusive_ns / 1e9!r},"
-                f"exclusive_seconds={timing.exclusive_ns / 1e9!r}{gpu} {end}\n"
+                f"{prefix}{head}calls={timing.calls}i,inclusive_seconds={seconds},"
+                f"exclusive_seconds={own}{gpu} {end}\n"
             )
         return "".join(out)
