@@ -1,11 +1,12 @@
 """How the training-side cost grows with the number of modules: 10 to 10,000.
 
 Models of ``n`` modules (a root and blocks of ``Linear(8, 8)`` + ``Tanh``), batch 4, SGD, one
-intra-op thread. Per size: whole-process CPU time per step plain and with a full
-``instrument()`` session timing every module on every step (``module_detail_every=1``, events
-through the real sender to a fallback file), in interleaved rounds; the extra CPU per step is
-fitted against the module count (least squares through the measured points) and the constant
-per module printed. A plot goes to ``bench/scale_modules.png``.
+intra-op thread. Per size: whole-process CPU time per step (after a warm-up step) plain and
+with a full ``instrument()`` session timing every module on every step
+(``module_detail_every=1``, events through the real sender to a fallback file), in interleaved
+rounds; the extra CPU per step is fitted against the module count (least squares through the
+measured points) and the constant per module printed. A plot goes to
+``bench/scale_modules.png``.
 
 Run: ``.venv/bin/python bench/bench_scale_modules.py [--quick]``.
 """
