@@ -55,6 +55,9 @@ _UNESCAPE_CONTROL = {"n": "\n", "r": "\r", "t": "\t"}
 _MAX_CACHE = 65_536
 """Field keys remembered in escaped form (they are few; new ones past this are escaped anew)."""
 
+_MAX_SHAPES = 1_024
+"""Compiled field formatters an encoder keeps (one per set of field keys and types)."""
+
 SERIES_CACHE_SIZE = 16_384
 """Series (measurement + tag set) whose escaped prefix an encoder keeps, least recently used out:
 about 300 bytes each, so at most ~5 MB."""
@@ -224,8 +227,10 @@ class LineEncoder:
         shape = (*fields, *kinds)
         if shape in self._shapes:
             return self._shapes[shape]
+        if len(self._shapes) >= _MAX_SHAPES:
+            return None  # a stream of ever-new shapes: the general path, nothing more kept
         fmt: Formatter | None = None
-        if fields and all(k in _COMPILABLE for k in kinds) and len(self._shapes) < _MAX_CACHE:
+        if fields and all(k in _COMPILABLE for k in kinds):
             fmt = _compile_formatter(fields, [_escape_key(k, "field key") + "=" for k in fields])
         self._shapes[shape] = fmt
         return fmt

@@ -330,3 +330,13 @@ def test_memory_stays_flat_over_a_million_distinct_series() -> None:
     # Peak RSS from 200k to 1M distinct series: the cache is full at both points. An unbounded
     # cache would hold 790k more prefixes (over 200 MB).
     assert peaks[1] - peaks[0] < 16 * 2**20, peaks
+
+
+def test_field_shapes_kept_are_bounded() -> None:
+    """A stream whose field names never repeat gets the general path, not ever more code."""
+    enc = LineEncoder()
+    for i in range(lineproto._MAX_SHAPES + 500):
+        p = Point("m", {"t": str(i)}, {f"f{i}": 1.0}, i)
+        line = f"m,t={i} f{i}=1.0 {i}\n"
+        assert enc.encode_many([p, p, p]) == line * 3
+    assert len(enc._shapes) == lineproto._MAX_SHAPES
