@@ -1,4 +1,5 @@
-"""Per-step aggregation of hook events (pure; runs on the session's background thread).
+"""Per-step aggregation of hook events (pure; the session runs it at step boundaries on the
+training thread, or on its idle thread).
 
 Input: the ``(module, perf_counter_ns, kind[, cuda_event])`` tuples of
 :mod:`acquisition.torch.hooks`, in append order. Output: one :class:`StepRecord` per step
@@ -226,7 +227,7 @@ class StepAggregator:
 
 
 def _resolve_gpu(spans: list[_GpuSpan], modules: dict[tuple[Any, int], ModuleTiming]) -> None:
-    """Read CUDA event pairs (blocking this background thread, never the training thread)."""
+    """Read CUDA event pairs (blocking the session's idle thread, never the training thread)."""
     spans[-1].end.synchronize()
     for span in spans:
         span.end.synchronize()
@@ -276,7 +277,7 @@ def step_points(record: StepRecord, tags: Mapping[str, str], offset_ns: int) -> 
 class StepLines:
     """Line protocol for steps, fast: the same text as encoding :func:`step_points`.
 
-    The background thread competes with training for the GIL, so its per-step work matters:
+    This runs once per step beside training, so its per-step work matters:
     each series' ``measurement,tags`` prefix (per epoch) is escaped once, by the shared
     :class:`~acquisition.lineproto.LineEncoder`, and only the fields are formatted per step
     (``int`` with the ``i`` suffix, ``float`` as ``repr``, as the encoder writes them).
