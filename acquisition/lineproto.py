@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from acquisition.errors import LineProtocolError, LineProtocolRangeError
 from acquisition.point import FieldValue, Point
@@ -53,6 +54,9 @@ _UNESCAPE_CONTROL = {"n": "\n", "r": "\r", "t": "\t"}
 
 _MAX_CACHE = 65_536
 """Field keys remembered in escaped form (they are few; new ones past this are escaped anew)."""
+
+_MAX_SHAPES = 1_024
+"""Compiled field formatters an encoder keeps (one per set of field keys and types)."""
 
 SERIES_CACHE_SIZE = 16_384
 """Series (measurement + tag set) whose escaped prefix an encoder keeps, least recently used out:
@@ -130,12 +134,70 @@ def _check_time(measurement: str, t: object) -> int:
     return t
 
 
+class _Miss(Exception):
+    """A point does not fit its series' compiled formatter; the general path encodes it."""
+
+
+Formatter = Callable[[Mapping[str, FieldValue], int, str], str]
+
+
+def _compile_formatter(fields: Mapping[str, FieldValue], escaped_keys: list[str]) -> Formatter:
+    """A function writing one line for points whose fields have exactly these keys and types.
+
+    It checks what the general path checks (types, finite floats, int64 and timestamp bounds)
+    and raises :class:`_Miss` where a point differs, so its output is the general path's. The
+    source holds only variable names and ``repr``'d keys; the escaped texts are bound as default
+    arguments, so no field name can change the code.
+    """
+    env: dict[str, object] = {
+        "_miss": _Miss,
+        "_esc": _ESC_STRING,
+        "_q": '"',
+        "_lo": MIN_INT,
+        "_hi": MAX_INT,
+        "_tlo": MIN_TIME_NS,
+        "_thi": MAX_TIME_NS,
+    }
+    body = [f"    if len(f) != {len(fields)}: raise _miss"]
+    pieces = ["{prefix}"]
+    for i, ((key, value), ek) in enumerate(zip(fields.items(), escaped_keys, strict=True)):
+        env[f"k{i}"] = ("," if i else " ") + ek
+        body.append(f"    v{i} = f[{key!r}]")
+        kind = type(value)
+        if kind is float:
+            body.append(f"    if type(v{i}) is not float or v{i} - v{i} != 0.0: raise _miss")
+            pieces.append(f"{{k{i}}}{{v{i}!r}}")
+        elif kind is int:
+            body.append(f"    if type(v{i}) is not int or not _lo <= v{i} <= _hi: raise _miss")
+            pieces.append(f"{{k{i}}}{{v{i}}}i")
+        elif kind is bool:
+            body.append(f"    if type(v{i}) is not bool: raise _miss")
+            pieces.append(f"{{k{i}}}{{'true' if v{i} else 'false'}}")
+        else:  # str (the caller compiles only these four types)
+            body.append(f"    if type(v{i}) is not str: raise _miss")
+            pieces.append(f"{{k{i}}}{{_q}}{{v{i}.translate(_esc)}}{{_q}}")
+    body.append("    if type(t) is not int or not _tlo <= t <= _thi: raise _miss")
+    body.append('    return f"' + "".join(pieces) + ' {t}\\n"')
+    params = ", ".join(f"{name}={name}" for name in env)
+    source = f"def fmt(f, t, prefix, {params}):\n" + "\n".join(body)
+    exec(source, dict(env), env)  # generated from names and repr'd keys only
+    return env["fmt"]  # type: ignore[return-value]
+
+
+_COMPILABLE = (float, int, bool, str)
+
+
 class LineEncoder:
     """Encodes points to line protocol, caching each series' escaped prefix.
 
     ``default_tags`` (``host``, ``experiment``, ``run``...) are added to every point that does not
     carry the same tag itself. ``series_cache`` bounds the prefixes kept (least recently used
     out); a series that falls out is escaped again when it comes back.
+
+    A series seen a second time also gets a compiled formatter for its fields' keys and types
+    (shared by every series of that shape): one call writes the line, the same text the general
+    path writes, except that a later point holding the same fields in another order gets them in
+    the first point's order (the same point to any reader).
     """
 
     def __init__(
@@ -145,20 +207,35 @@ class LineEncoder:
         series_cache: int = SERIES_CACHE_SIZE,
     ) -> None:
         self._default_tags = {k: v for k, v in (default_tags or {}).items() if v}
-        self._series: Callable[[tuple[object, ...]], str] = functools.lru_cache(series_cache)(
-            self._series_prefix
+        self._series: Callable[[tuple[object, ...]], list[Any]] = functools.lru_cache(series_cache)(
+            self._series_entry
         )
         self._field_keys: dict[str, str] = {}
+        self._shapes: dict[tuple[object, ...], Formatter | None] = {}
 
     @property
     def cached_series(self) -> int:
         """How many series prefixes the encoder holds now."""
         return self._series.cache_info().currsize  # type: ignore[attr-defined, no-any-return]
 
-    def _series_prefix(self, series: tuple[object, ...]) -> str:
-        """``measurement[,tags]`` for a ``(measurement, *tags.items())`` key."""
+    def _series_entry(self, series: tuple[object, ...]) -> list[Any]:
+        """``[prefix, formatter or None, seen]`` for a ``(measurement, *tags.items())`` key."""
         measurement: str = series[0]  # type: ignore[assignment]
-        return self._prefix(measurement, dict(series[1:]))  # type: ignore[arg-type]
+        return [self._prefix(measurement, dict(series[1:])), None, False]  # type: ignore[arg-type]
+
+    def _formatter(self, fields: Mapping[str, FieldValue]) -> Formatter | None:
+        """The compiled formatter of this shape of fields (None: the general path)."""
+        kinds = tuple(map(type, fields.values()))
+        shape = (*fields, *kinds)
+        if shape in self._shapes:
+            return self._shapes[shape]
+        if len(self._shapes) >= _MAX_SHAPES:
+            return None  # a stream of ever-new shapes: the general path, nothing more kept
+        fmt: Formatter | None = None
+        if fields and all(k in _COMPILABLE for k in kinds):
+            fmt = _compile_formatter(fields, [_escape_key(k, "field key") + "=" for k in fields])
+        self._shapes[shape] = fmt
+        return fmt
 
     def _prefix(self, measurement: str, tags: Mapping[str, str]) -> str:
         merged = dict(self._default_tags)
@@ -185,45 +262,63 @@ class LineEncoder:
         return self.encode_many((point,))[:-1]
 
     def encode_many(self, points: Iterable[Point]) -> str:
-        """Newline-terminated lines for a batch (the hot path: everything inlined).
+        """Newline-terminated lines for a batch (the hot path).
 
-        Pieces go straight into one list joined at the end: a point costs one cache look-up for
-        its series and one small f-string per field.
+        A point of a series seen before goes through its compiled formatter; the first point of
+        a series, and any point its formatter does not fit, through :meth:`_general`.
         """
         series = self._series
-        keys = self._field_keys
         out: list[str] = []
         put = out.append
-        lo, hi = MIN_INT, MAX_INT
+        general = self._general
         for point in points:
-            measurement = point.measurement
-            put(series((measurement, *point.tags.items())))
-            fields = point.fields
-            if not fields:
-                raise LineProtocolError(f"point of {measurement!r} has no fields")
-            sep = " "
-            for k, v in fields.items():
-                ek = keys.get(k)
-                if ek is None:
-                    ek = self._field_key(k)
-                kind = type(v)
-                if kind is float:
-                    r = repr(v)
-                    if r[-1] > "9":  # 'nan', 'inf': every finite repr ends in a digit
-                        _encode_value(measurement, k, v)  # raises the clear error
-                    put(f"{sep}{ek}{r}")
-                elif kind is int:
-                    if not lo <= v <= hi:  # type: ignore[operator]
-                        raise _int_error(measurement, k, v)  # type: ignore[arg-type]
-                    put(f"{sep}{ek}{v}i")
-                else:
-                    put(f"{sep}{ek}{_encode_value(measurement, k, v)}")
-                sep = ","
-            t = point.time_ns
-            if type(t) is not int or not MIN_TIME_NS <= t <= MAX_TIME_NS:
-                _check_time(measurement, t)
-            put(f" {t}\n")
+            entry = series((point.measurement, *point.tags.items()))
+            fmt = entry[1]
+            if fmt is not None:
+                try:
+                    put(fmt(point.fields, point.time_ns, entry[0]))
+                    continue
+                except (_Miss, KeyError):
+                    pass
+            elif entry[2] is False:
+                entry[2] = True
+            else:
+                entry[1] = self._formatter(point.fields)
+            put(general(entry[0], point))
         return "".join(out)
+
+    def _general(self, prefix: str, point: Point) -> str:
+        """One line, field by field, with every check and its clear error."""
+        measurement = point.measurement
+        fields = point.fields
+        if not fields:
+            raise LineProtocolError(f"point of {measurement!r} has no fields")
+        keys = self._field_keys
+        parts = [prefix]
+        put = parts.append
+        sep = " "
+        for k, v in fields.items():
+            ek = keys.get(k)
+            if ek is None:
+                ek = self._field_key(k)
+            kind = type(v)
+            if kind is float:
+                r = repr(v)
+                if r[-1] > "9":  # 'nan', 'inf': every finite repr ends in a digit
+                    _encode_value(measurement, k, v)  # raises the clear error
+                put(f"{sep}{ek}{r}")
+            elif kind is int:
+                if not MIN_INT <= v <= MAX_INT:  # type: ignore[operator]
+                    raise _int_error(measurement, k, v)  # type: ignore[arg-type]
+                put(f"{sep}{ek}{v}i")
+            else:
+                put(f"{sep}{ek}{_encode_value(measurement, k, v)}")
+            sep = ","
+        t = point.time_ns
+        if type(t) is not int or not MIN_TIME_NS <= t <= MAX_TIME_NS:
+            _check_time(measurement, t)
+        put(f" {t}\n")
+        return "".join(parts)
 
 
 _default_encoder = LineEncoder()

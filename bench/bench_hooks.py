@@ -201,8 +201,9 @@ def bench_resnet(rounds: int, steps: int, tmp: str) -> None:
         f"SGD, {rounds} rounds x {steps} steps per configuration, order shuffled per round =="
     )
     print(
-        f"nrg: forward timed on every module, backward on {len(session.backward_modules)} leaf "
-        f"modules; wall and whole-process CPU time (nrg's threads included) per step, medians"
+        f"nrg: module detail every {session.module_detail_every} steps (forward on every module, "
+        f"backward on {len(session.backward_modules)} leaf modules); wall and whole-process CPU "
+        f"time (nrg's threads included) per step, medians"
     )
     session.pause()
     from torch.profiler import ProfilerActivity, profile

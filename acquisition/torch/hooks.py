@@ -7,7 +7,7 @@ post-hooks on the autograd node that produced a leaf module's output
 
 Each hook body does one ``time.perf_counter_ns()`` and one ``list.append`` of a
 ``(module, t_ns, kind)`` tuple into the session's :class:`EventLog`; names, nesting and sums are
-worked out later by :mod:`acquisition.torch.steps` on a background thread. On CUDA the hooks also
+worked out later by :mod:`acquisition.torch.steps`, once per step. On CUDA the hooks also
 record a ``torch.cuda.Event`` (a fourth tuple item) so GPU execution time can be resolved off the
 hot path: the hooks fire when kernels are *launched*, not when they run.
 
@@ -15,7 +15,7 @@ Why a list and not a preallocated ring: an indexed store into a preallocated rin
 ~0.5 µs per module call faster (``bench/bench_hooks.py``; some of that is the leaf check the real
 post-hook does), but a ring overwrites unread events whenever the reader lags by a lap, and a
 list never does; the reader drains it in place (slice + ``del``, each atomic under the GIL)
-every 50 ms, so it stays small.
+at every step boundary (or after 50 ms without one), so it stays small.
 """
 
 from __future__ import annotations

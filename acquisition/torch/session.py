@@ -159,6 +159,7 @@ class Session:
         self._process_lock = threading.Lock()
         self._processed_at = 0.0
         self._process_failed = False
+        self._cuda = False
         self._thread: threading.Thread | None = None
         self._started = False
         self._closed = False
@@ -198,6 +199,7 @@ class Session:
         self.start_time_ns = time.time_ns()
         model = self.model
         cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
+        self._cuda = cuda
         self._param_ids = {id(p) for p in model.parameters()}
         self._aggregator = StepAggregator(self._names(), samples_per_step=self._samples_per_step)
         self._step_lines = StepLines(self.tags, self.offset_ns)
@@ -343,10 +345,12 @@ class Session:
         return self._steps_seen % self.module_detail_every == 0
 
     def _next_step(self) -> None:
-        """At a step boundary (training thread): aggregate and send the step that ended, then
-        put the module hooks in for a detailed step or take them out for the others."""
+        """At a step boundary (training thread): aggregate and send the step that ended (on
+        CPU; on CUDA the idle thread does, since it waits for the GPU), then put the module
+        hooks in for a detailed step or take them out for the others."""
         self._steps_seen += 1
-        self._process()
+        if not self._cuda:  # on CUDA, reading the step's events waits for the GPU: not here
+            self._process()
         if self.module_detail_every == 1 or self._paused or self._hooks is None:
             return
         if self._detail_step():
@@ -421,9 +425,10 @@ class Session:
         return {m: n for n, m in self.model.named_modules()}
 
     def _run(self) -> None:
-        """Aggregates only when the training thread has not for a flush interval (a job that
-        never ends a step, or a long step): two Python threads that both want the GIL cost more
-        CPU in hand-overs than the aggregation itself, so a step's own boundary does it."""
+        """Aggregates when the training thread has not for a flush interval (a job that never
+        ends a step, a long step, and always on CUDA, where resolving a step's GPU times waits
+        for the GPU): on CPU, two Python threads that both want the GIL cost more CPU in
+        hand-overs than the aggregation itself, so a step's own boundary does it."""
         interval = self._flush_interval_s
         while not self._stop.wait(interval):
             if time.monotonic() - self._processed_at >= interval:

@@ -1,4 +1,5 @@
-"""Per-step aggregation of hook events (pure; runs on the session's background thread).
+"""Per-step aggregation of hook events (pure; the session runs it at step boundaries on the
+training thread, or on its idle thread).
 
 Input: the ``(module, perf_counter_ns, kind[, cuda_event])`` tuples of
 :mod:`acquisition.torch.hooks`, in append order. Output: one :class:`StepRecord` per step
@@ -48,7 +49,7 @@ ROOT_NAME = "(root)"
 _PHASE = {FWD_PRE: "forward", FWD_POST: "forward", BWD_PRE: "backward", BWD_POST: "backward"}
 
 
-@dataclass
+@dataclass(slots=True)
 class ModuleTiming:
     """What one module did in one phase of one step."""
 
@@ -226,7 +227,7 @@ class StepAggregator:
 
 
 def _resolve_gpu(spans: list[_GpuSpan], modules: dict[tuple[Any, int], ModuleTiming]) -> None:
-    """Read CUDA event pairs (blocking this background thread, never the training thread)."""
+    """Read CUDA event pairs (blocking the session's idle thread, never the training thread)."""
     spans[-1].end.synchronize()
     for span in spans:
         span.end.synchronize()
@@ -276,7 +277,7 @@ def step_points(record: StepRecord, tags: Mapping[str, str], offset_ns: int) -> 
 class StepLines:
     """Line protocol for steps, fast: the same text as encoding :func:`step_points`.
 
-    The background thread competes with training for the GIL, so its per-step work matters:
+    This runs once per step beside training, so its per-step work matters:
     each series' ``measurement,tags`` prefix (per epoch) is escaped once, by the shared
     :class:`~acquisition.lineproto.LineEncoder`, and only the fields are formatted per step
     (``int`` with the ``i`` suffix, ``float`` as ``repr``, as the encoder writes them).
@@ -329,9 +330,13 @@ class StepLines:
                     f",gpu_seconds={timing.gpu_exclusive_ms / 1e3!r}"
                     f",gpu_inclusive_seconds={(timing.gpu_inclusive_ms or 0.0) / 1e3!r}"
                 )
+            inclusive = timing.inclusive_ns
+            seconds = repr(inclusive / 1e9)
+            # A leaf's exclusive time is its inclusive time: one float formatted, not two.
+            exclusive = timing.exclusive_ns
+            own = seconds if exclusive == inclusive else repr(exclusive / 1e9)
             out.append(
-                f"{prefix}{head}calls={timing.calls}i,"
-                f"inclusive_seconds={timing.inclusive_ns / 1e9!r},"
-                f"exclusive_seconds={timing.exclusive_ns / 1e9!r}{gpu} {end}\n"
+                f"{prefix}{head}calls={timing.calls}i,inclusive_seconds={seconds},"
+                f"exclusive_seconds={own}{gpu} {end}\n"
             )
         return "".join(out)

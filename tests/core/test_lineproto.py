@@ -126,6 +126,67 @@ points = st.builds(
 
 
 @given(points)
+def test_compiled_formatters_write_what_the_general_path_writes(p: Point) -> None:
+    first = LineEncoder({"host": "h"}).encode(p)
+    enc = LineEncoder({"host": "h"})
+    # The first sighting of a series takes the general path, the second compiles, the third
+    # and later use the compiled formatter.
+    assert [enc.encode(p) for _ in range(4)] == [first] * 4
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"v": math.nan, "n": 1}, "NaN and infinity"),
+        ({"v": math.inf, "n": 1}, "NaN and infinity"),
+        ({"v": 1.0, "n": MAX_INT + 1}, "64-bit integer range"),
+        ({"v": 1, "n": 1}, None),  # another type: the general path writes it
+        ({"v": 1.0}, None),  # fewer fields
+        ({"v": 1.0, "x": 1}, None),  # another key
+        ({"n": 2, "v": 0.5}, None),  # same keys, other order: same point
+    ],
+)
+def test_points_that_differ_from_their_series_shape(
+    fields: dict[str, float | int], message: str | None
+) -> None:
+    enc = LineEncoder()
+    for _ in range(3):
+        enc.encode(Point("m", {"t": "a"}, {"v": 0.5, "n": 2}, 7))
+    odd = Point("m", {"t": "a"}, fields, 7)
+    if message is None:
+        assert decode_line(enc.encode(odd)) == Point("m", {"t": "a"}, fields, 7)
+    else:
+        with pytest.raises(LineProtocolError, match=message):
+            enc.encode(odd)
+    with pytest.raises(LineProtocolError, match="timestamp"):
+        enc.encode(Point("m", {"t": "a"}, {"v": 0.5, "n": 2}, MAX_TIME_NS + 1))
+
+
+def test_golden_procfs_like_batch() -> None:
+    """A batch as the agent writes it, checked against text written out by hand."""
+    enc = LineEncoder({"host": "node-1", "run": "r 1"})
+    batch = [
+        Point(
+            "process",
+            {"tree": "42", "scope": "combined"},
+            {"cpu_utilization_ratio": 0.25, "rss_bytes": 1 << 20},
+            1_700_000_000_000_000_000 + i,
+        )
+        for i in range(3)
+    ] + [
+        Point("memory", {}, {"used_bytes": 5, "available_ratio": 0.5}, 9),
+        Point("nrg_run", {"run": "mine"}, {"event": 'say "hi"', "ok": True}, 10),
+    ]
+    assert enc.encode_many(batch) == (
+        "process,host=node-1,run=r\\ 1,scope=combined,tree=42 cpu_utilization_ratio=0.25,rss_bytes=1048576i 1700000000000000000\n"
+        "process,host=node-1,run=r\\ 1,scope=combined,tree=42 cpu_utilization_ratio=0.25,rss_bytes=1048576i 1700000000000000001\n"
+        "process,host=node-1,run=r\\ 1,scope=combined,tree=42 cpu_utilization_ratio=0.25,rss_bytes=1048576i 1700000000000000002\n"
+        "memory,host=node-1,run=r\\ 1 used_bytes=5i,available_ratio=0.5 9\n"
+        'nrg_run,host=node-1,run=mine event="say \\"hi\\"",ok=true 10\n'
+    )
+
+
+@given(points)
 def test_independent_reader_recovers_every_point(p: Point) -> None:
     line = encode_point(p)
     assert "\n" not in line
@@ -269,3 +330,13 @@ def test_memory_stays_flat_over_a_million_distinct_series() -> None:
     # Peak RSS from 200k to 1M distinct series: the cache is full at both points. An unbounded
     # cache would hold 790k more prefixes (over 200 MB).
     assert peaks[1] - peaks[0] < 16 * 2**20, peaks
+
+
+def test_field_shapes_kept_are_bounded() -> None:
+    """A stream whose field names never repeat gets the general path, not ever more code."""
+    enc = LineEncoder()
+    for i in range(lineproto._MAX_SHAPES + 500):
+        p = Point("m", {"t": str(i)}, {f"f{i}": 1.0}, i)
+        line = f"m,t={i} f{i}=1.0 {i}\n"
+        assert enc.encode_many([p, p, p]) == line * 3
+    assert len(enc._shapes) == lineproto._MAX_SHAPES
