@@ -41,10 +41,13 @@ from acquisition.summary.model import (
 )
 from acquisition.summary.resources import resources
 
-__all__ = ["NO_ENERGY", "REST_OF_SYSTEM", "counted_sources", "summarize"]
+__all__ = ["NO_ENERGY", "REST_OF_SYSTEM", "STEPS_WITHOUT_SOURCE", "counted_sources", "summarize"]
 
 REST_OF_SYSTEM = "rest_of_system"
 NO_ENERGY = "No energy was measured: {why}."
+STEPS_WITHOUT_SOURCE = (
+    "{source}: no energy for {missing} of {steps} steps (not bracketed by its samples)"
+)
 NO_SOURCE_POINTS = "no RAPL, GPU or wall-meter readings were recorded for this run"
 _ERROR_FIELDS = ("energy_error_joules", "error_joules")
 _NS = 1e9
@@ -386,6 +389,23 @@ def _no_energy_reason(unavailable: Mapping[str, str] | None) -> str:
     return NO_ENERGY.format(why=NO_SOURCE_POINTS)
 
 
+def _coverage_notes(data: _Steps) -> list[str]:
+    """A sentence per source that some steps have no energy from (the source did not
+    bracket them: it started late, stopped early, or its samples are too sparse)."""
+    steps = set(data.steps) | set(data.energy)
+    if not steps:
+        return []
+    per_source: dict[str, int] = defaultdict(int)
+    for per in data.energy.values():
+        for source in per:
+            per_source[source] += 1
+    return [
+        STEPS_WITHOUT_SOURCE.format(source=source, missing=len(steps) - n, steps=len(steps))
+        for source, n in sorted(per_source.items())
+        if n < len(steps)
+    ]
+
+
 def _per_host(
     sources: list[SourceEnergy], totals: Mapping[tuple[str, str, int], float]
 ) -> list[dict[str, object]]:
@@ -475,4 +495,5 @@ def summarize(
         start_ns=start,
         end_ns=end,
         flops=next((f for f in flops if f is not None), None),
+        notes=_coverage_notes(steps),
     )
