@@ -209,7 +209,9 @@ def _write(args: argparse.Namespace, text: str) -> None:
         sys.stdout.write(text)
 
 
-def _summaries(store: PointSource, infos: Sequence[RunInfo], options: SummaryOptions) -> list[RunSummary]:
+def _summaries(
+    store: PointSource, infos: Sequence[RunInfo], options: SummaryOptions
+) -> list[RunSummary]:
     return [summarize(load_run(store, info), options) for info in infos]
 
 

@@ -79,14 +79,24 @@ def test_process_tree_memory_and_energy() -> None:
             ]
             for c in children:
                 assert c.stdout is not None and c.stdout.readline() == "ready\n"
-            # the truth, while they hold their memory, then a few ticks of sampling
-            deadline = time.monotonic() + 30
-            while len({p.time_ns for p in tracker.points() if p.measurement == "process"}) < 8:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            # every descendant: the two children and the fixture's counter writer
+            # the truth, while they hold their memory (every descendant: the two children and
+            # the fixture's counter writer), then a few ticks of sampling after it
             truth_children = sum(vm_rss(pid) for pid in descendants(os.getpid()))
             truth_main = vm_rss(os.getpid())
+            after = time.time_ns()
+            deadline = time.monotonic() + 60
+            while (
+                len(
+                    {
+                        p.time_ns
+                        for p in tracker.points()
+                        if p.measurement == "process" and p.time_ns > after
+                    }
+                )
+                < 3
+            ):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
             for c in children:
                 c.communicate("")
         s = tracker.summary()
@@ -120,11 +130,14 @@ def test_windows_nested_and_energy() -> None:
         s = t.summary()
     names = [w["name"] for w in s.windows]
     assert names == ["train/eval", "train", "tail"]
-    for w in s.windows:
+    for w in s.windows:  # within the stale-counter bound and the window's own error bar
         assert w["energy_j"] == pytest.approx(
-            PACKAGE_W * w["duration_s"], abs=2 * PACKAGE_W * STALE_S
+            PACKAGE_W * w["duration_s"], abs=2 * PACKAGE_W * STALE_S + w["error_j"]
         )
-    assert tail.energy_j == pytest.approx(PACKAGE_W * tail.duration_s, abs=2 * PACKAGE_W * STALE_S)
+    assert tail.error_j is not None
+    assert tail.energy_j == pytest.approx(
+        PACKAGE_W * tail.duration_s, abs=2 * PACKAGE_W * STALE_S + tail.error_j
+    )
     assert s.to_dict()["windows"][0]["name"] == "train/eval"
     assert "Max RAM:" in str(s)
 
