@@ -202,6 +202,7 @@ def test_json_round_trip_and_schema_id() -> None:
     data = json.loads(s.to_json())
     assert data["schema"] == SCHEMA
     assert data["energy"]["total_j"] == s.energy.total_j
+    assert set(data["provenance"]) >= {"energy.sources", "energy.total_j", "modules", "resources"}
     validate(data)
 
 
