@@ -382,11 +382,28 @@ def _window(points: list[Point]) -> tuple[int, int, int | None]:
     return start, max(end, start), code
 
 
+def _first_line(reason: str) -> str:
+    line = reason.strip().splitlines()[0] if reason.strip() else "unavailable"
+    return line.removeprefix("unavailable: ").rstrip(":")
+
+
 def _no_energy_reason(unavailable: Mapping[str, str] | None) -> str:
+    """One sentence: each source's reason, first line only (the how-to that some reasons
+    carry, like granting access to RAPL, goes to the notes)."""
     if unavailable:
-        why = "; ".join(f"{name}: {reason}" for name, reason in sorted(unavailable.items()))
+        why = "; ".join(
+            f"{name}: {_first_line(reason)}" for name, reason in sorted(unavailable.items())
+        )
         return NO_ENERGY.format(why=why)
     return NO_ENERGY.format(why=NO_SOURCE_POINTS)
+
+
+def _guidance(unavailable: Mapping[str, str] | None) -> list[str]:
+    return [
+        f"{name}: {reason.strip()}"
+        for name, reason in sorted((unavailable or {}).items())
+        if len(reason.strip().splitlines()) > 1
+    ]
 
 
 def _coverage_notes(data: _Steps) -> list[str]:
@@ -495,5 +512,5 @@ def summarize(
         start_ns=start,
         end_ns=end,
         flops=next((f for f in flops if f is not None), None),
-        notes=_coverage_notes(steps),
+        notes=_coverage_notes(steps) + ([] if counted else _guidance(unavailable)),
     )

@@ -154,6 +154,11 @@ def test_no_energy_source_says_why_first() -> None:
     text = format_text(s)
     assert text.splitlines()[0] == s.no_energy_reason
     validate(s.to_dict())
+    # a reason with a how-to: its first line in the sentence, the how-to in the notes
+    howto = "unavailable: energy_uj is readable by root only\n  1. udev rule: ...\n  2. chmod ..."
+    s = summarize(pts, unavailable={"rapl": howto})
+    assert s.no_energy_reason == NO_ENERGY.format(why="rapl: energy_uj is readable by root only")
+    assert s.notes == [f"rapl: {howto}"]
 
 
 def test_resources_from_process_points() -> None:
