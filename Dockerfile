@@ -7,5 +7,7 @@ COPY acquisition ./acquisition
 COPY collectors ./collectors
 COPY sinks ./sinks
 RUN pip install --no-cache-dir '.[influx,nvml,serial]'
+# The config docker-compose.yml runs with (it mounts the same file from deploy/).
+COPY deploy/nrg-docker.toml /etc/nrg/nrg.toml
 ENTRYPOINT ["nrg-collect"]
 CMD ["--config", "/etc/nrg/nrg.toml", "--quiet"]

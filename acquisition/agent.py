@@ -8,7 +8,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
+import socket
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +22,17 @@ from acquisition.config import Config, PluginSpec
 from acquisition.errors import ConfigError, NoData
 from acquisition.paths import data_dir, runtime_dir, state_dir
 from acquisition.point import Point
-from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin
+from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin, quick_unavailable
 from acquisition.running import Clock, CollectorRunner, SinkRunner, StreamRunner, SystemClock
 
-__all__ = ["Agent", "Unavailable", "default_config", "plugin_label"]
+__all__ = [
+    "FLUSH_CUT_SHORT",
+    "SINK_CLOSE_CUT_SHORT",
+    "Agent",
+    "Unavailable",
+    "default_config",
+    "plugin_label",
+]
 
 log = logging.getLogger("nrg.agent")
 
@@ -87,12 +97,22 @@ class Agent:
         self._tasks: list[asyncio.Task[None]] = []
         self._sink_tasks: list[asyncio.Task[None]] = []
         self._open_collectors: list[Any] = []
+        self._last_stats: dict[str, dict[str, float | int | bool | str]] = {}
+        self.socket_clash_fatal = False
+        """True for a running agent: a hooks socket already in use is an error (``list`` only
+        reports it)."""
 
     # -- building -----------------------------------------------------------------------------
 
     def _build(self, spec: PluginSpec) -> Any | None:
         """Build one plugin; None (recorded as unavailable) when the embedded default meets a
         plugin that cannot load here."""
+        if not spec.explicit and spec.kind == "collectors":
+            reason = quick_unavailable(spec.name)
+            if reason is not None:
+                self.state.unavailable.append(Unavailable(plugin_label(spec), reason))
+                log.info("collector %s unavailable: %s", plugin_label(spec), reason)
+                return None
         try:
             context = self.context
             if spec.kind == "collectors" and spec.interval:
@@ -147,27 +167,8 @@ class Agent:
             instance = self._build(spec)
             if instance is None:
                 continue
-            is_stream = hasattr(instance, "run") and not hasattr(instance, "collect")
-            if is_stream and not streams:
-                continue
-            try:
-                await instance.open()
-            except NoData as exc:
-                self.state.unavailable.append(Unavailable(label, str(exc)))
-                reason = str(exc)
-                log.log(
-                    logging.WARNING if spec.explicit else logging.INFO,
-                    "collector %s %s",
-                    label,
-                    reason if reason.startswith("unavailable") else f"unavailable: {reason}",
-                )
-                continue
-            except ConfigError:
-                raise
-            except Exception as exc:
-                if spec.explicit:
-                    raise ConfigError(f"[{spec.where}] failed to open: {exc!r}") from exc
-                self.state.unavailable.append(Unavailable(label, f"failed to open: {exc!r}"))
+            is_stream = _is_stream(instance)
+            if (is_stream and not streams) or not await self._open_one(spec, label, instance):
                 continue
             self._open_collectors.append(instance)
             runner: CollectorRunner | StreamRunner
@@ -185,6 +186,39 @@ class Agent:
                 )
             self.collectors.append(_Collected(label, runner, instance))
 
+    async def _open_one(self, spec: PluginSpec, label: str, instance: Any) -> bool:
+        """``open()`` one collector; False (recorded as unavailable) when it cannot run here."""
+        try:
+            await instance.open()
+        except NoData as exc:
+            self._check_socket_clash(spec, instance)
+            self.state.unavailable.append(Unavailable(label, str(exc)))
+            reason = str(exc)
+            log.log(
+                logging.WARNING if spec.explicit else logging.INFO,
+                "collector %s %s",
+                label,
+                reason if reason.startswith("unavailable") else f"unavailable: {reason}",
+            )
+            return False
+        except ConfigError:
+            raise
+        except Exception as exc:
+            if spec.explicit:
+                raise ConfigError(f"[{spec.where}] failed to open: {exc!r}") from exc
+            self.state.unavailable.append(Unavailable(label, f"failed to open: {exc!r}"))
+            return False
+        return True
+
+    def _check_socket_clash(self, spec: PluginSpec, instance: Any) -> None:
+        """A hooks socket another live agent listens on is an error for a running agent: the
+        training jobs would send their steps to the other one."""
+        path = getattr(instance, "path", None)
+        if not self.socket_clash_fatal or spec.name != "hooks" or path is None:
+            return
+        if _socket_live(Path(path)):
+            raise ConfigError(SOCKET_IN_USE.format(path=path))
+
     def _clock_for(self, interval_s: float) -> Clock:
         """A precise-wakeup clock where the interval is short enough for 1-2 ms to matter."""
         if self._fixed_clock is not None:
@@ -195,9 +229,14 @@ class Agent:
     async def start(self) -> None:
         """Open sinks, processors and collectors, and start their tasks."""
         self.state.started_ns = time.time_ns()
-        await self.open_sinks()
-        self.open_processors()
-        await self.open_collectors()
+        self.socket_clash_fatal = True
+        try:
+            await self.open_sinks()
+            self.open_processors()
+            await self.open_collectors()
+        except BaseException:
+            await self._close_opened()
+            raise
         for runner in self.sinks:
             self._sink_tasks.append(asyncio.create_task(runner.run(), name=f"sink {runner.name}"))
         for c in self.collectors:
@@ -236,7 +275,7 @@ class Agent:
                 "duration_max_seconds": s.duration_ns_max / 1e9,
                 "lateness_max_seconds": s.lateness_ns_max / 1e9,
             }
-            fields.update(_plugin_stats(c.instance))
+            fields.update(_cumulative(self._last_stats.get(c.label, {}), c.instance))
             points.append(
                 Point("nrg_collect", {"plugin": c.label, "kind": "collector"}, fields, now)
             )
@@ -248,6 +287,7 @@ class Agent:
                 "dropped_points": ss.dropped_points,
                 "spilled_points": ss.spilled_points,
                 "rejected_points": ss.rejected_points,
+                "unencodable_points": ss.unencodable_points,
                 "write_errors": ss.write_errors,
                 "retries": ss.retries,
                 "queue_points": len(r.queue),
@@ -283,13 +323,15 @@ class Agent:
         for p in self.self_stats():
             self.bus.emit(p)
 
-    def status_line(self, window_points: int, window_s: float) -> str:
+    def status_line(self, window_points: int, window_s: float, energy: str = "") -> str:
+        """``nrg ▸ <energy> · <rate> pts/s · <collectors> · <sinks>`` for the live line."""
         rate = window_points / window_s if window_s > 0 else 0.0
         sinks = " · ".join(
             f"{r.name}: {r.status()}" + (f" → {_where(r.sink)}" if _where(r.sink) else "")
             for r in self.sinks
         )
-        return f"nrg ▸ {rate:,.0f} pts/s · {len(self.collectors)} collectors · {sinks}"
+        lead = f"{energy} · " if energy else ""
+        return f"nrg ▸ {lead}{rate:,.0f} pts/s · {len(self.collectors)} collectors · {sinks}"
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start, wait for ``stop``, then shut down."""
@@ -299,43 +341,126 @@ class Agent:
         finally:
             await self.shutdown()
 
-    async def shutdown(self) -> None:
-        """Stop collectors, emit final self-stats, flush every sink before the deadline."""
+    async def shutdown(self, abort: asyncio.Event | None = None) -> None:
+        """Stop collectors, emit final self-stats, flush every sink before the deadline.
+
+        ``abort`` (a second Ctrl-C or SIGTERM) cuts the final flush short: what is still queued
+        goes to the sink's spool where it has one, else it is counted as dropped, and it is said.
+        """
         deadline = time.monotonic() + self.config.agent.shutdown_timeout
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await self._close_collectors()
+        self.bus.flush_processors()
+        self.emit_self_stats()
+        for r in self.sinks:
+            r.stop()
+        aborted = await self._wait_sinks(deadline, abort)
+        before = {r.name: (r.stats.spilled_points, r.stats.dropped_points) for r in self.sinks}
+        for r in self.sinks:
+            if not aborted:
+                aborted = await _unless_aborted(r.close(deadline), abort)
+            if aborted:  # what is still queued goes to the spool, or is counted as dropped
+                await r.close(time.monotonic())
+            await self._close_sink(r, deadline, abort)
+        aborted = aborted or (abort is not None and abort.is_set())
+        if aborted:
+            spilled = sum(r.stats.spilled_points - before[r.name][0] for r in self.sinks)
+            dropped_now = sum(r.stats.dropped_points - before[r.name][1] for r in self.sinks)
+            log.warning(FLUSH_CUT_SHORT, spilled, dropped_now)
+        dropped = sum(r.stats.dropped_points for r in self.sinks)
+        if dropped:
+            log.error("%d point(s) were dropped during this run (see nrg_collect)", dropped)
+
+    async def _close_opened(self) -> None:
+        """Start-up failed: close what was opened (collectors, then sinks) and nothing else."""
+        for inst in [*self._open_collectors, *(r.sink for r in self.sinks)]:
+            with contextlib.suppress(Exception):
+                await inst.aclose()
+        self._open_collectors.clear()
+
+    async def _close_collectors(self) -> None:
+        """``aclose()`` every collector; counters a plugin resets on close keep their last value
+        in the final self-stats (counters are cumulative for the agent's life)."""
+        for c in self.collectors:
+            self._last_stats[c.label] = _plugin_stats(c.instance)
         for inst in self._open_collectors:
             try:
                 await inst.aclose()
             except Exception as exc:
                 log.warning("closing collector %s failed: %r", getattr(inst, "name", inst), exc)
         self._open_collectors.clear()
-        self.bus.flush_processors()
-        self.emit_self_stats()
-        for r in self.sinks:
-            r.stop()
-        if self._sink_tasks:
-            _, stuck = await asyncio.wait(
-                self._sink_tasks, timeout=max(0.0, deadline - time.monotonic())
-            )
-            for t in stuck:  # a write hung past the deadline: only now cancel it
-                t.cancel()
-            for t in self._sink_tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
-        for r in self.sinks:
-            await r.close(deadline)
+
+    async def _close_sink(
+        self, r: SinkRunner, deadline: float, abort: asyncio.Event | None
+    ) -> None:
+        """``aclose()`` one sink, bounded: by the shutdown deadline (at least CLOSE_GRACE_S), and
+        at once when ``abort`` is set; a close cut short is said."""
+        task = asyncio.ensure_future(r.sink.aclose())
+        waiters: set[asyncio.Future[Any]] = {task}
+        abort_task = None
+        if abort is not None:
+            abort_task = asyncio.ensure_future(abort.wait())
+            waiters.add(abort_task)
+        limit = max(deadline - time.monotonic(), CLOSE_GRACE_S)
+        if abort is not None and abort.is_set():
+            limit = CLOSE_GRACE_S
+        await asyncio.wait(waiters, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        if abort_task is not None and not task.done() and abort_task.done():
+            # Abort during the close: grant it the short grace, no more.
+            await asyncio.wait({task}, timeout=CLOSE_GRACE_S)
+        if abort_task is not None:
+            abort_task.cancel()
+        if not task.done():
+            task.cancel()
+            log.warning(SINK_CLOSE_CUT_SHORT, r.name)
+        with contextlib.suppress(asyncio.CancelledError):
             try:
-                await r.sink.aclose()
+                await task
             except Exception as exc:
                 log.warning("closing sink %s failed: %r", r.name, exc)
-        dropped = sum(r.stats.dropped_points for r in self.sinks)
-        if dropped:
-            log.error("%d point(s) were dropped during this run (see nrg_collect)", dropped)
 
+    async def _wait_sinks(self, deadline: float, abort: asyncio.Event | None) -> bool:
+        """Wait for the sinks' final flush until done, the deadline, or ``abort``; True when
+        ``abort`` cut it short."""
+        if not self._sink_tasks:
+            return False
+        waiters: set[asyncio.Future[Any]] = set(self._sink_tasks)
+        abort_task = asyncio.ensure_future(abort.wait()) if abort is not None else None
+        if abort_task is not None:
+            waiters.add(abort_task)
+        pending = set(self._sink_tasks)
+        while pending and (abort_task is None or not abort_task.done()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            done, _ = await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+            waiters -= done - ({abort_task} if abort_task is not None else set())
+        aborted = abort_task is not None and abort_task.done() and bool(pending)
+        if abort_task is not None and not abort_task.done():
+            abort_task.cancel()
+        for t in pending:  # a write hung past the deadline (or cut short): only now cancel it
+            t.cancel()
+        for t in self._sink_tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        return aborted
+
+
+CLOSE_GRACE_S = 1.0
+"""How long a sink's ``aclose()`` may still take once the final flush was cut short."""
+SINK_CLOSE_CUT_SHORT = (
+    "sink %s: closing cut short; a write still in flight is abandoned and may be lost"
+)
+FLUSH_CUT_SHORT = (
+    "final flush cut short: %d point(s) kept in the spool for the next start, "
+    "%d point(s) dropped (counted in nrg_collect dropped_points)"
+)
+"""Logged when a second Ctrl-C or SIGTERM interrupts the final flush."""
 
 _EXTRAS = {"influxdb": "influx", "nvml": "nvml", "emonpi": "serial"}
 
@@ -349,6 +474,66 @@ def _plugin_stats(instance: Any) -> dict[str, float | int | bool | str]:
     except Exception:
         return {}
     return {str(k): v for k, v in dict(values).items() if isinstance(v, int | float | bool | str)}
+
+
+async def _unless_aborted(coro: Coroutine[Any, Any, None], abort: asyncio.Event | None) -> bool:
+    """Run ``coro`` to the end, or cancel it when ``abort`` is set first (then True)."""
+    task = asyncio.ensure_future(coro)
+    if abort is None:
+        await task
+        return False
+    abort_task = asyncio.ensure_future(abort.wait())
+    await asyncio.wait({task, abort_task}, return_when=asyncio.FIRST_COMPLETED)
+    aborted = not task.done()
+    abort_task.cancel()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return aborted
+
+
+def _is_stream(instance: Any) -> bool:
+    return hasattr(instance, "run") and not hasattr(instance, "collect")
+
+
+def _socket_live(path: Path) -> bool:
+    """True when something accepts connections on the Unix socket ``path``."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(os.fsencode(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+SOCKET_IN_USE = (
+    "another nrg-collect agent already listens on {path}: training jobs started now would "
+    "send their steps there. Stop that agent, or give this one a socket of its own "
+    "([[collectors.hooks]] socket_path, or NRG_SOCKET), or track the job with "
+    "'nrg-collect -- COMMAND', which uses a socket of its own"
+)
+
+
+def _cumulative(
+    before_close: dict[str, float | int | bool | str], instance: Any
+) -> dict[str, float | int | bool | str]:
+    """The plugin's stats now, where a counter that went down (reset by ``aclose()``) keeps the
+    value it had before the close."""
+    now = _plugin_stats(instance)
+    for key, old in before_close.items():
+        new = now.get(key)
+        if new is None or (
+            isinstance(old, int | float)
+            and isinstance(new, int | float)
+            and not isinstance(old, bool)
+            and not isinstance(new, bool)
+            and new < old
+        ):
+            now[key] = old
+    return now
 
 
 def _where(sink: Any) -> str:

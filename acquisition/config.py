@@ -9,13 +9,15 @@ from the environment. Durations accept numbers (seconds) or strings such as ``"5
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 import os
 import re
 import socket
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -23,12 +25,16 @@ from typing import Any, Literal, TypeVar
 from acquisition.errors import ConfigError
 
 __all__ = [
+    "BUFFER_RULE",
     "COLLECTOR_KEYS",
+    "MAX_DURATION_S",
+    "MAX_INT",
     "SINK_KEYS",
     "AgentConfig",
     "Config",
     "PluginSpec",
     "build_dataclass",
+    "check_buffer",
     "duration",
     "expand_env",
     "load_config",
@@ -36,7 +42,9 @@ __all__ = [
     "parse_config",
     "parse_duration",
     "parse_size",
+    "sanitize_tag",
     "size",
+    "unknown_key_message",
 ]
 
 T = TypeVar("T")
@@ -65,7 +73,23 @@ _SIZE_UNITS = {
     "gb": 1000**3,
     "gib": 1024**3,
 }
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def sanitize_tag(value: str) -> str:
+    """A tag value that can always be written: bytes that are not UTF-8 (a file name passed
+    through ``surrogateescape``) become U+FFFD, control characters a space."""
+    text = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in text)
+
+
+MAX_DURATION_S = 366 * 86400.0
+"""The longest duration accepted anywhere (a year): longer is a typo, and would overflow the
+nanosecond clocks."""
+MAX_INT = 2**63 - 1
+"""The largest integer or size accepted (int64, what every consumer can hold)."""
+_MAX_NUMBER_CHARS = 64
 
 
 def parse_duration(value: object, where: str = "duration") -> float:
@@ -73,19 +97,41 @@ def parse_duration(value: object, where: str = "duration") -> float:
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected a duration, got {value!r}")
     if isinstance(value, int | float):
-        seconds = float(value)
+        seconds = _finite(value, where)
     elif isinstance(value, str):
-        m = _DURATION_RE.match(value)
+        m = _DURATION_RE.match(value) if len(value) <= _MAX_NUMBER_CHARS else None
         if not m or (m.group(2) and m.group(2) not in _DURATION_UNITS):
             raise ConfigError(
-                f"{where}: {value!r} is not a duration (use e.g. 500ms, 2s, 1m, or a number of seconds)"
+                f"{where}: {_short(value)} is not a duration (use e.g. 500ms, 2s, 1m, "
+                "or a number of seconds)"
             )
         seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
     else:
-        raise ConfigError(f"{where}: expected a duration, got {value!r}")
+        raise ConfigError(f"{where}: expected a duration, got {_short(value)}")
     if seconds < 0:
-        raise ConfigError(f"{where}: duration must not be negative, got {value!r}")
+        raise ConfigError(f"{where}: duration must not be negative, got {_short(value)}")
+    if not seconds <= MAX_DURATION_S:
+        raise ConfigError(f"{where}: {_short(value)} is too long (at most 366 days)")
     return seconds
+
+
+def _finite(value: int | float, where: str) -> float:
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"{where}: expected a finite number, got {_short(value)}")
+    return number
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, cut to 60 characters (a 5,000-digit number is not worth echoing)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long for repr
+        return "a number too large"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def parse_size(value: object, where: str = "size") -> int:
@@ -95,14 +141,18 @@ def parse_size(value: object, where: str = "size") -> int:
     if isinstance(value, int):
         n = value
     elif isinstance(value, str):
-        m = re.match(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$", value)
+        m = _SIZE_RE.match(value) if len(value) <= _MAX_NUMBER_CHARS else None
         if not m or m.group(2).lower() not in _SIZE_UNITS:
-            raise ConfigError(f"{where}: {value!r} is not a size (use e.g. 512MiB, 2GB, or bytes)")
-        n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+            raise ConfigError(
+                f"{where}: {_short(value)} is not a size (use e.g. 512MiB, 2GB, or bytes)"
+            )
+        n = int(_finite(float(m.group(1)), where) * _SIZE_UNITS[m.group(2).lower()])
     else:
-        raise ConfigError(f"{where}: expected a size, got {value!r}")
+        raise ConfigError(f"{where}: expected a size, got {_short(value)}")
     if n < 0:
         raise ConfigError(f"{where}: size must not be negative")
+    if n > MAX_INT:
+        raise ConfigError(f"{where}: {_short(value)} is too large (at most {MAX_INT} bytes)")
     return n
 
 
@@ -146,62 +196,120 @@ def expand_env(value: Any, where: str, env: Mapping[str, str] | None = None) -> 
     return value
 
 
+def _to_float(value: Any, where: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _finite(value, where)
+    raise ConfigError(f"{where}: expected a number, got {_short(value)}")
+
+
+def _to_int(value: Any, where: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if -MAX_INT - 1 <= value <= MAX_INT:
+            return value
+        raise ConfigError(f"{where}: {_short(value)} is out of range (a 64-bit integer)")
+    raise ConfigError(f"{where}: expected an integer, got {_short(value)}")
+
+
+def _to_bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{where}: expected true or false, got {_short(value)}")
+
+
+def _to_str(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    raise ConfigError(f"{where}: expected a string, got {_short(value)}")
+
+
+def _to_path(value: Any, where: str) -> Path:
+    if isinstance(value, str):
+        return Path(value).expanduser()
+    raise ConfigError(f"{where}: expected a path string, got {_short(value)}")
+
+
+_SCALARS: dict[Any, Callable[[Any, str], Any]] = {
+    float: _to_float,
+    int: _to_int,
+    bool: _to_bool,
+    str: _to_str,
+    Path: _to_path,
+}
+"""Type hint → converter: checks a TOML value and returns it as the field's type."""
+
+
+def _check_union(value: Any, args: tuple[Any, ...], where: str) -> Any:
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _check_type(value, arg, where)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    raise ConfigError(errors[0] if errors else f"{where}: bad value {_short(value)}")
+
+
+def _check_list(value: Any, args: tuple[Any, ...], where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list, got {_short(value)}")
+    item = args[0] if args else Any
+    return [_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
+def _check_dict(value: Any, args: tuple[Any, ...], where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table, got {_short(value)}")
+    vt = args[1] if len(args) == 2 else Any
+    return {str(k): _check_type(v, vt, f"{where}.{k}") for k, v in value.items()}
+
+
+def _check_literal(value: Any, args: tuple[Any, ...], where: str) -> Any:
+    if value in args:
+        return value
+    raise ConfigError(f"{where}: expected one of {', '.join(map(repr, args))}, got {_short(value)}")
+
+
+_GENERICS: dict[Any, Callable[[Any, tuple[Any, ...], str], Any]] = {
+    typing.Union: _check_union,
+    types.UnionType: _check_union,
+    list: _check_list,
+    dict: _check_dict,
+    typing.Literal: _check_literal,
+}
+"""Generic origin (``list[str]``, ``X | None``, ``Literal[...]``) → checker."""
+
+
 def _check_type(value: Any, hint: Any, where: str) -> Any:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
+    """``value`` checked against (and converted to) the type ``hint``; ConfigError if it is not."""
     if hint is Any or hint is object:
         return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _check_type(value, arg, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
-    if hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: expected an integer, got {value!r}")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
-    if hint is Path:
-        if isinstance(value, str):
-            return Path(value).expanduser()
-        raise ConfigError(f"{where}: expected a path string, got {value!r}")
-    if origin is list or hint is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        item = args[0] if args else Any
-        return [_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a table, got {value!r}")
-        vt = args[1] if len(args) == 2 else Any
-        return {str(k): _check_type(v, vt, f"{where}.{k}") for k, v in value.items()}
-    if origin is typing.Literal:
-        if value in args:
-            return value
-        raise ConfigError(f"{where}: expected one of {', '.join(map(repr, args))}, got {value!r}")
+    scalar = _SCALARS.get(hint)
+    if scalar is not None:
+        return scalar(value, where)
+    origin = typing.get_origin(hint) or hint
+    checker = _GENERICS.get(origin)
+    if checker is not None:
+        return checker(value, typing.get_args(hint), where)
     return value
 
 
-def build_dataclass(cls: type[T], table: Mapping[str, Any], where: str) -> T:
-    """Build ``cls`` from a TOML table; unknown keys and wrong types are ConfigErrors."""
+def unknown_key_message(where: str, key: str, valid: Iterable[str]) -> str:
+    """``[where] unknown key 'x'; did you mean 'y'? valid keys: ...`` (every valid key)."""
+    keys = sorted(set(valid))
+    close = difflib.get_close_matches(str(key), keys, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"[{where}] unknown key {_short(key)}{hint}; valid keys: {', '.join(keys) or '(none)'}"
+
+
+def build_dataclass(
+    cls: type[T], table: Mapping[str, Any], where: str, common: Iterable[str] = ()
+) -> T:
+    """Build ``cls`` from a TOML table; unknown keys and wrong types are ConfigErrors.
+
+    ``common``: keys the core handles for every plugin of this kind, listed as valid keys."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     hints = typing.get_type_hints(cls)
@@ -210,8 +318,7 @@ def build_dataclass(cls: type[T], table: Mapping[str, Any], where: str) -> T:
     for key, value in table.items():
         f = fields.get(key)
         if f is None:
-            known = ", ".join(sorted(fields)) or "(none)"
-            raise ConfigError(f"[{where}] unknown key {key!r}; known keys: {known}")
+            raise ConfigError(unknown_key_message(where, key, [*fields, *common]))
         at = f"[{where}] {key}"
         if f.metadata.get("duration"):
             kwargs[key] = parse_duration(value, at)
@@ -230,6 +337,16 @@ def build_dataclass(cls: type[T], table: Mapping[str, Any], where: str) -> T:
         except ValueError as exc:
             raise ConfigError(f"[{where}] {exc}") from exc
     return obj
+
+
+BUFFER_RULE = "buffer_limit ({buffer_limit}) must be at least batch_size ({batch_size})"
+"""The one rule for a sink's queue, in ``[agent]`` and in every ``[[sinks.X]]`` table."""
+
+
+def check_buffer(batch_size: int, buffer_limit: int) -> None:
+    """ValueError (BUFFER_RULE) when a sink's queue could not hold one whole batch."""
+    if buffer_limit < batch_size:
+        raise ValueError(BUFFER_RULE.format(buffer_limit=buffer_limit, batch_size=batch_size))
 
 
 @dataclass
@@ -266,8 +383,9 @@ class AgentConfig:
             raise ValueError("interval must be > 0")
         if self.flush_interval <= 0:
             raise ValueError("flush_interval must be > 0")
-        if self.batch_size < 1 or self.buffer_limit < self.batch_size:
-            raise ValueError("need batch_size >= 1 and buffer_limit >= batch_size")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        check_buffer(self.batch_size, self.buffer_limit)
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise ValueError(f"log_level {self.log_level!r} is not debug, info, warning or error")
 
@@ -282,7 +400,7 @@ class AgentConfig:
             tags["experiment"] = experiment
         if run:
             tags["run"] = run
-        return tags
+        return {k: sanitize_tag(v) for k, v in tags.items()}
 
 
 COLLECTOR_KEYS = {"interval", "timeout"}
@@ -321,6 +439,42 @@ class Config:
     source: str = "<embedded default>"
 
 
+def _collector_keys(spec: PluginSpec, where: str) -> None:
+    options = spec.options
+    if "interval" in options:
+        spec.interval = parse_duration(options.pop("interval"), f"[{where}] interval")
+        if spec.interval <= 0:
+            raise ConfigError(f"[{where}] interval must be > 0")
+    if "timeout" in options:
+        spec.timeout = parse_duration(options.pop("timeout"), f"[{where}] timeout")
+
+
+def _sink_keys(spec: PluginSpec, where: str) -> None:
+    options = spec.options
+    if "flush_interval" in options:
+        spec.flush_interval = parse_duration(
+            options.pop("flush_interval"), f"[{where}] flush_interval"
+        )
+        if spec.flush_interval <= 0:
+            raise ConfigError(f"[{where}] flush_interval must be > 0")
+    for key in ("batch_size", "buffer_limit"):
+        if key in options:
+            v = _to_int(options.pop(key), f"[{where}] {key}")
+            if v < 1:
+                raise ConfigError(f"[{where}] {key}: expected a positive integer")
+            setattr(spec, key, v)
+
+
+def _check_sink_buffers(agent: AgentConfig, sinks: list[PluginSpec]) -> None:
+    for spec in sinks:
+        try:
+            check_buffer(
+                spec.batch_size or agent.batch_size, spec.buffer_limit or agent.buffer_limit
+            )
+        except ValueError as exc:
+            raise ConfigError(f"[{spec.where}] {exc}") from exc
+
+
 def _specs(kind: str, table: object, env: Mapping[str, str] | None) -> list[PluginSpec]:
     if not isinstance(table, dict):
         raise ConfigError(f"[{kind}] must be a table of [[{kind}.NAME]] arrays")
@@ -337,23 +491,9 @@ def _specs(kind: str, table: object, env: Mapping[str, str] | None) -> list[Plug
             options = expand_env(dict(raw), where, env)
             spec = PluginSpec(kind, name, options, i)
             if kind == "collectors":
-                if "interval" in options:
-                    spec.interval = parse_duration(options.pop("interval"), f"[{where}] interval")
-                    if spec.interval <= 0:
-                        raise ConfigError(f"[{where}] interval must be > 0")
-                if "timeout" in options:
-                    spec.timeout = parse_duration(options.pop("timeout"), f"[{where}] timeout")
+                _collector_keys(spec, where)
             elif kind == "sinks":
-                if "flush_interval" in options:
-                    spec.flush_interval = parse_duration(
-                        options.pop("flush_interval"), f"[{where}] flush_interval"
-                    )
-                for key in ("batch_size", "buffer_limit"):
-                    if key in options:
-                        v = options.pop(key)
-                        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                            raise ConfigError(f"[{where}] {key}: expected a positive integer")
-                        setattr(spec, key, v)
+                _sink_keys(spec, where)
             out.append(spec)
     return out
 
@@ -366,6 +506,17 @@ def parse_config(
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{source}: tables or arrays are nested too deeply") from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise ConfigError(f"{source}: a value cannot be read: {exc}") from exc
+    try:
+        return _build_config(data, source, env)
+    except RecursionError as exc:
+        raise ConfigError(f"{source}: tables or arrays are nested too deeply") from exc
+
+
+def _build_config(data: dict[str, Any], source: str, env: Mapping[str, str] | None) -> Config:
     known = {"agent", "collectors", "sinks", "processors"}
     for key in data:
         if key not in known:
@@ -377,10 +528,12 @@ def parse_config(
     if not isinstance(agent_table, dict):
         raise ConfigError("[agent] must be a table")
     agent = build_dataclass(AgentConfig, agent_table, "agent")
+    sinks = _specs("sinks", data.get("sinks", {}), env)
+    _check_sink_buffers(agent, sinks)
     return Config(
         agent=agent,
         collectors=_specs("collectors", data.get("collectors", {}), env),
-        sinks=_specs("sinks", data.get("sinks", {}), env),
+        sinks=sinks,
         processors=_specs("processors", data.get("processors", {}), env),
         source=source,
     )

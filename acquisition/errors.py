@@ -5,8 +5,10 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "LineProtocolError",
+    "LineProtocolRangeError",
     "NoData",
     "NrgError",
+    "PartialWriteError",
     "WriteError",
 ]
 
@@ -31,6 +33,10 @@ class LineProtocolError(NrgError, ValueError):
     """A point cannot be written as line protocol, or a line cannot be parsed."""
 
 
+class LineProtocolRangeError(LineProtocolError):
+    """An integer field outside int64, or a timestamp outside InfluxDB's range."""
+
+
 class WriteError(NrgError):
     """A sink could not write a batch.
 
@@ -42,3 +48,20 @@ class WriteError(NrgError):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
+
+
+class PartialWriteError(WriteError):
+    """A sink wrote the first ``written`` points of a batch, whole, and could not write the rest
+    (a disk with room for part of the batch). The core counts those as written and retries only
+    the rest, so a partly written batch is never written twice."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        written: int,
+        retryable: bool = True,
+        retry_after_s: float | None = None,
+    ):
+        super().__init__(message, retryable=retryable, retry_after_s=retry_after_s)
+        self.written = written

@@ -9,23 +9,41 @@ Escaping, as InfluxDB 1.x/2.x/3.x parse it:
   escapes ``\\n``, ``\\r``, ``\\t`` so one point stays one line;
 - string field values are double-quoted, with ``"`` and ``\\`` escaped.
 Integers get the ``i`` suffix, booleans are ``true``/``false``, floats use ``repr`` (shortest
-round-trip form). NaN and ±inf, an empty field set, empty names and a measurement starting with
-``#`` (a comment line) are rejected with :class:`LineProtocolError`. Tags with an empty value are
-left out (InfluxDB rejects them). Tag keys are sorted, as InfluxDB recommends.
+round-trip form). NaN and ±inf, integers outside the signed 64-bit range, timestamps outside
+InfluxDB's range (±9223372036854775806 ns, 1677-09-21 to 2262-04-11), an empty field set, empty
+names and a measurement starting with ``#`` (a comment line) are rejected with
+:class:`LineProtocolError` naming the field and the value, by the encoder and by the decoder
+alike: a server would drop such a point without a word. Tags with an empty value are left out
+(InfluxDB rejects them). Tag keys are sorted, as InfluxDB recommends.
 
-The encoder caches the escaped ``measurement,tags`` prefix of each series and the escaped form of
-each field key, which is what makes it several times faster than building lines from scratch.
+The encoder caches the escaped ``measurement,tags`` prefix of each series (least recently used
+first out, at most :data:`SERIES_CACHE_SIZE` series, so a long run whose pids come and go keeps a
+flat memory) and the escaped form of each field key, which is what makes it several times faster
+than building lines from scratch.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
-from acquisition.errors import LineProtocolError
+from acquisition.errors import LineProtocolError, LineProtocolRangeError
 from acquisition.point import FieldValue, Point
 
-__all__ = ["LineEncoder", "decode_line", "encode_lines", "encode_point"]
+__all__ = [
+    "INT_RANGE_ERROR",
+    "MAX_INT",
+    "MAX_TIME_NS",
+    "MIN_INT",
+    "MIN_TIME_NS",
+    "SERIES_CACHE_SIZE",
+    "TIME_RANGE_ERROR",
+    "LineEncoder",
+    "decode_line",
+    "encode_lines",
+    "encode_point",
+]
 
 _CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _ESC_MEASUREMENT = str.maketrans({"\\": "\\\\", ",": "\\,", " ": "\\ ", **_CONTROL})
@@ -34,6 +52,26 @@ _ESC_STRING = str.maketrans({"\\": "\\\\", '"': '\\"', **_CONTROL})
 _UNESCAPE_CONTROL = {"n": "\n", "r": "\r", "t": "\t"}
 
 _MAX_CACHE = 65_536
+"""Field keys remembered in escaped form (they are few; new ones past this are escaped anew)."""
+
+SERIES_CACHE_SIZE = 16_384
+"""Series (measurement + tag set) whose escaped prefix an encoder keeps, least recently used out:
+about 300 bytes each, so at most ~5 MB."""
+
+MIN_INT = -(2**63)
+MAX_INT = 2**63 - 1
+"""Integer fields are signed 64-bit in line protocol (``i`` suffix)."""
+MIN_TIME_NS = -9_223_372_036_854_775_806
+MAX_TIME_NS = 9_223_372_036_854_775_806
+"""InfluxDB's valid timestamps (ns since the Unix epoch): 1677-09-21 to 2262-04-11."""
+
+INT_RANGE_ERROR = "field {key!r} of {measurement!r} is {value}, outside the 64-bit integer range"
+"""Raised (formatted) for an integer field below ``MIN_INT`` or above ``MAX_INT``."""
+TIME_RANGE_ERROR = (
+    "timestamp of {measurement!r} is {value}, outside InfluxDB's range "
+    "(-9223372036854775806 to 9223372036854775806 ns)"
+)
+"""Raised (formatted) for a timestamp outside ``MIN_TIME_NS`` … ``MAX_TIME_NS``."""
 
 
 def _escape_measurement(name: str) -> str:
@@ -50,7 +88,13 @@ def _escape_key(key: str, what: str) -> str:
     return key.translate(_ESC_KEY)
 
 
-def _encode_value(key: str, value: FieldValue) -> str:
+def _int_error(measurement: str, key: str, value: int) -> LineProtocolError:
+    return LineProtocolRangeError(
+        INT_RANGE_ERROR.format(key=key, measurement=measurement, value=value)
+    )
+
+
+def _encode_value(measurement: str, key: str, value: FieldValue) -> str:
     kind = type(value)
     if kind is float:
         if not math.isfinite(value):  # type: ignore[arg-type]
@@ -59,6 +103,8 @@ def _encode_value(key: str, value: FieldValue) -> str:
             )
         return repr(value)
     if kind is int:
+        if not MIN_INT <= value <= MAX_INT:  # type: ignore[operator]
+            raise _int_error(measurement, key, value)  # type: ignore[arg-type]
         return f"{value}i"
     if kind is bool:
         return "true" if value else "false"
@@ -68,25 +114,51 @@ def _encode_value(key: str, value: FieldValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        return f"{int(value)}i"
+        return _encode_value(measurement, key, int(value))
     if isinstance(value, float):
-        return _encode_value(key, float(value))
+        return _encode_value(measurement, key, float(value))
     if isinstance(value, str):
-        return _encode_value(key, str(value))
+        return _encode_value(measurement, key, str(value))
     raise LineProtocolError(f"field {key!r} has unsupported type {kind.__name__}")
+
+
+def _check_time(measurement: str, t: object) -> int:
+    if type(t) is not int:
+        raise LineProtocolError(f"timestamp of {measurement!r} is not an int: {t!r}")
+    if not MIN_TIME_NS <= t <= MAX_TIME_NS:
+        raise LineProtocolRangeError(TIME_RANGE_ERROR.format(measurement=measurement, value=t))
+    return t
 
 
 class LineEncoder:
     """Encodes points to line protocol, caching each series' escaped prefix.
 
     ``default_tags`` (``host``, ``experiment``, ``run``...) are added to every point that does not
-    carry the same tag itself.
+    carry the same tag itself. ``series_cache`` bounds the prefixes kept (least recently used
+    out); a series that falls out is escaped again when it comes back.
     """
 
-    def __init__(self, default_tags: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        default_tags: Mapping[str, str] | None = None,
+        *,
+        series_cache: int = SERIES_CACHE_SIZE,
+    ) -> None:
         self._default_tags = {k: v for k, v in (default_tags or {}).items() if v}
-        self._prefixes: dict[tuple[object, ...], str] = {}
+        self._series: Callable[[tuple[object, ...]], str] = functools.lru_cache(series_cache)(
+            self._series_prefix
+        )
         self._field_keys: dict[str, str] = {}
+
+    @property
+    def cached_series(self) -> int:
+        """How many series prefixes the encoder holds now."""
+        return self._series.cache_info().currsize  # type: ignore[attr-defined, no-any-return]
+
+    def _series_prefix(self, series: tuple[object, ...]) -> str:
+        """``measurement[,tags]`` for a ``(measurement, *tags.items())`` key."""
+        measurement: str = series[0]  # type: ignore[assignment]
+        return self._prefix(measurement, dict(series[1:]))  # type: ignore[arg-type]
 
     def _prefix(self, measurement: str, tags: Mapping[str, str]) -> str:
         merged = dict(self._default_tags)
@@ -101,50 +173,56 @@ class LineEncoder:
             parts.append(f"{_escape_key(k, 'tag key')}={v.translate(_ESC_KEY)}")
         return ",".join(parts)
 
+    def _field_key(self, key: str) -> str:
+        """``key=`` escaped, remembered while there are few keys."""
+        ek = _escape_key(key, "field key") + "="
+        if len(self._field_keys) < _MAX_CACHE:
+            self._field_keys[key] = ek
+        return ek
+
     def encode(self, point: Point) -> str:
         """One line, without the trailing newline."""
         return self.encode_many((point,))[:-1]
 
     def encode_many(self, points: Iterable[Point]) -> str:
-        """Newline-terminated lines for a batch (the hot path: everything inlined)."""
-        prefixes = self._prefixes
+        """Newline-terminated lines for a batch (the hot path: everything inlined).
+
+        Pieces go straight into one list joined at the end: a point costs one cache look-up for
+        its series and one small f-string per field.
+        """
+        series = self._series
         keys = self._field_keys
         out: list[str] = []
-        line = out.append
+        put = out.append
+        lo, hi = MIN_INT, MAX_INT
         for point in points:
-            tags = point.tags
-            series = (point.measurement, *tags.items())
-            prefix = prefixes.get(series)
-            if prefix is None:
-                prefix = self._prefix(point.measurement, tags)
-                if len(prefixes) >= _MAX_CACHE:
-                    prefixes.clear()
-                prefixes[series] = prefix
+            measurement = point.measurement
+            put(series((measurement, *point.tags.items())))
             fields = point.fields
             if not fields:
-                raise LineProtocolError(f"point of {point.measurement!r} has no fields")
-            parts: list[str] = []
-            part = parts.append
+                raise LineProtocolError(f"point of {measurement!r} has no fields")
+            sep = " "
             for k, v in fields.items():
                 ek = keys.get(k)
                 if ek is None:
-                    ek = _escape_key(k, "field key")
-                    if len(keys) < _MAX_CACHE:
-                        keys[k] = ek
+                    ek = self._field_key(k)
                 kind = type(v)
                 if kind is float:
                     r = repr(v)
                     if r[-1] > "9":  # 'nan', 'inf': every finite repr ends in a digit
-                        _encode_value(k, v)  # raises the clear error
-                    part(f"{ek}={r}")
+                        _encode_value(measurement, k, v)  # raises the clear error
+                    put(f"{sep}{ek}{r}")
                 elif kind is int:
-                    part(f"{ek}={v}i")
+                    if not lo <= v <= hi:  # type: ignore[operator]
+                        raise _int_error(measurement, k, v)  # type: ignore[arg-type]
+                    put(f"{sep}{ek}{v}i")
                 else:
-                    part(f"{ek}={_encode_value(k, v)}")
+                    put(f"{sep}{ek}{_encode_value(measurement, k, v)}")
+                sep = ","
             t = point.time_ns
-            if type(t) is not int:
-                raise LineProtocolError(f"timestamp of {point.measurement!r} is not an int: {t!r}")
-            line(f"{prefix} {','.join(parts)} {t}\n")
+            if type(t) is not int or not MIN_TIME_NS <= t <= MAX_TIME_NS:
+                _check_time(measurement, t)
+            put(f" {t}\n")
         return "".join(out)
 
 
@@ -224,38 +302,46 @@ def _split_pair(item: str, what: str) -> tuple[str, str]:
     return parts[0], "=".join(parts[1:])
 
 
-def _decode_value(raw: str) -> FieldValue:
+def _decode_int(raw: str, what: str) -> int:
+    """Digits with an optional minus sign, as line protocol writes them (``int()`` alone would
+    also take ``_``, ``+``, spaces and non-ASCII digits)."""
+    digits = raw[1:] if raw[:1] == "-" else raw
+    if not (digits.isascii() and digits.isdigit()):
+        raise LineProtocolError(f"bad {what} {raw!r}")
+    return int(raw)
+
+
+def _decode_value(measurement: str, key: str, raw: str) -> FieldValue:
     if not raw:
-        raise LineProtocolError("empty field value")
+        raise LineProtocolError(f"field {key!r} has an empty value")
     if raw[0] == '"':
         if len(raw) < 2 or raw[-1] != '"':
             raise LineProtocolError(f"bad string field {raw!r}")
         return _unescape(raw[1:-1])
-    if raw[-1] in "iu" and len(raw) > 1:
-        try:
-            return int(raw[:-1])
-        except ValueError as exc:
-            raise LineProtocolError(f"bad integer field {raw!r}") from exc
+    suffix = raw[-1]
+    if suffix in "iu" and len(raw) > 1:
+        value = _decode_int(raw[:-1], f"integer field {key!r}:")
+        # Unsigned values are kept as nrg's (signed) integers: the same 64-bit bound holds.
+        if not MIN_INT <= value <= MAX_INT or (suffix == "u" and value < 0):
+            raise _int_error(measurement, key, value)
+        return value
     low = raw.lower()
     if low in ("t", "true"):
         return True
     if low in ("f", "false"):
         return False
     try:
-        value = float(raw)
+        value_f = float(raw)
     except ValueError as exc:
         raise LineProtocolError(f"bad field value {raw!r}") from exc
-    if not math.isfinite(value):
+    if not math.isfinite(value_f):
         raise LineProtocolError(f"non-finite field value {raw!r}")
-    return value
+    return value_f
 
 
-def _timestamp(sections: list[str], default_time_ns: int | None) -> int:
+def _timestamp(measurement: str, sections: list[str], default_time_ns: int | None) -> int:
     if len(sections) == 3:
-        try:
-            return int(sections[2])
-        except ValueError as exc:
-            raise LineProtocolError(f"bad timestamp {sections[2]!r}") from exc
+        return _check_time(measurement, _decode_int(sections[2], "timestamp"))
     if default_time_ns is not None:
         return default_time_ns
     raise LineProtocolError("line has no timestamp")
@@ -282,8 +368,8 @@ def _decode_plain(line: str, default_time_ns: int | None) -> Point:
         k, eq, v = item.partition("=")
         if not eq or not k:
             raise LineProtocolError(f"field {item!r} is not key=value")
-        fields[k] = _decode_value(v)
-    return Point(measurement, tags, fields, _timestamp(sections, default_time_ns))
+        fields[k] = _decode_value(measurement, k, v)
+    return Point(measurement, tags, fields, _timestamp(measurement, sections, default_time_ns))
 
 
 def decode_line(line: str, *, default_time_ns: int | None = None) -> Point:
@@ -312,5 +398,6 @@ def decode_line(line: str, *, default_time_ns: int | None = None) -> Point:
     fields: dict[str, FieldValue] = {}
     for item in _split_unescaped(sections[1], ",", strings=True):
         k, v = _split_pair(item, "field")
-        fields[_unescape(k)] = _decode_value(v)
-    return Point(measurement, tags, fields, _timestamp(sections, default_time_ns))
+        key = _unescape(k)
+        fields[key] = _decode_value(measurement, key, v)
+    return Point(measurement, tags, fields, _timestamp(measurement, sections, default_time_ns))

@@ -8,13 +8,24 @@ collector is used.
 from __future__ import annotations
 
 import importlib
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from acquisition.api import PluginContext
-from acquisition.config import PluginSpec, build_dataclass
+from acquisition.config import COLLECTOR_KEYS, SINK_KEYS, PluginSpec, build_dataclass
 from acquisition.errors import ConfigError
 
-__all__ = ["COLLECTORS", "PROCESSORS", "SINKS", "build_plugin", "load_class"]
+__all__ = [
+    "COLLECTORS",
+    "PROCESSORS",
+    "QUICK_CHECKS",
+    "SINKS",
+    "build_plugin",
+    "load_class",
+    "quick_unavailable",
+]
 
 COLLECTORS: dict[str, str] = {
     "procfs": "collectors.procfs:ProcfsCollector",
@@ -32,7 +43,54 @@ PROCESSORS: dict[str, str] = {
     "process_power": "acquisition.processors.process_power:ProcessPowerShare",
     "attribution": "acquisition.processors.attribution:EnergyAttribution",
 }
+_COMMON_KEYS = {"collectors": COLLECTOR_KEYS, "sinks": SINK_KEYS}
 _TABLES = {"collectors": COLLECTORS, "sinks": SINKS, "processors": PROCESSORS}
+
+
+def _rapl_absent() -> str | None:
+    powercap = Path("/sys/class/powercap")
+    try:
+        zones = any(p.name.startswith("intel-rapl") for p in powercap.iterdir())
+    except OSError:
+        zones = False
+    if zones or Path("/dev/cpu/0/msr").exists():
+        return None
+    if Path("/sys/bus/event_source/devices/power").exists():
+        return None
+    return "no powercap zones, no MSR device, no power PMU"
+
+
+def _nvidia_absent() -> str | None:
+    nodes = ("/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/dxg")  # dxg: WSL2
+    if any(os.path.exists(n) for n in nodes):
+        return None
+    return "no NVIDIA driver here (none of " + ", ".join(nodes) + " exists)"
+
+
+_SERIAL_PORTS = ("/dev/ttyAMA0", "/dev/serial0", "/dev/ttyUSB0")
+"""The ports the emonpi collector tries when none is configured."""
+
+
+def _serial_absent() -> str | None:
+    if any(os.path.exists(p) for p in _SERIAL_PORTS):
+        return None
+    return f"no serial port configured and none of {', '.join(_SERIAL_PORTS)} exists"
+
+
+QUICK_CHECKS: dict[str, Callable[[], str | None]] = {
+    "rapl": _rapl_absent,
+    "nvml": _nvidia_absent,
+    "emonpi": _serial_absent,
+}
+"""For the embedded default only (collectors nobody configured): a look at the device files a
+collector needs, so that one which cannot work here is not even imported (its libraries, e.g.
+pynvml or pyserial, stay unloaded). A configured collector is always built and opened."""
+
+
+def quick_unavailable(name: str) -> str | None:
+    """Why the unconfigured collector ``name`` cannot work here, or None when it may."""
+    check = QUICK_CHECKS.get(name)
+    return check() if check is not None else None
 
 
 def load_class(kind: str, name: str) -> type[Any]:
@@ -56,5 +114,6 @@ def build_plugin(spec: PluginSpec, context: PluginContext) -> Any:
         if spec.options:
             raise ConfigError(f"[{spec.where}] takes no options, got {sorted(spec.options)}")
         return cls(None, context)
-    config = build_dataclass(config_class, spec.options, spec.where)
+    common = _COMMON_KEYS.get(spec.kind, set())
+    config = build_dataclass(config_class, spec.options, spec.where, common)
     return cls(config, context)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from acquisition.api import Collector, Emit, Sink, StreamCollector
-from acquisition.errors import WriteError
+from acquisition.errors import LineProtocolError, PartialWriteError, WriteError
+from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 
 __all__ = [
@@ -36,6 +37,12 @@ __all__ = [
     "SystemClock",
     "backoff_delay",
 ]
+
+SINK_RETRY_INITIAL_S = 0.25
+"""First wait before a sink's failed write is tried again."""
+SINK_RETRY_MAX_S = 2.0
+"""The longest wait between two tries of a sink's write (a server's Retry-After included), so
+that a disk with room again or a server that answers again is found within seconds."""
 
 log = logging.getLogger("nrg.running")
 
@@ -257,6 +264,7 @@ class SinkStats:
     spilled_points: int = 0
     dropped_points: int = 0
     rejected_points: int = 0
+    unencodable_points: int = 0
     queue_max: int = 0
     write_ns_total: int = 0
     last_error: str = ""
@@ -293,7 +301,10 @@ class SinkRunner:
         self._wake: asyncio.Event | None = None
         self._failure = FailureLog(log, f"sink {name}")
         self._drop_logged = False
+        self._unencodable_logged = False
         self._stopping = False
+        self._aborting = False
+        self._flushed_once = False
         self._stopped = asyncio.Event()
 
     # -- bus side -----------------------------------------------------------------------------
@@ -307,14 +318,18 @@ class SinkRunner:
         n = len(queue)
         if n > self.stats.queue_max:
             self.stats.queue_max = n
-        if n >= self.batch_size and self._wake is not None:
-            self._wake.set()
+        if (n >= self.batch_size or not self._flushed_once) and self._wake is not None:
+            self._wake.set()  # a full batch, or the very first point: flush at once
 
     def _overflow(self) -> None:
         chunk = [self.queue.popleft() for _ in range(min(self.batch_size, len(self.queue)))]
         if self._spill is not None:
             try:
-                self._spill(chunk)
+                try:
+                    self._spill(chunk)
+                except LineProtocolError:
+                    chunk = self._without_unencodable(chunk)
+                    self._spill(chunk)
                 self.stats.spilled_points += len(chunk)
                 return
             except Exception as exc:
@@ -333,6 +348,29 @@ class SinkRunner:
                 why,
             )
 
+    def _without_unencodable(self, points: Sequence[Point]) -> list[Point]:
+        """``points`` less those line protocol cannot carry (an integer beyond int64, a NaN, a
+        tag that is not text): each is counted, the first is logged with its reason, the rest
+        of the batch is written as usual."""
+        probe = LineEncoder({})
+        kept: list[Point] = []
+        for point in points:
+            try:
+                probe.encode(point)
+            except LineProtocolError as exc:
+                self.stats.unencodable_points += 1
+                if not self._unencodable_logged:
+                    self._unencodable_logged = True
+                    log.error(
+                        "sink %s: dropped a point that cannot be written as line protocol: %s "
+                        "(counted in nrg_collect unencodable_points; further ones are only counted)",
+                        self.name,
+                        exc,
+                    )
+            else:
+                kept.append(point)
+        return kept
+
     # -- loop side ----------------------------------------------------------------------------
 
     def status(self) -> str:
@@ -349,8 +387,11 @@ class SinkRunner:
         return [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
 
     async def run(self) -> None:
-        """Flush every ``flush_interval`` or as soon as a batch is full, until ``stop()``."""
+        """Flush every ``flush_interval`` or as soon as a batch is full, until ``stop()``. The
+        first points are written at once (a new file or dashboard shows data right away)."""
         self._wake = asyncio.Event()
+        if self.queue:
+            self._wake.set()
         while not self._stopping:
             if len(self.queue) < self.batch_size:
                 try:
@@ -358,7 +399,11 @@ class SinkRunner:
                         await self._wake.wait()
                 except TimeoutError:
                     pass
+                if not self._flushed_once:
+                    await asyncio.sleep(0)  # the rest of the first tick joins the first batch
             self._wake.clear()
+            if self.queue:
+                self._flushed_once = True
             while self.queue and not self._stopping:
                 batch = self.take_batch()
                 await self.write(batch, deadline=None)
@@ -373,9 +418,24 @@ class SinkRunner:
         if self._wake is not None:
             self._wake.set()
 
+    def abort_flush(self) -> None:
+        """Cut the final flush short (the agent calls this on a second Ctrl-C or SIGTERM): no
+        further batch is written nor retried, the sink's own wait (a post in flight, draining
+        its spool) is cut short through ``sink.abort()`` when it has one, and what is left goes
+        to the sink's spool, or is counted as dropped."""
+        self._aborting = True
+        self.stop()
+        abort = getattr(self.sink, "abort", None)
+        if callable(abort):
+            try:
+                abort()
+            except Exception as exc:
+                log.error("sink %s: abort failed: %r", self.name, exc)
+
     async def write(self, batch: list[Point], deadline: float | None) -> bool:
         """Write one batch, retrying retryable errors; False when ``deadline`` (monotonic s)
-        would pass first (the caller then spills or counts the batch)."""
+        would pass first or the flush was aborted (the caller then spills or counts the batch,
+        which is back at the head of the queue)."""
         attempt = 0
         unexpected = 0
         stats = self.stats
@@ -387,7 +447,15 @@ class SinkRunner:
                 # Keep the batch: put it back at the head so the final flush still sees it.
                 self.queue.extendleft(reversed(batch))
                 raise
+            except LineProtocolError:
+                batch = self._without_unencodable(batch)
+                if not batch:
+                    return True
+                continue
             except WriteError as exc:
+                batch = self._count_partial(batch, exc)
+                if not batch:
+                    return True
                 stats.write_errors += 1
                 stats.last_error = str(exc)
                 if not exc.retryable:
@@ -396,9 +464,9 @@ class SinkRunner:
                         "sink %s: batch of %d point(s) rejected: %s", self.name, len(batch), exc
                     )
                     return True
-                delay = (
-                    exc.retry_after_s if exc.retry_after_s is not None else backoff_delay(attempt)
-                )
+                delay = backoff_delay(attempt, SINK_RETRY_INITIAL_S, SINK_RETRY_MAX_S)
+                if exc.retry_after_s is not None:  # at least what the server asked, up to the cap
+                    delay = max(delay, min(exc.retry_after_s, SINK_RETRY_MAX_S))
             except Exception as exc:
                 stats.write_errors += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"
@@ -406,26 +474,38 @@ class SinkRunner:
                 if unexpected >= self.MAX_UNEXPECTED_ATTEMPTS:
                     self._drop(batch, f"sink raised {stats.last_error} {unexpected} times")
                     return True
-                delay = backoff_delay(attempt)
+                delay = backoff_delay(attempt, SINK_RETRY_INITIAL_S, SINK_RETRY_MAX_S)
             else:
-                stats.write_ns_total += time.monotonic_ns() - t0
-                stats.points_written += len(batch)
-                stats.batches_written += 1
-                self.state = "ok"
-                self._drop_logged = False
-                self._failure.ok()
+                self._count_written(batch, t0)
                 return True
             self.state = "retrying"
             self._failure.failed(stats.last_error)
             attempt += 1
             stats.retries += 1
-            if deadline is not None and time.monotonic() + delay > deadline:
+            if self._aborting or (deadline is not None and time.monotonic() + delay > deadline):
                 self.queue.extendleft(reversed(batch))
                 return False
             if deadline is None and self._stopping:  # shutdown: close() takes over the batch
                 self.queue.extendleft(reversed(batch))
                 return False
             await self._pause(delay)
+
+    def _count_written(self, batch: Sequence[Point], t0: int) -> None:
+        stats = self.stats
+        stats.write_ns_total += time.monotonic_ns() - t0
+        stats.points_written += len(batch)
+        stats.batches_written += 1
+        self.state = "ok"
+        self._drop_logged = False
+        self._failure.ok()
+
+    def _count_partial(self, batch: list[Point], exc: WriteError) -> list[Point]:
+        """The part of ``batch`` still to write after a :class:`PartialWriteError`."""
+        if not isinstance(exc, PartialWriteError) or exc.written <= 0:
+            return batch
+        written = min(exc.written, len(batch))
+        self.stats.points_written += written
+        return batch[written:]
 
     async def _pause(self, delay: float) -> None:
         """Sleep between retries; ``stop()`` cuts it short."""
@@ -436,26 +516,51 @@ class SinkRunner:
             pass
 
     async def close(self, deadline: float) -> None:
-        """Final flush before ``deadline`` (monotonic s); spill or count what is left."""
-        while self.queue and time.monotonic() < deadline:
+        """Final flush before ``deadline`` (monotonic s); spill or count what is left. A write
+        still running at the deadline is cancelled and its batch spilled or counted."""
+        while self.queue and time.monotonic() < deadline and not self._aborting:
             batch = self.take_batch()
-            if not await self.write(batch, deadline=deadline):
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    done = await self.write(batch, deadline=deadline)
+            except TimeoutError:  # write() put the batch back when it was cancelled
+                log.warning(
+                    "sink %s: a write was still running at the shutdown deadline", self.name
+                )
+                break
+            if not done:
                 break
         if self.queue:
-            rest = list(self.queue)
-            self.queue.clear()
-            if self._spill is not None:
-                try:
-                    self._spill(rest)
-                    self.stats.spilled_points += len(rest)
-                    log.warning(
-                        "sink %s: %d point(s) not flushed by the deadline were kept in "
-                        "the spool for the next start",
-                        self.name,
-                        len(rest),
-                    )
-                    rest = []
-                except Exception as exc:
-                    log.error("sink %s: spill at shutdown failed: %r", self.name, exc)
-            if rest:
-                self._drop(rest, "not flushed before the shutdown deadline")
+            self._keep_rest()
+
+    async def close_sink(self, deadline: float) -> None:
+        """``sink.aclose()``, cut short at ``deadline`` (monotonic s) through ``sink.abort()``
+        when the sink has one (a post waiting for a hung server, a spool still draining)."""
+        task = asyncio.ensure_future(self.sink.aclose())
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - time.monotonic()))
+        abort = getattr(self.sink, "abort", None)
+        if not done and callable(abort):
+            log.warning(
+                "sink %s: closing passed the shutdown deadline; cutting it short", self.name
+            )
+            abort()
+        await task
+
+    def _keep_rest(self) -> None:
+        rest = list(self.queue)
+        self.queue.clear()
+        why = "the final flush was cut short" if self._aborting else "not flushed by the deadline"
+        if self._spill is not None:
+            try:
+                self._spill(rest)
+                self.stats.spilled_points += len(rest)
+                log.warning(
+                    "sink %s: %s; %d point(s) were kept in the spool for the next start",
+                    self.name,
+                    why,
+                    len(rest),
+                )
+                return
+            except Exception as exc:
+                log.error("sink %s: spill at shutdown failed: %r", self.name, exc)
+        self._drop(rest, why)

@@ -3,7 +3,14 @@
 1. Per module call: ``nn.Linear(4, 4)`` on a 1×4 CPU input under ``no_grad`` — no hooks, global
    no-op pre/post hooks, nrg's hook bodies alone (``ModuleHooks`` + ``EventLog``), a preallocated
    ring for comparison, and a full ``instrument()`` session (with its aggregator thread).
-2. A ResNet-18-sized CPU training step (BasicBlock [2, 2, 2, 2], 11.7 M parameters; batch
+2. The small-module model: 100 x (``Linear(64, 64)`` + ``ReLU``) and a ``Linear(64, 10)`` head,
+   batch 8, SGD: plain, a full ``instrument()`` session with its default module detail (every
+   4th step for these 202 modules), the same session with detail on every step, and
+   ``torch.profiler`` (CPU activity, no shapes). A fresh session per round, events reaching
+   the fallback file through the real sender thread. CPU is whole-process CPU time (nrg's
+   threads included) per step, averaged over each round (a median would pick the steps
+   without module detail).
+3. A ResNet-18-sized CPU training step (BasicBlock [2, 2, 2, 2], 11.7 M parameters; batch
    8×3×64×64; SGD): plain, instrumented (forward + backward where safe), and under
    ``torch.profiler.profile(activities=[CPU], with_modules=True)``. Rounds alternate between the
    three so drift hits them alike; medians are reported.
@@ -316,11 +323,107 @@ def node_hook_cost_us(hooks: ModuleHooks, log: EventLog, n: int = 5_000) -> floa
     return max(with_node, 0.0)
 
 
+def small_modules() -> nn.Module:
+    layers: list[nn.Module] = []
+    for _ in range(100):
+        layers += [nn.Linear(64, 64), nn.ReLU()]
+    layers.append(nn.Linear(64, 10))
+    return nn.Sequential(*layers)
+
+
+def compare_sessions(
+    title: str,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    rounds: int,
+    steps: int,
+    tmp: str,
+) -> None:
+    """Per-step CPU and wall time, plain vs nrg (default and every-step detail) vs profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step() -> None:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    def timed() -> tuple[float, float]:
+        c, w = time.process_time(), time.perf_counter()
+        for _ in range(steps):
+            step()
+        return (time.process_time() - c) / steps, (time.perf_counter() - w) / steps
+
+    def session(every: int | None) -> Callable[[], tuple[float, float]]:
+        def run() -> tuple[float, float]:
+            with instrument(
+                model,
+                example_inputs=(x,),
+                graph=False,
+                run="bench",
+                socket_path=f"{tmp}/none.sock",
+                fallback_dir=tmp,
+                graph_dir=tmp,
+                module_detail_every=every,
+            ):
+                return timed()
+
+        return run
+
+    def profiled() -> tuple[float, float]:
+        with profile(activities=[ProfilerActivity.CPU]):
+            return timed()
+
+    probe = instrument(model, graph=False, socket_path=f"{tmp}/none.sock", fallback_dir=tmp)
+    configs: dict[str, Callable[[], tuple[float, float]]] = {
+        "plain": timed,
+        f"nrg (detail every {probe.module_detail_every})": session(None),
+        "nrg (detail every step)": session(1),
+        "torch.profiler": profiled,
+    }
+    for _ in range(5):
+        step()
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
+    order = list(configs)
+    rng = random.Random(2)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for name in order:
+            results[name].append(configs[name]())
+    print(f"\n== {title}: {rounds} rounds x {steps} steps, order shuffled per round, medians ==")
+    print(f"{'configuration':28} {'CPU ms':>8} {'slowdown':>9} {'wall ms':>8} {'slowdown':>9}")
+    base_c = statistics.median(c for c, _ in results["plain"])
+    base_w = statistics.median(w for _, w in results["plain"])
+    for name, values in results.items():
+        c = statistics.median(v[0] for v in values)
+        w = statistics.median(v[1] for v in values)
+        print(
+            f"{name:28} {c * 1e3:8.3f} {(c / base_c - 1) * 100:+8.1f}% "
+            f"{w * 1e3:8.3f} {(w / base_w - 1) * 100:+8.1f}%"
+        )
+
+
+def bench_small_modules(rounds: int, steps: int, tmp: str) -> None:
+    torch.manual_seed(0)
+    compare_sessions(
+        "small-module model (100 x Linear(64)+ReLU, head), batch 8",
+        small_modules(),
+        torch.randn(8, 64),
+        torch.randint(0, 10, (8,)),
+        rounds,
+        steps,
+        tmp,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads")
-    parser.add_argument("--skip-calls", action="store_true", help="only the ResNet step")
+    parser.add_argument("--skip-calls", action="store_true", help="skip the per-call figures")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -328,6 +431,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if not args.skip_calls:
             bench_module_call(20_000 if args.quick else 50_000, 3 if args.quick else 15, tmp)
+        bench_small_modules(3 if args.quick else 15, 20 if args.quick else 40, tmp)
+        torch.manual_seed(0)
+        compare_sessions(
+            "ResNet-18-sized model, batch 8x3x64x64",
+            resnet18(),
+            torch.randn(8, 3, 64, 64),
+            torch.randint(0, 100, (8,)),
+            2 if args.quick else 9,
+            4 if args.quick else 8,
+            tmp,
+        )
         bench_resnet(2 if args.quick else 12, 2 if args.quick else 5, tmp)
 
 

@@ -2,7 +2,7 @@
 
 There is no GPU here, so the collector runs against the scenario-driven fake of ``pynvml``
 (tests/nvml/fake_pynvml.py): 8 H100s, each with a driver sample buffer filled every 20 ms (the
-fake's rate; the real period is an open point, interfaces.md §7) and 2 compute processes with a
+fake's rate; the real period depends on the driver) and 2 compute processes with a
 fresh utilisation sample per tick, tracked as one process tree (stat files in a temporary root).
 
 Prints, in one run:

@@ -4,14 +4,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Real database servers the tests start on 127.0.0.1 (Debian packages; nothing starts by itself).
-if ! command -v victoria-metrics >/dev/null || ! command -v influxd >/dev/null; then
+# Debian packages: the real database servers the tests start on 127.0.0.1 (nothing starts by
+# itself), Chromium for the HTML report test, docker-compose to validate the compose file, and
+# Node.js for the Flux and Grafana-schema checkers, tmux for the live-line test.
+need=()
+command -v victoria-metrics >/dev/null || need+=(victoria-metrics)
+command -v influxd >/dev/null || need+=(influxdb)
+command -v chromium >/dev/null || need+=(chromium)
+command -v docker-compose >/dev/null || need+=(docker-compose)
+command -v node >/dev/null || need+=(nodejs npm)
+command -v tmux >/dev/null || need+=(tmux)
+if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
-        apt-get install -y -qq --no-install-recommends victoria-metrics influxdb >/dev/null
+        apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
     else
-        echo "note: victoria-metrics/influxd missing and not root: server tests will be skipped" >&2
+        echo "note: missing ${need[*]} and not root: the tests that need them will be skipped" >&2
     fi
 fi
 
@@ -19,7 +28,11 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # torch is pinned: an unpinned torch pulls a multi-GB CUDA build.
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
-.venv/bin/pip install -q --disable-pip-version-check -e '.[dev,influx,nvml,serial,torch]'
+.venv/bin/pip install -q --disable-pip-version-check -e '.[dev,docs,report,influx,nvml,serial,torch]'
+# Pinned npm tools (Flux language server, Grafana's schema, ajv) for the offline checks.
+if command -v npm >/dev/null; then
+    npm ci --prefix tools --no-audit --no-fund --silent
+fi
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -8,48 +8,74 @@ Source: the agent's bus, nothing else. Power sources read from it:
   channel, integrated; its ``energy<ch>_joules`` only with ``wall_counter = true`` (the firmware's
   counters step in whole Wh, 3600 J, far coarser than a training step).
 
-Training-job points (sent by ``acquisition.torch`` through ``collectors/hooks.py``): ``nrg_step``
-(``start_time_ns``/``end_time_ns``, Unix-epoch ns), ``nrg_module`` (``exclusive_seconds``,
-optional ``gpu_seconds``, s) and ``nrg_run`` (``event`` start/end).
+Training-job points (sent by ``acquisition.torch`` through the hooks collector): ``nrg_step``
+(``start_time_ns``/``end_time_ns``, Unix-epoch ns; tag ``epoch``, or an integer ``epoch`` field
+from older jobs), ``nrg_module`` (``exclusive_seconds``, optional ``gpu_seconds``, s) and
+``nrg_run`` (``event`` start/end).
 
-Emits ``nrg_energy`` points (tags ``experiment``, ``run``, ``rank``, ``source``, ``scope``, and
-``module``/``phase`` for ``scope=module``; fields ``step``, ``epoch``, ``energy_joules``,
+Emits ``nrg_energy`` points (tags ``experiment``, ``run``, ``rank``, ``epoch``, ``source``,
+``scope``, and ``module``/``phase`` for ``scope=module``; fields ``step``, ``energy_joules``,
 ``duration_seconds``, ``mean_power_watts``), stamped with the step's end time.
 
 Model, per step interval [start, end] and per source:
 
 - step energy: an energy counter is interpolated linearly between the samples that bracket each
   edge and differenced; a source with power samples only is integrated by trapezoids, with the
-  power interpolated at the edges. A source whose samples do not bracket the step is left out;
+  power interpolated at the edges. A source whose samples do not bracket the step is left out
+  and counted (``steps_missing:<source>``);
 - module energy: the step's mean power times the module's exclusive (self) time, GPU time on GPU
   sources (GPU sources get no module split when no module reports GPU time). When the summed
-  times exceed the step's duration, the shares are scaled down to the sum so none goes negative;
+  times exceed the step's duration, the shares are scaled down to the sum so none goes negative.
+  ``module_detail`` says whether module points are written per step, summed per epoch, or not;
 - unattributed = step energy − Σ module energy, computed by subtraction so the two add up to the
   step energy exactly (conservation);
 - rest of the system = wall − Σ RAPL (package and dram: core and uncore sit inside package, psys
   covers the platform) − Σ GPU, when a wall meter and a RAPL package domain bracket the step.
 
-A step is emitted once its data is complete: every known source has a sample at or after the
-step's end (or can never bracket it), and its module points are in (a point of a later step, or
-the run's ``end`` event, arrived after the step point for the same experiment/run/rank — a job
-sends a step's points together — or ``grace`` passed on the data clock since the step point
-arrived). Modules may arrive before or after their step. The data clock is the
+A step is emitted once its data is complete. Its module points are in when a point of a later
+step, or the run's ``end`` event, arrived after the step point for the same experiment/run/rank
+(a job sends a step's points together), or ``grace`` passed on the data clock since the step point
+arrived. Each source is waited for on its own: until its first sample at or after the step's end,
+unless it can never bracket the step (its first sample is after the step's start), it fell
+silent (no sample for ``max(grace, 3 ×`` its longest recent sample interval``)``), or ``history``
+passed since the step's end. Modules may arrive before or after their step. The data clock is the
 newest timestamp seen on the bus, so the processor needs no timer and replays deterministically.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 from acquisition.api import Emit, PluginContext
 from acquisition.config import duration, option
 from acquisition.point import FieldValue, Point
+from acquisition.processors.energy import (
+    Source,
+    SourceSample,
+    counter_energy,
+    interpolate,
+    parse_source,
+    split_energy,
+    trapezoid_energy,
+)
+from acquisition.processors.module_sums import EPOCH_SUM_MAX_STEPS, EpochSums
+from acquisition.processors.steps import (
+    DoneSteps,
+    RunKey,
+    Step,
+    StepKey,
+    epoch_of,
+    float_field,
+    int_field,
+    run_key,
+    run_tags,
+)
 
 __all__ = [
+    "AUTO_EPOCH_MODULES",
     "AttributionConfig",
     "EnergyAttribution",
     "SourceSample",
@@ -68,6 +94,12 @@ _FAR = 2**63
 # RAPL domains that add up without overlap: core and uncore are parts of package, psys is the
 # whole platform.
 _RAPL_DISJOINT = ("package", "dram")
+_OVERDUE = 3
+"""A source silent for this many of its longest recent sample intervals is no longer waited for."""
+
+AUTO_EPOCH_MODULES = 50
+"""With ``module_detail = "auto"``, a run whose steps report more modules than this gets its
+module energy summed per epoch instead of per step."""
 
 
 @dataclass
@@ -75,12 +107,19 @@ class AttributionConfig:
     """``[[processors.attribution]]`` keys."""
 
     grace: float = duration(
-        2.0, "wait this long (data clock) after a step point for late modules and sources"
+        2.0, "wait this long (data clock) after a step point for its late module points"
     )
-    history: float = duration(600.0, "source history kept; older steps cannot be attributed")
+    history: float = duration(
+        600.0, "source history kept; the longest a step waits for a lagging source"
+    )
     wall_channel: int = option(1, "emonPi CT channel that measures this machine (power<ch>_watts)")
     wall_counter: bool = option(False, "use emonPi energy<ch>_joules (1 Wh steps), not power")
     max_pending_steps: int = option(10_000, "beyond this, waiting steps are dropped oldest first")
+    module_detail: Literal["auto", "step", "epoch", "off"] = option(
+        "auto",
+        "module energy per step, summed per epoch, or off; auto: per step up to "
+        f"{AUTO_EPOCH_MODULES} modules, per epoch above",
+    )
 
     def validate(self) -> None:
         if self.history <= self.grace:
@@ -89,233 +128,10 @@ class AttributionConfig:
             raise ValueError("wall_channel must be >= 1")
         if self.max_pending_steps < 1:
             raise ValueError("max_pending_steps must be >= 1")
-
-
-# --- pure functions ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SourceSample:
-    """One reading of a power source, as :func:`parse_source` finds it on a point."""
-
-    source: str
-    """``rapl:package-0``, ``rapl:dram-0``, ``rapl:package-0-die-1``, ``gpu:0``, ``emonpi:5``."""
-    kind: str
-    """``rapl``, ``gpu`` or ``wall``."""
-    domain: str
-    """RAPL domain (``package``, ``dram``...), else ``""``."""
-    counter: bool
-    """True: ``value`` is a cumulative energy counter in J; False: a power in W."""
-    value: float
-
-
-def parse_source(
-    point: Point, wall_channel: int = 1, wall_counter: bool = False
-) -> SourceSample | None:
-    """The power-source reading ``point`` carries, or None when it carries none."""
-    tags, fields = point.tags, point.fields
-    m = point.measurement
-    if m == "rapl":
-        domain = tags.get("domain", "")
-        name = f"rapl:{domain}-{tags.get('socket', '0')}"
-        if tags.get("die"):
-            name += f"-die-{tags['die']}"
-        return _reading(name, "rapl", domain, fields, "energy_joules", None)
-    if m == "gpu":
-        name = f"gpu:{tags.get('gpu', '0')}"
-        return _reading(name, "gpu", "", fields, "energy_joules", "power_watts")
-    if m == "emonpi":
-        name = f"emonpi:{tags.get('node', '0')}"
-        counter = f"energy{wall_channel}_joules" if wall_counter else None
-        return _reading(name, "wall", "", fields, counter, f"power{wall_channel}_watts")
-    return None
-
-
-def _reading(
-    name: str,
-    kind: str,
-    domain: str,
-    fields: Mapping[str, FieldValue],
-    energy_field: str | None,
-    power_field: str | None,
-) -> SourceSample | None:
-    energy = fields.get(energy_field) if energy_field else None
-    if _is_number(energy):
-        return SourceSample(name, kind, domain, True, float(energy))  # type: ignore[arg-type]
-    if power_field is not None:
-        power = fields.get(power_field)
-        if _is_number(power):
-            return SourceSample(name, kind, domain, False, float(power))  # type: ignore[arg-type]
-    return None
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def interpolate(times: list[int], values: list[float], t: int) -> float | None:
-    """``values`` linearly interpolated at ``t``; None outside ``[times[0], times[-1]]``.
-
-    ``times`` is strictly increasing (ns).
-    """
-    if not times or t < times[0] or t > times[-1]:
-        return None
-    i = bisect.bisect_left(times, t)
-    if times[i] == t:
-        return values[i]
-    t0, t1 = times[i - 1], times[i]
-    v0, v1 = values[i - 1], values[i]
-    return v0 + (v1 - v0) * ((t - t0) / (t1 - t0))
-
-
-def counter_energy(times: list[int], joules: list[float], start: int, end: int) -> float | None:
-    """Energy (J) a cumulative counter gained over [start, end]; None unless samples bracket it."""
-    e0 = interpolate(times, joules, start)
-    e1 = interpolate(times, joules, end)
-    if e0 is None or e1 is None:
-        return None
-    return e1 - e0
-
-
-def trapezoid_energy(times: list[int], watts: list[float], start: int, end: int) -> float | None:
-    """Energy (J) of a power series over [start, end] by trapezoids; None unless bracketed."""
-    p0 = interpolate(times, watts, start)
-    p1 = interpolate(times, watts, end)
-    if p0 is None or p1 is None:
-        return None
-    lo = bisect.bisect_right(times, start)
-    hi = bisect.bisect_left(times, end)
-    total = 0.0
-    prev_t, prev_p = start, p0
-    for i in range(lo, hi):
-        total += (times[i] - prev_t) * (prev_p + watts[i]) / 2
-        prev_t, prev_p = times[i], watts[i]
-    total += (end - prev_t) * (prev_p + p1) / 2
-    return total / _NS
-
-
-def split_energy(
-    energy: float, duration_s: float, weights: Mapping[tuple[str, str], float]
-) -> tuple[dict[tuple[str, str], float], float]:
-    """Split a step's ``energy`` over modules by their time ``weights`` (s).
-
-    Each module gets ``energy × weight / max(duration_s, Σ weights)`` (the step's mean power times
-    its time); the remainder is what is left, by subtraction, so modules + remainder == energy.
-    """
-    total = sum(weights.values())
-    denom = max(duration_s, total)
-    if denom <= 0.0:
-        return {}, energy
-    # w / denom first: each fraction is <= 1, so no product can overflow or round above energy
-    shares = {key: energy * (w / denom) for key, w in weights.items()}
-    return shares, energy - sum(shares.values())
-
-
-# --- state -------------------------------------------------------------------------------------
-
-
-class _Series:
-    """Time-ordered samples of one quantity of one source."""
-
-    __slots__ = ("times", "values")
-
-    def __init__(self) -> None:
-        self.times: list[int] = []
-        self.values: list[float] = []
-
-    def add(self, t: int, v: float) -> None:
-        """Append a sample no older than the last; one at the same time replaces it."""
-        if self.times and t == self.times[-1]:
-            self.values[-1] = v
-            return
-        self.times.append(t)
-        self.values.append(v)
-
-    def prune(self, before: int) -> None:
-        """Drop samples older than ``before``, keeping the last one at or before it."""
-        i = bisect.bisect_right(self.times, before) - 1
-        if i > 0:
-            del self.times[:i]
-            del self.values[:i]
-
-
-@dataclass
-class _Source:
-    name: str
-    kind: str
-    domain: str
-    counter: _Series = field(default_factory=_Series)
-    power: _Series = field(default_factory=_Series)
-
-    def first(self) -> int | None:
-        series = self.counter if self.counter.times else self.power
-        return series.times[0] if series.times else None
-
-    def last(self) -> int | None:
-        series = self.counter if self.counter.times else self.power
-        return series.times[-1] if series.times else None
-
-    def energy(self, start: int, end: int) -> float | None:
-        if self.counter.times:
-            return counter_energy(self.counter.times, self.counter.values, start, end)
-        return trapezoid_energy(self.power.times, self.power.values, start, end)
-
-
-RunKey = tuple[str, str, str]
-_EmitOne = Callable[[str, Mapping[str, str], float, float], None]
-StepKey = tuple[str, str, str, int]
-
-
-@dataclass
-class _Step:
-    run: RunKey
-    step: int
-    epoch: int = 0
-    start_ns: int | None = None
-    end_ns: int | None = None
-    arrived_ns: int = 0
-    seen_ns: int = 0
-    modules: dict[tuple[str, str], tuple[float, float | None]] = field(default_factory=dict)
-    complete: bool = False
-    """All its module points are in: a later step's point or the run's end arrived after it."""
-
-
-class _Done:
-    """Steps of one run already attributed: a bounded set above a floor (all below it are done)."""
-
-    __slots__ = ("floor", "steps")
-    keep: ClassVar[int] = 4096
-
-    def __init__(self) -> None:
-        self.floor = -1
-        self.steps: set[int] = set()
-
-    def __contains__(self, step: int) -> bool:
-        return step <= self.floor or step in self.steps
-
-    def add(self, step: int) -> None:
-        self.steps.add(step)
-        if len(self.steps) > 2 * self.keep:
-            self.floor = max(self.floor, max(self.steps) - self.keep)
-            self.steps = {s for s in self.steps if s > self.floor}
-
-
-def _run_key(tags: Mapping[str, str]) -> RunKey:
-    return (tags.get("experiment", ""), tags.get("run", ""), tags.get("rank", ""))
-
-
-def _int_field(fields: Mapping[str, FieldValue], key: str) -> int | None:
-    value = fields.get(key)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _float_field(fields: Mapping[str, FieldValue], key: str) -> float | None:
-    value = fields.get(key)
-    return float(value) if _is_number(value) else None  # type: ignore[arg-type]
+        if self.module_detail not in ("auto", "step", "epoch", "off"):
+            raise ValueError(
+                f"module_detail: {self.module_detail!r} is not auto, step, epoch or off"
+            )
 
 
 class EnergyAttribution:
@@ -329,16 +145,27 @@ class EnergyAttribution:
         self._context = context
         self._grace_ns = int(config.grace * _NS)
         self._history_ns = int(config.history * _NS)
-        self._sources: dict[str, _Source] = {}
-        self._steps: dict[StepKey, _Step] = {}
+        self._sources: dict[str, Source] = {}
+        self._steps: dict[StepKey, Step] = {}
         self._last_step: dict[RunKey, int] = {}
         """Step index of the latest training-job point per run (arrival order)."""
         self._run_end_ns: dict[RunKey, int] = {}
         """End of the latest step seen per run, to tell a restart from a late start event."""
-        self._done: dict[RunKey, _Done] = {}
+        self._done: dict[RunKey, DoneSteps] = {}
+        self._sums: dict[RunKey, EpochSums] = {}
+        """Module energy summed over the current epoch, per run (``module_detail`` epoch)."""
+        self._sums_epoch: dict[RunKey, str] = {}
+        self._ended: set[RunKey] = set()
+        """Runs whose end event came while some of their steps were still pending."""
+        self._many_modules: set[RunKey] = set()
+        """Runs whose steps reported more than AUTO_EPOCH_MODULES modules."""
         self._clock = 0
         self._next_due = 0
-        """Data-clock time when a pending step next falls due (grace or history)."""
+        self._blocking: set[str] = set()
+        """Sources some pending step waits for (as of the last flush)."""
+        """Data-clock time when a pending step next falls due (grace, a silent source, history)."""
+        self._missing: dict[str, int] = {}
+        """Per source: steps it could not bracket."""
         self._counts: dict[str, int] = {
             "steps_attributed": 0,
             "steps_without_source": 0,
@@ -365,8 +192,12 @@ class EnergyAttribution:
             self._on_step(point)
         elif m == "nrg_run":
             self._on_run(point, emit)
+            return
         elif m in ("rapl", "gpu", "emonpi"):
-            self._on_source(point)
+            name = self._on_source(point)
+            # Only a sample of a source some step waits for can complete a step (or time).
+            if name not in self._blocking and self._clock < self._next_due:
+                return
         else:
             if self._steps and self._clock >= self._next_due:
                 self._flush(emit)
@@ -377,12 +208,27 @@ class EnergyAttribution:
     def flush(self, emit: Emit) -> None:
         """Emit every step that has a step point, with the data there is (at shutdown)."""
         self._flush(emit, force=True)
+        for run in list(self._sums):
+            self._emit_sums(run, emit)
+        for name, n in sorted(self._missing.items()):
+            log.warning(
+                "attribution: source %s had no data around %d of %d attributed steps",
+                name,
+                n,
+                self._counts["steps_attributed"],
+            )
 
     def stats(self) -> dict[str, float | int]:
         out: dict[str, float | int] = dict(self._counts)
         out["steps_pending"] = len(self._steps)
         out["sources"] = len(self._sources)
+        for name, n in self._missing.items():
+            out[f"steps_missing:{name}"] = n
         return out
+
+    def missing_by_source(self) -> dict[str, int]:
+        """Per source: how many steps it could not bracket, so they have no energy from it."""
+        return dict(self._missing)
 
     def describe(self) -> str:
         names = ", ".join(sorted(self._sources)) or "none yet"
@@ -390,34 +236,37 @@ class EnergyAttribution:
 
     # -- intake --
 
-    def _on_source(self, point: Point) -> None:
+    def _on_source(self, point: Point) -> str | None:
+        """Take a source sample; the source's name when the sample was kept."""
         sample = parse_source(point, self._config.wall_channel, self._config.wall_counter)
         if sample is None:
-            return
+            return None
         src = self._sources.get(sample.source)
         if src is None:
-            src = self._sources[sample.source] = _Source(sample.source, sample.kind, sample.domain)
+            src = self._sources[sample.source] = Source(sample.source, sample.kind, sample.domain)
         series = src.counter if sample.counter else src.power
         if series.times and point.time_ns < series.times[-1]:
             self._counts["samples_out_of_order"] += 1
-            return
+            return None
         if sample.counter and series.values and sample.value < series.values[-1]:
             # The collector restarted (counters count from its open): the old base is gone.
             self._counts["counter_resets"] += 1
-            series.times.clear()
-            series.values.clear()
+            series.clear()
+        if series.times and point.time_ns > series.times[-1]:
+            src.note_gap(point.time_ns - series.times[-1])
         series.add(point.time_ns, sample.value)
         if len(series.times) > 64 and series.times[-1] - series.times[0] > 2 * self._history_ns:
             series.prune(series.times[-1] - self._history_ns)
+        return src.name
 
-    def _step_for(self, run: RunKey, step: int) -> _Step | None:
+    def _step_for(self, run: RunKey, step: int) -> Step | None:
         done = self._done.get(run)
         if done is not None and step in done:
             return None
         key = (*run, step)
         entry = self._steps.get(key)
         if entry is None:
-            entry = self._steps[key] = _Step(run, step, seen_ns=self._clock)
+            entry = self._steps[key] = Step(run, step, seen_ns=self._clock)
             if len(self._steps) > self._config.max_pending_steps:
                 oldest = next(iter(self._steps))
                 del self._steps[oldest]
@@ -442,28 +291,28 @@ class EnergyAttribution:
     def _on_module(self, point: Point) -> bool:
         """Take a module point; True when it is the first point of a new step of its run."""
         f = point.fields
-        step = _int_field(f, "step")
-        excl = _float_field(f, "exclusive_seconds")
+        step = int_field(f, "step")
+        excl = float_field(f, "exclusive_seconds")
         if step is None or excl is None:
             return False
-        run = _run_key(point.tags)
+        run = run_key(point.tags)
         newer = self._note_step(run, step)
         entry = self._step_for(run, step)
         if entry is None:
             self._counts["modules_late"] += 1
             return newer
         key = (point.tags.get("module", ""), point.tags.get("phase", ""))
-        entry.modules[key] = (excl, _float_field(f, "gpu_seconds"))
+        entry.modules[key] = (excl, float_field(f, "gpu_seconds"))
         return newer
 
     def _on_step(self, point: Point) -> None:
         f = point.fields
-        step = _int_field(f, "step")
-        start = _int_field(f, "start_time_ns")
-        end = _int_field(f, "end_time_ns")
+        step = int_field(f, "step")
+        start = int_field(f, "start_time_ns")
+        end = int_field(f, "end_time_ns")
         if step is None or start is None or end is None or end < start:
             return
-        run = _run_key(point.tags)
+        run = run_key(point.tags)
         self._note_step(run, step)
         entry = self._step_for(run, step)
         if entry is None:
@@ -471,40 +320,62 @@ class EnergyAttribution:
             return
         if entry.end_ns is not None:
             self._counts["steps_duplicate"] += 1
-        entry.epoch = _int_field(f, "epoch") or 0
+        entry.epoch = epoch_of(point)
         entry.start_ns, entry.end_ns = start, end
         if end > self._run_end_ns.get(run, -1):
             self._run_end_ns[run] = end
         entry.arrived_ns = self._clock
 
     def _on_run(self, point: Point, emit: Emit) -> None:
-        run = _run_key(point.tags)
+        run = run_key(point.tags)
         event = point.fields.get("event")
         if event == "end":
             self._mark_complete(run, lambda n: True)
+            self._ended.add(run)
+            self._flush(emit)
         elif event == "start" and point.time_ns > self._run_end_ns.get(run, point.time_ns):
             # A restarted run counts its steps from 0 again: finish the old incarnation first.
             # (A start older than steps already seen is the same run's start arriving late, e.g.
             # from an ingested fallback file, and changes nothing.)
             self._mark_complete(run, lambda n: True)
             self._flush(emit)
+            self._emit_sums(run, emit)
+            self._ended.discard(run)
             self._last_step.pop(run, None)
             self._done.pop(run, None)
             self._run_end_ns.pop(run, None)
+        elif self._steps:
+            self._flush(emit)
 
-    # -- emission --
+    # -- readiness --
 
-    def _covered(self, start: int, end: int) -> bool:
+    def _source_due(self, src: Source, start: int, end: int) -> int | None:
+        """Data-clock time until which the step [start, end] waits for ``src``; None: no wait."""
+        first, last = src.first(), src.last()
+        if first is None or last is None or first > start or last >= end:
+            return None  # it brackets the step already, or it never can
+        until = end + self._history_ns
+        gap = src.max_gap()
+        if gap is not None:
+            until = min(until, last + max(self._grace_ns, _OVERDUE * gap))
+        return until if self._clock < until else None
+
+    def _due(self, entry: Step, start: int, end: int) -> int | None:
+        """Data-clock time at which the step is emitted if nothing else arrives; None: now."""
+        due = None if entry.complete else entry.arrived_ns + self._grace_ns
+        if due is not None and self._clock >= due:
+            due = None
         for src in self._sources.values():
-            first, last = src.first(), src.last()
-            if first is None or last is None or first > start:
-                continue  # can never bracket this step
-            if last < end:
-                return False
-        return True
+            wait = self._source_due(src, start, end)
+            if wait is not None:
+                self._blocking.add(src.name)
+                if due is None or wait > due:
+                    due = wait
+        return due
 
     def _flush(self, emit: Emit, force: bool = False) -> None:
         next_due = _FAR
+        self._blocking.clear()
         for key, entry in list(self._steps.items()):
             if entry.start_ns is None or entry.end_ns is None:
                 due = entry.seen_ns + self._history_ns
@@ -514,75 +385,159 @@ class EnergyAttribution:
                 else:
                     next_due = min(next_due, due)
                 continue
-            due = entry.arrived_ns + self._grace_ns
-            ready = entry.complete and self._covered(entry.start_ns, entry.end_ns)
-            if force or ready or self._clock >= due:
+            wait = None if force else self._due(entry, entry.start_ns, entry.end_ns)
+            if wait is None:
                 del self._steps[key]
-                self._done.setdefault(entry.run, _Done()).add(entry.step)
+                self._done.setdefault(entry.run, DoneSteps()).add(entry.step)
                 self._attribute(entry, emit)
             else:
-                next_due = min(next_due, due)
+                next_due = min(next_due, wait)
         self._next_due = next_due
+        if self._ended:
+            self._finish_ended_runs(emit)
 
-    def _attribute(self, entry: _Step, emit: Emit) -> None:
-        assert entry.start_ns is not None and entry.end_ns is not None
-        start, end = entry.start_ns, entry.end_ns
-        duration = (end - start) / _NS
-        experiment, run, rank = entry.run
-        base_tags = {"experiment": experiment, "run": run, "rank": rank}
-        base_tags = {k: v for k, v in base_tags.items() if v}
-        per_source: dict[str, float] = {}
+    def _finish_ended_runs(self, emit: Emit) -> None:
+        """Write the epoch sums of ended runs that have no step left to attribute."""
+        pending = {entry.run for entry in self._steps.values()}
+        for run in [r for r in self._ended if r not in pending]:
+            self._ended.discard(run)
+            self._emit_sums(run, emit)
+
+    # -- attribution and emission --
+
+    def _measure(self, start: int, end: int) -> list[tuple[Source, float]]:
+        """Each source's energy over [start, end]; sources that cannot bracket it are counted."""
+        measured = []
         for src in self._sources.values():
             energy = src.energy(start, end)
             if energy is None:
+                n = self._missing.get(src.name, 0)
+                if n == 0:
+                    log.warning(
+                        "attribution: source %s has no samples around a step; such steps get "
+                        "no energy from it (counted in steps_missing:%s)",
+                        src.name,
+                        src.name,
+                    )
+                self._missing[src.name] = n + 1
                 continue
-            per_source[src.name] = energy
-            if src.kind == "gpu":
-                weights = {k: g for k, (_, g) in entry.modules.items() if g is not None}
-            else:
-                weights = {k: excl for k, (excl, _) in entry.modules.items()}
-            shares, rest = split_energy(energy, duration, weights)
-            emit_one = self._emitter(emit, base_tags, src.name, entry, end)
-            emit_one("step", {}, energy, duration)
-            for (module, phase), joules in shares.items():
-                emit_one(
-                    _MODULE_SCOPE,
-                    {"module": module, "phase": phase},
-                    joules,
-                    weights[(module, phase)],
-                )
-            emit_one("unattributed", {}, rest, max(duration - sum(weights.values()), 0.0))
-        if not per_source:
+            measured.append((src, energy))
+        return measured
+
+    def _detail(self, entry: Step) -> str:
+        mode = self._config.module_detail
+        if mode != "auto":
+            return mode
+        if entry.run not in self._many_modules:
+            names = {module for module, _ in entry.modules}
+            if len(names) <= AUTO_EPOCH_MODULES:
+                return "step"
+            self._many_modules.add(entry.run)
+        return "epoch"
+
+    def _attribute(self, entry: Step, emit: Emit) -> None:
+        assert entry.start_ns is not None and entry.end_ns is not None
+        measured = self._measure(entry.start_ns, entry.end_ns)
+        if not measured:
             self._counts["steps_without_source"] += 1
             return
         self._counts["steps_attributed"] += 1
-        measured = [s for s in self._sources.values() if s.name in per_source]
-        if not any(s.kind == "rapl" and s.domain == "package" for s in measured):
+        detail = self._detail(entry)
+        sums = self._epoch_sums(entry, emit) if detail == "epoch" else None
+        for src, energy in measured:
+            self._emit_source(entry, src, energy, detail, sums, emit)
+        self._emit_rest_of_system(entry, measured, emit)
+        if sums is not None:
+            sums.count_step(entry.step, entry.end_ns)
+            if sums.steps >= EPOCH_SUM_MAX_STEPS:
+                self._emit_sums(entry.run, emit)
+
+    def _emit_source(
+        self,
+        entry: Step,
+        src: Source,
+        energy: float,
+        detail: str,
+        sums: EpochSums | None,
+        emit: Emit,
+    ) -> None:
+        """The step's energy from one source: the step, its modules and the unattributed rest."""
+        assert entry.start_ns is not None and entry.end_ns is not None
+        duration_s = (entry.end_ns - entry.start_ns) / _NS
+        self._emit(emit, entry, src.name, "step", {}, energy, duration_s)
+        if detail == "off":
+            return
+        if src.kind == "gpu":
+            weights = {k: g for k, (_, g) in entry.modules.items() if g is not None}
+        else:
+            weights = {k: excl for k, (excl, _) in entry.modules.items()}
+        shares, rest = split_energy(energy, duration_s, weights)
+        for (module, phase), joules in shares.items():
+            seconds = weights[(module, phase)]
+            if sums is not None:
+                sums.add((src.name, module, phase), joules, seconds)
+            else:
+                extra = {"module": module, "phase": phase}
+                self._emit(emit, entry, src.name, _MODULE_SCOPE, extra, joules, seconds)
+        unattributed_s = max(duration_s - sum(weights.values()), 0.0)
+        self._emit(emit, entry, src.name, "unattributed", {}, rest, unattributed_s)
+
+    def _emit_rest_of_system(
+        self, entry: Step, measured: list[tuple[Source, float]], emit: Emit
+    ) -> None:
+        """Wall energy less what RAPL and the GPUs measured inside the machine, per wall meter."""
+        if not any(s.kind == "rapl" and s.domain == "package" for s, _ in measured):
             return
         inside = sum(
-            per_source[s.name]
-            for s in measured
+            energy
+            for s, energy in measured
             if s.kind == "gpu" or (s.kind == "rapl" and s.domain in _RAPL_DISJOINT)
         )
-        for wall in measured:
+        assert entry.start_ns is not None and entry.end_ns is not None
+        duration_s = (entry.end_ns - entry.start_ns) / _NS
+        for wall, energy in measured:
             if wall.kind == "wall":
-                emit_rest = self._emitter(emit, base_tags, wall.name, entry, end)
-                emit_rest("rest_of_system", {}, per_source[wall.name] - inside, duration)
+                self._emit(
+                    emit, entry, wall.name, "rest_of_system", {}, energy - inside, duration_s
+                )
 
-    def _emitter(
-        self, emit: Emit, base_tags: Mapping[str, str], source: str, entry: _Step, time_ns: int
-    ) -> _EmitOne:
-        def emit_one(scope: str, extra: Mapping[str, str], joules: float, seconds: float) -> None:
-            tags = {**base_tags, "source": source, "scope": scope, **extra}
-            fields: dict[str, FieldValue] = {
-                "step": entry.step,
-                "epoch": entry.epoch,
-                "energy_joules": joules,
-                "duration_seconds": seconds,
-            }
-            if seconds > 0.0:
-                fields["mean_power_watts"] = joules / seconds
-            emit(Point("nrg_energy", tags, fields, time_ns))
+    def _emit(
+        self,
+        emit: Emit,
+        entry: Step,
+        source: str,
+        scope: str,
+        extra: Mapping[str, str],
+        joules: float,
+        seconds: float,
+    ) -> None:
+        tags = {**entry.base_tags(), "source": source, "scope": scope, **extra}
+        fields: dict[str, FieldValue] = {
+            "step": entry.step,
+            "energy_joules": joules,
+            "duration_seconds": seconds,
+        }
+        if seconds > 0.0:
+            fields["mean_power_watts"] = joules / seconds
+        assert entry.end_ns is not None
+        emit(Point("nrg_energy", tags, fields, entry.end_ns))
+        self._counts["points_emitted"] += 1
+
+    def _epoch_sums(self, entry: Step, emit: Emit) -> EpochSums:
+        """The run's running module sums for the step's epoch; a new epoch writes the old one's."""
+        if self._sums_epoch.get(entry.run) != entry.epoch:
+            self._emit_sums(entry.run, emit)
+        sums = self._sums.get(entry.run)
+        if sums is None:
+            sums = self._sums[entry.run] = EpochSums({**run_tags(entry.run), "epoch": entry.epoch})
+            self._sums_epoch[entry.run] = entry.epoch
+        return sums
+
+    def _emit_sums(self, run: RunKey, emit: Emit) -> None:
+        sums = self._sums.pop(run, None)
+        self._sums_epoch.pop(run, None)
+        if sums is None:
+            return
+        for p in sums.points():
+            emit(p)
             self._counts["points_emitted"] += 1
-
-        return emit_one

@@ -14,12 +14,16 @@ and, for each ``process`` point of a tracked tree (tags ``tree``, ``scope``; sco
 
 A RAPL series contributes while its latest power is at most ``max_age`` older (or newer) than
 the process point; a field whose inputs are missing is left out, and the interval it covers
-adds no energy. The model's limits (idle and uncore power given to busy processes, SMT, VMs,
-shared caches) are in README.md (RAPL section).
+adds no energy. Until a RAPL point with ``power_watts`` has been seen (none on a VM) process points
+are passed over at once, and a series starts at its first process point after that. Per-process
+points (``scope=pid``, tags ``pid`` and ``comm``, one series per process) are opt-in through
+``scopes``. The model's limits (idle and uncore power given to busy processes, SMT, VMs, shared
+caches) are in docs/model/process-power.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -49,6 +53,8 @@ class PowerTable:
 
     def __init__(self, domains: tuple[str, ...], max_age_ns: int) -> None:
         self.max_age_ns = max_age_ns
+        self.seen = False
+        """True once any series of our domains has carried power."""
         self._latest: dict[str, dict[tuple[str, str], tuple[float, int]]] = {d: {} for d in domains}
 
     def update(self, point: Point) -> bool:
@@ -61,6 +67,7 @@ class PowerTable:
             return False
         key = (point.tags.get("socket", ""), point.tags.get("die", ""))
         series[key] = (float(watts), point.time_ns)
+        self.seen = True
         return True
 
     def total(self, domain: str, time_ns: int) -> float | None:
@@ -112,13 +119,16 @@ class ProcessPowerConfig:
             raise ValueError(f"max_age must be positive, got {self.max_age}")
 
 
+_KINDS = ("cpu", "dram")
+
+
 @dataclass(slots=True)
 class _Series:
     last_ns: int
-    cpu_joules: float = 0.0
-    dram_joules: float = 0.0
-    cpu_seen: bool = False
-    dram_seen: bool = False
+    joules: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    """Cumulative cpu and dram energy (J), in the order of _KINDS."""
+    seen: list[bool] = field(default_factory=lambda: [False, False])
+    """Whether an interval with power has been integrated yet, per kind."""
 
 
 class ProcessPowerShare:
@@ -136,6 +146,10 @@ class ProcessPowerShare:
         self.context = context
         self.power = PowerTable((cfg.cpu_domain, cfg.dram_domain), round(cfg.max_age * 1e9))
         self._scopes = frozenset(cfg.scopes)
+        self._inputs = (
+            (cfg.cpu_share_field, cfg.cpu_domain),
+            (cfg.memory_share_field, cfg.dram_domain),
+        )
         self._series: dict[tuple[tuple[str, str], ...], _Series] = {}
         self._processed = 0
         self.emitted = 0
@@ -146,56 +160,60 @@ class ProcessPowerShare:
         if measurement == _RAPL:
             self.power.update(point)
             return
-        if measurement != _PROCESS or point.tags.get("scope") not in self._scopes:
+        # Until some RAPL power has been seen (none on a VM) there is nothing to share out.
+        if measurement != _PROCESS or not self.power.seen:
             return
-        cfg = self.config
+        if point.tags.get("scope") not in self._scopes:
+            return
         t = point.time_ns
-        key = tuple(sorted(point.tags.items()))
-        series = self._series.get(key)
-        if series is None:
-            # The first point only marks where this series' intervals start.
-            series = self._series[key] = _Series(t)
-            dt_ns = 0
-        else:
-            dt_ns = t - series.last_ns
-            if dt_ns > 0:
-                series.last_ns = t
-        self._processed += 1
-        if self._processed % _PRUNE_EVERY == 0:
-            self._prune(t)
-        fields: dict[str, FieldValue] = {}
-        wanted = False
-        for share_field, domain, kind in (
-            (cfg.cpu_share_field, cfg.cpu_domain, "cpu"),
-            (cfg.memory_share_field, cfg.dram_domain, "dram"),
-        ):
-            share = point.fields.get(share_field)
-            if type(share) is not float and type(share) is not int:
-                continue
-            wanted = True
-            total = self.power.total(domain, t)
-            if total is None:
-                continue
-            watts = float(share) * total
-            fields[f"{kind}_power_watts"] = watts
-            if kind == "cpu":
-                if dt_ns > 0:
-                    series.cpu_joules += watts * (dt_ns / 1e9)
-                    series.cpu_seen = True
-                if series.cpu_seen:
-                    fields["cpu_energy_joules"] = series.cpu_joules
-            else:
-                if dt_ns > 0:
-                    series.dram_joules += watts * (dt_ns / 1e9)
-                    series.dram_seen = True
-                if series.dram_seen:
-                    fields["dram_energy_joules"] = series.dram_joules
+        series, dt_ns = self._advance(point, t)
+        fields, wanted = self._fields(point.fields, series, t, dt_ns)
         if not fields:
             if wanted:
                 self.missing_power += 1
             return
         self.emitted += 1
         emit(Point(MEASUREMENT, point.tags, fields, t))
+
+    def _advance(self, point: Point, t: int) -> tuple[_Series, int]:
+        """The point's series and the time (ns) since its previous point; 0 for a new series."""
+        key = tuple(sorted(point.tags.items()))
+        series = self._series.get(key)
+        self._processed += 1
+        if self._processed % _PRUNE_EVERY == 0:
+            self._prune(t)
+        if series is None:
+            # The first point only marks where this series' intervals start.
+            self._series[key] = _Series(t)
+            return self._series[key], 0
+        dt_ns = t - series.last_ns
+        if dt_ns > 0:
+            series.last_ns = t
+        return series, dt_ns
+
+    def _fields(
+        self, values: Mapping[str, FieldValue], series: _Series, t: int, dt_ns: int
+    ) -> tuple[dict[str, FieldValue], bool]:
+        """The output fields, and whether the point carried any share at all."""
+        fields: dict[str, FieldValue] = {}
+        wanted = False
+        for i, (share_field, domain) in enumerate(self._inputs):
+            share = values.get(share_field)
+            if type(share) is not float and type(share) is not int:
+                continue
+            wanted = True
+            total = self.power.total(domain, t)
+            if total is None:
+                continue
+            kind = _KINDS[i]
+            watts = float(share) * total
+            fields[f"{kind}_power_watts"] = watts
+            if dt_ns > 0:
+                series.joules[i] += watts * (dt_ns / 1e9)
+                series.seen[i] = True
+            if series.seen[i]:
+                fields[f"{kind}_energy_joules"] = series.joules[i]
+        return fields, wanted
 
     def _prune(self, now_ns: int) -> None:
         """Forget series (exited processes) silent for 100 × max_age."""

@@ -34,8 +34,8 @@ from acquisition.report.formats import (
 from acquisition.report.recorder import SummaryRecorder, attach_recorder
 from acquisition.report.runs import PointSource, RunInfo, find_runs, load_run, select_runs
 from acquisition.store import Store
-from acquisition.summary import RAM_UNITS, TIME_UNITS, RunSummary, SummaryOptions, summarize
-from acquisition.summary.model import DEFAULT_CARBON_INTENSITY
+from acquisition.summary import RunSummary, SummaryOptions, summarize
+from acquisition.summary_options import add_summary_arguments, add_unit_arguments
 
 __all__ = [
     "add_summary_arguments",
@@ -46,36 +46,6 @@ __all__ = [
 ]
 
 HTML_NEEDS_OUTPUT = "--format html needs -o FILE"
-
-
-def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of the summary a tracked run prints (also used by report and compare)."""
-    g = parser.add_argument_group("run summary")
-    g.add_argument(
-        "--summary",
-        choices=("text", "json", "none"),
-        default="text",
-        help="summary printed on stderr when the tracked command exits (default: text)",
-    )
-    g.add_argument("--summary-file", metavar="FILE", help="also write the JSON summary here")
-    _unit_arguments(g)
-
-
-def _unit_arguments(g: Any) -> None:
-    g.add_argument("--ram-unit", choices=tuple(RAM_UNITS), default="gigabytes")
-    g.add_argument(
-        "--gpu-ram-unit",
-        choices=tuple(u for u in RAM_UNITS if u != "terabytes"),
-        default="gigabytes",
-    )
-    g.add_argument("--time-unit", choices=tuple(TIME_UNITS), default="hours")
-    g.add_argument(
-        "--carbon-intensity",
-        type=float,
-        metavar="G_PER_KWH",
-        help=f"grams CO2e per kWh (default: [report] carbon_intensity_g_per_kwh, else "
-        f"{DEFAULT_CARBON_INTENSITY:g}, the world average)",
-    )
 
 
 def _report_table(config_path: str | None) -> dict[str, Any]:
@@ -170,7 +140,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--format", choices=("text", "json", "csv", "html"), default="text")
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
-    _unit_arguments(p)
+    add_unit_arguments(p)
 
 
 def data_location(args: argparse.Namespace) -> Path:
@@ -213,6 +183,9 @@ def _summaries(
     store: PointSource, infos: Sequence[RunInfo], options: SummaryOptions
 ) -> list[RunSummary]:
     return [summarize(load_run(store, info), options) for info in infos]
+
+
+PROFILE_NEEDS_TWO = "--profile compares exactly two trace files"
 
 
 def _run_cli(func: Any, argv: Sequence[str]) -> int:
@@ -262,14 +235,41 @@ def _report(argv: Sequence[str]) -> int:
     return 0
 
 
+def _compare_profiles(args: argparse.Namespace) -> int:
+    """``compare --profile a.json b.json``: two energy-annotated traces, operator by operator."""
+    if len(args.names) != 2:
+        raise NrgError(PROFILE_NEEDS_TWO)
+    from acquisition.profiler import compare_profiles, format_comparison
+
+    try:
+        result = compare_profiles(*args.names)
+    except OSError as exc:
+        raise NrgError(f"cannot read trace {exc.filename}: {exc.strerror}") from None
+    if args.format == "json":
+        import json
+
+        _write(args, json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        _write(args, format_comparison(result))
+    return 0
+
+
 def _compare(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="nrg-collect compare",
         description="Runs or experiments side by side; differences against the first.",
     )
     p.add_argument("names", nargs="+", metavar="RUN|EXPERIMENT")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="NAMES are two traces from acquisition.torch.profile: compare them operator by "
+        "operator",
+    )
     _common(p)
     args = p.parse_args(argv)
+    if args.profile:
+        return _compare_profiles(args)
     store, where = _source(args)
     options = summary_options(args)
     groups = select_runs(find_runs(store), args.names, str(where))

@@ -27,21 +27,14 @@ __all__ = [
     "SummaryOptions",
 ]
 
-SCHEMA = "nrg.summary/1"
-DEFAULT_CARBON_INTENSITY = 480.0
-DEFAULT_CARBON_SOURCE = (
-    "world average of electricity generation in 2023, 480 gCO2e/kWh "
-    "(Ember, Global Electricity Review 2024)"
+from acquisition.summary_options import (
+    DEFAULT_CARBON_INTENSITY,
+    DEFAULT_CARBON_SOURCE,
+    RAM_UNITS,
+    TIME_UNITS,
 )
-RAM_UNITS: dict[str, float] = {
-    "bytes": 1.0,
-    "kilobytes": 1e3,
-    "megabytes": 1e6,
-    "gigabytes": 1e9,
-    "terabytes": 1e12,
-}
-"""gpu_tracker's memory units (decimal prefixes)."""
-TIME_UNITS: dict[str, float] = {"seconds": 1.0, "minutes": 60.0, "hours": 3600.0, "days": 86400.0}
+
+SCHEMA = "nrg.summary/1"
 J_PER_KWH = 3.6e6
 PROVENANCE: dict[str, str] = {
     "window": "the job's nrg_run start and end events, else the run's first and last point",
@@ -170,9 +163,9 @@ class RunSummary:
     """Forward FLOPs of the model per step (``nrg_model``), when the job reported them."""
     notes: list[str] = field(default_factory=list)
     windows: list[dict[str, Any]] = field(default_factory=list)
+    """A Tracker's named windows: name, start_ns, duration_s, energy_j, error_j, sources."""
     provenance: dict[str, str] = field(default_factory=lambda: dict(PROVENANCE))
     """Where each group of figures comes from."""
-    """A Tracker's named windows: name, start_ns, duration_s, energy_j, sources."""
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

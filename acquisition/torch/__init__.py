@@ -26,7 +26,17 @@ if TYPE_CHECKING:
 
     from acquisition.torch.session import Session
 
-__all__ = ["instrument"]
+__all__ = ["instrument", "profile"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``profile`` (the energy-aware torch.profiler.profile) needs the agent's collectors, so it
+    # lives in acquisition.profiler, outside this package; it is imported on first use only.
+    if name == "profile":
+        from acquisition.profiler import profile
+
+        return profile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def instrument(
@@ -44,6 +54,8 @@ def instrument(
     backward: bool = True,
     auto_step: bool = True,
     flush_interval_s: float = 0.05,
+    samples_per_step: int | None = None,
+    module_detail_every: int | None = None,
 ) -> Session:
     """A session for ``model``; start it with ``with`` or ``.start()``.
 
@@ -56,6 +68,12 @@ def instrument(
     - ``graph``: record the op graph; ``backward``: time backward where hooks are safe;
       ``auto_step``: an optimizer step of this model's optimizer ends a step (``session.step()``
       takes over when called).
+    - ``samples_per_step``: the batch size, written as each step's ``samples`` field (a call
+      of ``session.step(samples=n)`` gives its own step's count).
+    - ``module_detail_every``: per-module timing (``nrg_module``) on every Nth step, counted
+      from step 0; the steps between have their ``nrg_step`` point only and no module hooks
+      at all. Default: every step for a model of up to 64 modules, else every
+      ⌈modules / 64⌉-th step (a 200-module model: every 4th).
     """
     try:
         import torch  # noqa: F401
@@ -77,4 +95,6 @@ def instrument(
         backward=backward,
         auto_step=auto_step,
         flush_interval_s=flush_interval_s,
+        samples_per_step=samples_per_step,
+        module_detail_every=module_detail_every,
     )

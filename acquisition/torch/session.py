@@ -38,12 +38,43 @@ if TYPE_CHECKING:
     from torch import nn
     from torch.utils.hooks import RemovableHandle
 
-__all__ = ["Session", "resolve_tags"]
+__all__ = [
+    "DETAIL_EVERY_ERROR",
+    "DETAIL_MODULES",
+    "SAMPLES_ERROR",
+    "Session",
+    "detail_every",
+    "resolve_tags",
+]
 
 log = logging.getLogger("acquisition.torch")
 
-_SLICE = 128
-"""Events aggregated per hold of the GIL."""
+SAMPLES_ERROR = "samples must be a positive integer (the batch size of the step), got {value!r}"
+"""Raised (formatted) by :meth:`Session.step` and ``instrument(samples_per_step=...)``."""
+
+
+DETAIL_MODULES = 64
+"""``module_detail_every`` by default: every step for a model of up to this many modules, else
+every ⌈modules / 64⌉-th step, so the hook work per step stays about that of a 64-module model."""
+
+DETAIL_EVERY_ERROR = "module_detail_every must be a positive integer, got {value!r}"
+
+
+def detail_every(modules: int, requested: int | None) -> int:
+    """How often a step gets per-module detail (1: every step)."""
+    if requested is not None:
+        if type(requested) is not int or requested <= 0:
+            raise ValueError(DETAIL_EVERY_ERROR.format(value=requested))
+        return requested
+    return max(1, -(-modules // DETAIL_MODULES))
+
+
+def _check_samples(value: object) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or value <= 0:
+        raise ValueError(SAMPLES_ERROR.format(value=value))
+    return value
 
 
 def resolve_tags(
@@ -83,8 +114,16 @@ class Session:
         backward: bool = True,
         auto_step: bool = True,
         flush_interval_s: float = 0.05,
+        samples_per_step: int | None = None,
+        module_detail_every: int | None = None,
     ) -> None:
         self.model = model
+        self._samples_per_step = _check_samples(samples_per_step)
+        self.module_detail_every = detail_every(
+            sum(1 for _ in model.modules()), module_detail_every
+        )
+        """Steps with module hooks in: every Nth, counted from the first (step 0)."""
+        self._steps_seen = 0
         self.pid = os.getpid()
         self.tags = resolve_tags(experiment, run, rank, pid=self.pid)
         self._model_tags = {k: v for k, v in self.tags.items() if k != "rank"}
@@ -117,6 +156,9 @@ class Session:
         self._step_lines: StepLines | None = None
         self._sender: LineSender | None = None
         self._stop = threading.Event()
+        self._process_lock = threading.Lock()
+        self._processed_at = 0.0
+        self._process_failed = False
         self._thread: threading.Thread | None = None
         self._started = False
         self._closed = False
@@ -157,7 +199,7 @@ class Session:
         model = self.model
         cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
         self._param_ids = {id(p) for p in model.parameters()}
-        self._aggregator = StepAggregator(self._names())
+        self._aggregator = StepAggregator(self._names(), samples_per_step=self._samples_per_step)
         self._step_lines = StepLines(self.tags, self.offset_ns)
         self._hooks = ModuleHooks(self._events, cuda=cuda)
         self._sender = LineSender(self.socket_path, self.fallback_path)
@@ -181,10 +223,15 @@ class Session:
         self._thread.start()
         return self
 
-    def step(self) -> None:
-        """Mark the end of a step; from the first call on, optimizer steps no longer do."""
+    def step(self, samples: int | None = None) -> None:
+        """Mark the end of a step; from the first call on, optimizer steps no longer do.
+
+        ``samples``: how many samples (the batch size) this step processed, written as the
+        step's ``samples`` field; without it, ``samples_per_step`` of :func:`instrument`."""
+        samples = _check_samples(samples)
         self._manual_steps = True
-        self._events.append((None, time.perf_counter_ns(), STEP))
+        self._events.append((samples, time.perf_counter_ns(), STEP))
+        self._next_step()
 
     def epoch(self, number: int | None = None) -> int:
         """Set the epoch of the steps that follow and return it; without ``number`` the first
@@ -211,7 +258,8 @@ class Session:
             return
         self._paused = False
         self._events.append((None, time.perf_counter_ns(), RESUME))
-        self._hooks.install_forward()
+        if self._detail_step():
+            self._hooks.install_forward()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -239,6 +287,7 @@ class Session:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        self._process()
         assert self._aggregator is not None
         last = self._aggregator.finish_pending(end_perf)
         if last is not None and self._step_lines is not None:
@@ -288,6 +337,22 @@ class Session:
         elif chosen is not optimizer:
             return
         self._events.append((None, time.perf_counter_ns(), STEP))
+        self._next_step()
+
+    def _detail_step(self) -> bool:
+        return self._steps_seen % self.module_detail_every == 0
+
+    def _next_step(self) -> None:
+        """At a step boundary (training thread): aggregate and send the step that ended, then
+        put the module hooks in for a detailed step or take them out for the others."""
+        self._steps_seen += 1
+        self._process()
+        if self.module_detail_every == 1 or self._paused or self._hooks is None:
+            return
+        if self._detail_step():
+            self._hooks.install_forward()
+        else:
+            self._hooks.remove_forward()
 
     def _on_registration(self, module: Any, name: str, submodule: Any) -> None:
         self._names_dirty = True
@@ -350,25 +415,38 @@ class Session:
             log.warning("nrg: cannot write the model graph to %s: %s", self.graph_path, exc)
             self.graph_path = None
 
-    # --- background thread ------------------------------------------------------------------
+    # --- aggregation: at step boundaries, or on the idle thread -------------------------------
 
     def _names(self) -> dict[Any, str]:
         return {m: n for n, m in self.model.named_modules()}
 
     def _run(self) -> None:
-        while not self._stop.wait(self._flush_interval_s):
-            self._flush()
-        self._flush()
+        """Aggregates only when the training thread has not for a flush interval (a job that
+        never ends a step, or a long step): two Python threads that both want the GIL cost more
+        CPU in hand-overs than the aggregation itself, so a step's own boundary does it."""
+        interval = self._flush_interval_s
+        while not self._stop.wait(interval):
+            if time.monotonic() - self._processed_at >= interval:
+                self._process()
 
-    def _flush(self) -> None:
-        """Aggregate and send what the hooks recorded, in small slices.
+    def _process(self) -> None:
+        """Aggregate the recorded events and send the finished steps' lines.
 
-        Between slices the thread sleeps for 0 s, which hands the GIL back: the training thread
-        returning from a GIL-free torch op must otherwise wait for the interpreter's switch
-        interval (5 ms) before it can run on while this thread computes.
-        """
+        Never raises into training: a failure is logged (once) and the events are dropped."""
+        if self._aggregator is None or self._step_lines is None:
+            return
+        with self._process_lock:
+            self._processed_at = time.monotonic()
+            events = self._events.drain()
+            try:
+                self._aggregate(events)
+            except Exception:
+                if not self._process_failed:
+                    self._process_failed = True
+                    log.exception("nrg: cannot aggregate %d hook events (logged once)", len(events))
+
+    def _aggregate(self, events: list[Any]) -> None:
         assert self._aggregator is not None and self._step_lines is not None
-        events = self._events.drain()
         # After the drain: a module registered before any of its calls in this batch has set
         # the flag by now, so the batch is named with the rebuilt map.
         if self._names_dirty:
@@ -376,11 +454,10 @@ class Session:
             self._aggregator.names = self._names()
             if self._backward and self._hooks is not None:
                 self._hooks.set_backward(self._leaves())
-        for i in range(0, len(events), _SLICE):
-            for record in self._aggregator.feed(events[i : i + _SLICE]):
-                time.sleep(0)
-                self._send_text(self._step_lines.lines(record))
-            time.sleep(0)
+        records = self._aggregator.feed(events)
+        if records:
+            lines = self._step_lines.lines
+            self._send_text("".join(lines(r) for r in records))
 
     def _send_text(self, text: str) -> None:
         if self._sender is not None:

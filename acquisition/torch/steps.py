@@ -15,7 +15,7 @@ enclosing module's exclusive time. A call is accounted to the step in which it e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,8 @@ class StepRecord:
     end_ns: int
     modules: dict[tuple[str, str], ModuleTiming] = field(default_factory=dict)
     """Keyed by ``(qualname, phase)``; the root's qualname is ``""``."""
+    samples: int | None = None
+    """Samples (batch size) the job said this step processed, if it said."""
 
 
 @dataclass
@@ -91,9 +93,13 @@ class StepAggregator:
     replace it when modules are added to the model.
     """
 
-    def __init__(self, names: Mapping[Any, str], *, epoch: int = 0) -> None:
+    def __init__(
+        self, names: Mapping[Any, str], *, epoch: int = 0, samples_per_step: int | None = None
+    ) -> None:
         self.names = names
         self.epoch = epoch
+        self.samples_per_step = samples_per_step
+        """Samples of a step whose boundary event carries none."""
         self.step = 0
         self.unmatched_exits = 0
         """Exits whose enter was never seen (hooks installed mid-call)."""
@@ -112,33 +118,35 @@ class StepAggregator:
         """Whether module calls were recorded since the last step boundary."""
         return bool(self._stats)
 
-    def feed(self, events: Iterable[Event]) -> list[StepRecord]:
-        """Consume events; return the steps they completed."""
+    def feed(self, events: Sequence[Event]) -> list[StepRecord]:
+        """Consume events; return the steps they completed.
+
+        Module enters and exits (nearly every event) are handled inline; step, epoch and timing
+        marks go to :meth:`_mark`.
+        """
         done: list[StepRecord] = []
         names = self.names
         stacks = self._stacks
         stats = self._stats
-        enters, exits = (FWD_PRE, BWD_PRE), (FWD_POST, BWD_POST)
+        if self._start_ns is None and events:
+            self._start_ns = events[0][1]  # the very first event starts the first step
         for ev in events:
-            kind = ev[2]
-            if self._start_ns is None:
-                self._start_ns = ev[1]
-            if kind in enters:
-                if ev[0] in names:
-                    stacks[kind].append([ev[0], ev[1], 0, ev[3] if len(ev) > 3 else None, None])
-            elif kind in exits:
-                module = ev[0]
+            module, t, kind = ev[0], ev[1], ev[2]
+            if kind in (FWD_PRE, BWD_PRE):
+                if module in names:
+                    stacks[kind].append([module, t, 0, ev[3] if len(ev) > 3 else None, None])
+            elif kind in (FWD_POST, BWD_POST):
                 if module not in names:
                     continue
                 stack = stacks[kind]
-                frame: list[Any] | None
                 if stack and stack[-1][_MODULE] is module:
                     frame = stack.pop()
                 else:
-                    frame = self._unwind(stack, module)
-                if frame is None:
-                    continue
-                inclusive = ev[1] - frame[_START]
+                    found = self._unwind(stack, module)
+                    if found is None:
+                        continue
+                    frame = found
+                inclusive = t - frame[_START]
                 key = (module, kind)
                 timing = stats.get(key)
                 if timing is None:
@@ -149,26 +157,34 @@ class StepAggregator:
                 if stack:
                     stack[-1][_CHILD] += inclusive
                 if frame[_EVENT] is not None and len(ev) > 3:
-                    self._gpu.append(
-                        _GpuSpan(key, frame[_EVENT], ev[3], frame[_CHILD_EVENTS] or [])
-                    )
-                    if stack:
-                        if stack[-1][_CHILD_EVENTS] is None:
-                            stack[-1][_CHILD_EVENTS] = []
-                        stack[-1][_CHILD_EVENTS].append((frame[_EVENT], ev[3]))
-            elif kind == STEP:
-                done.append(self._finish(ev[1]))
-            elif kind == EPOCH:
-                self.epoch = int(ev[0])
-            elif kind == RETIME:
-                stack = stacks[FWD_PRE]
-                if stack and stack[-1][_MODULE] is ev[0]:
-                    stack[-1][_START] = ev[1]
-                if not stats:
-                    self._start_ns = ev[1]
-            elif kind == RESUME and not stats:
-                self._start_ns = ev[1]
+                    self._gpu_exit(stack, frame, key, ev[3])
+            else:
+                self._mark(ev, done)
         return done
+
+    def _gpu_exit(self, stack: list[list[Any]], frame: list[Any], key: Any, end: Any) -> None:
+        """Keep the CUDA event pair of a finished call (and give it to its parent's frame)."""
+        self._gpu.append(_GpuSpan(key, frame[_EVENT], end, frame[_CHILD_EVENTS] or []))
+        if stack:
+            if stack[-1][_CHILD_EVENTS] is None:
+                stack[-1][_CHILD_EVENTS] = []
+            stack[-1][_CHILD_EVENTS].append((frame[_EVENT], end))
+
+    def _mark(self, ev: Event, done: list[StepRecord]) -> None:
+        """A step boundary, an epoch change, or a restart of the clock (retime, resume)."""
+        kind = ev[2]
+        if kind == STEP:
+            done.append(self._finish(ev[1], ev[0]))
+        elif kind == EPOCH:
+            self.epoch = int(ev[0])
+        elif kind == RETIME:
+            stack = self._stacks[FWD_PRE]
+            if stack and stack[-1][_MODULE] is ev[0]:
+                stack[-1][_START] = ev[1]
+            if not self._stats:
+                self._start_ns = ev[1]
+        elif kind == RESUME and not self._stats:
+            self._start_ns = ev[1]
 
     def finish_pending(self, end_ns: int) -> StepRecord | None:
         """Close a last, unfinished step (module calls after the last boundary), if any."""
@@ -187,7 +203,7 @@ class StepAggregator:
         self.unmatched_exits += 1
         return None
 
-    def _finish(self, end_ns: int) -> StepRecord:
+    def _finish(self, end_ns: int, samples: int | None = None) -> StepRecord:
         start = self._start_ns if self._start_ns is not None else end_ns
         names = self.names
         modules: dict[tuple[str, str], ModuleTiming] = {}
@@ -204,7 +220,9 @@ class StepAggregator:
         self._stats.clear()  # in place: feed() holds a reference to it
         self.step += 1
         self._start_ns = end_ns
-        return StepRecord(self.step - 1, self.epoch, start, end_ns, modules)
+        if samples is None:
+            samples = self.samples_per_step
+        return StepRecord(self.step - 1, self.epoch, start, end_ns, modules, samples)
 
 
 def _resolve_gpu(spans: list[_GpuSpan], modules: dict[tuple[Any, int], ModuleTiming]) -> None:
@@ -222,30 +240,25 @@ def _resolve_gpu(spans: list[_GpuSpan], modules: dict[tuple[Any, int], ModuleTim
 
 
 def step_points(record: StepRecord, tags: Mapping[str, str], offset_ns: int) -> list[Point]:
-    """``nrg_step`` and ``nrg_module`` points of one step (wire contract, interfaces §5).
+    """``nrg_step`` and ``nrg_module`` points of one step (the wire contract).
 
+    ``epoch`` is a tag (a decimal string: few values, what queries group by); ``step`` a field.
     ``offset_ns`` converts ``perf_counter_ns`` to Unix-epoch ns.
     """
     start = record.start_ns + offset_ns
     end = record.end_ns + offset_ns
-    points = [
-        Point(
-            "nrg_step",
-            dict(tags),
-            {
-                "step": record.step,
-                "epoch": record.epoch,
-                "start_time_ns": start,
-                "end_time_ns": end,
-                "duration_seconds": (end - start) / 1e9,
-            },
-            end,
-        )
-    ]
+    step_tags = dict(tags)
+    step_tags["epoch"] = str(record.epoch)
+    step_fields: dict[str, float | int] = {"step": record.step}
+    if record.samples is not None:
+        step_fields["samples"] = record.samples
+    step_fields["start_time_ns"] = start
+    step_fields["end_time_ns"] = end
+    step_fields["duration_seconds"] = (end - start) / 1e9
+    points = [Point("nrg_step", step_tags, step_fields, end)]
     for (name, phase), timing in record.modules.items():
         fields: dict[str, float | int] = {
             "step": record.step,
-            "epoch": record.epoch,
             "calls": timing.calls,
             "inclusive_seconds": timing.inclusive_ns / 1e9,
             "exclusive_seconds": timing.exclusive_ns / 1e9,
@@ -253,7 +266,7 @@ def step_points(record: StepRecord, tags: Mapping[str, str], offset_ns: int) -> 
         if timing.gpu_exclusive_ms is not None:
             fields["gpu_seconds"] = timing.gpu_exclusive_ms / 1e3
             fields["gpu_inclusive_seconds"] = (timing.gpu_inclusive_ms or 0.0) / 1e3
-        module_tags = dict(tags)
+        module_tags = dict(step_tags)
         module_tags["module"] = name or ROOT_NAME
         module_tags["phase"] = phase
         points.append(Point("nrg_module", module_tags, fields, end))
@@ -264,7 +277,7 @@ class StepLines:
     """Line protocol for steps, fast: the same text as encoding :func:`step_points`.
 
     The background thread competes with training for the GIL, so its per-step work matters:
-    each series' ``measurement,tags`` prefix is escaped once, by the shared
+    each series' ``measurement,tags`` prefix (per epoch) is escaped once, by the shared
     :class:`~acquisition.lineproto.LineEncoder`, and only the fields are formatted per step
     (``int`` with the ``i`` suffix, ``float`` as ``repr``, as the encoder writes them).
     """
@@ -273,29 +286,43 @@ class StepLines:
         self._tags = dict(tags)
         self._offset_ns = offset_ns
         self._encoder = LineEncoder()
-        self._prefixes: dict[tuple[str, str], str] = {}
-        self._step_prefix = self._prefix("nrg_step", self._tags)
+        self._prefixes: dict[tuple[int, str, str], str] = {}
+        self._prefix_epoch = -1
 
     def _prefix(self, measurement: str, tags: Mapping[str, str]) -> str:
         line = self._encoder.encode(Point(measurement, tags, {"x": 0}, 0))
         return line[: -len(" x=0i 0")]
 
+    def _series(self, epoch: int, name: str, phase: str) -> str:
+        """The prefix of one series; kept for the current epoch only (epochs do not return)."""
+        if epoch != self._prefix_epoch:
+            self._prefixes.clear()
+            self._prefix_epoch = epoch
+        tags = dict(self._tags)
+        tags["epoch"] = str(epoch)
+        if not phase:
+            prefix = self._prefix("nrg_step", tags)
+        else:
+            tags["module"] = name or ROOT_NAME
+            tags["phase"] = phase
+            prefix = self._prefix("nrg_module", tags)
+        self._prefixes[(epoch, name, phase)] = prefix
+        return prefix
+
     def lines(self, record: StepRecord) -> str:
         start = record.start_ns + self._offset_ns
         end = record.end_ns + self._offset_ns
-        head = f" step={record.step}i,epoch={record.epoch}i,"
+        epoch = record.epoch
+        prefixes = self._prefixes
+        step_prefix = prefixes.get((epoch, "", "")) or self._series(epoch, "", "")
+        head = f" step={record.step}i,"
+        samples = "" if record.samples is None else f"samples={record.samples}i,"
         out = [
-            f"{self._step_prefix}{head}start_time_ns={start}i,end_time_ns={end}i,"
+            f"{step_prefix}{head}{samples}start_time_ns={start}i,end_time_ns={end}i,"
             f"duration_seconds={(end - start) / 1e9!r} {end}\n"
         ]
-        prefixes = self._prefixes
-        for key, timing in record.modules.items():
-            prefix = prefixes.get(key)
-            if prefix is None:
-                tags = dict(self._tags)
-                tags["module"] = key[0] or ROOT_NAME
-                tags["phase"] = key[1]
-                prefix = prefixes[key] = self._prefix("nrg_module", tags)
+        for (name, phase), timing in record.modules.items():
+            prefix = prefixes.get((epoch, name, phase)) or self._series(epoch, name, phase)
             gpu = ""
             if timing.gpu_exclusive_ms is not None:
                 gpu = (

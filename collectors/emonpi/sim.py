@@ -354,29 +354,13 @@ def main(argv: list[str]) -> int:
         f'point the collector at it:  [[collectors.emonpi]]  port = "{where}"  baudrate = {baud}',
         flush=True,
     )
-    sent = dropped = readings = 0
-    deadline = time.monotonic()
     previous = None
     if threading.current_thread() is threading.main_thread():
         # SIGTERM ends the run like Ctrl-C, so the pty closes and the link goes away.
         previous = signal.signal(signal.SIGTERM, _interrupt)
+    sent = dropped = 0
     try:
-        for line, is_reading in _lines(args, layout):
-            data = (line + "\r\n").encode()
-            if args.misread_at:
-                data = uart_misread(data, args.baudrate, args.misread_at)
-            if write(data):
-                sent += 1
-            else:
-                dropped += 1
-            if is_reading:
-                readings += 1
-                if args.count and readings >= args.count:
-                    break
-                deadline += args.interval
-                delay = deadline - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+        sent, dropped = _send(args, layout, write)
     except KeyboardInterrupt:
         pass
     finally:
@@ -385,6 +369,31 @@ def main(argv: list[str]) -> int:
             signal.signal(signal.SIGTERM, previous)
     print(f"emonpi-sim: {sent} lines written, {dropped} dropped (nobody reading)", flush=True)
     return 0
+
+
+def _send(
+    args: argparse.Namespace, layout: Layout, write: Callable[[bytes], bool]
+) -> tuple[int, int]:
+    """Write the lines at the configured pace; (lines written, lines dropped)."""
+    sent = dropped = readings = 0
+    deadline = time.monotonic()
+    for line, is_reading in _lines(args, layout):
+        data = (line + "\r\n").encode()
+        if args.misread_at:
+            data = uart_misread(data, args.baudrate, args.misread_at)
+        if write(data):
+            sent += 1
+        else:
+            dropped += 1
+        if is_reading:
+            readings += 1
+            if args.count and readings >= args.count:
+                break
+            deadline += args.interval
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+    return sent, dropped
 
 
 if __name__ == "__main__":

@@ -6,12 +6,17 @@ it. The socket file is created mode 0600 in a 0700 directory, and each connectio
 checked with ``SO_PEERCRED``: only the agent's own user (and root) may send.
 
 Each ``\\n``-terminated UTF-8 line is parsed as InfluxDB line protocol (timestamps Unix-epoch ns;
-a line without one gets the arrival time). Only measurements starting with ``nrg_`` are accepted
-(``nrg_step``, ``nrg_module``, ``nrg_model``, ``nrg_run``...); the listener stamps the ``host``
-tag and adds each peer's pid to ``context.status["tracked_pids"]`` so the procfs collector follows
-the training process. Lines longer than ``max_line_bytes``, undecodable or unparsable lines,
-foreign measurements, connections beyond ``max_connections`` and other users' connections are
-rejected and counted by reason (``stats()``, published in ``nrg_collect``).
+a line without one gets the arrival time). Only the measurements the training library writes are
+accepted (:data:`JOB_MEASUREMENTS`: ``nrg_step``, ``nrg_module``, ``nrg_model``, ``nrg_run``); a
+job cannot write the agent's own measurements (``nrg_collect``, ``nrg_energy``, ``cpu``...). The
+listener stamps the ``host`` tag and the ``pid`` tag (the sending process, from ``SO_PEERCRED``;
+for a fallback file, the writer's pid from its name), and a ``rank`` tag from the job's
+``RANK``/``LOCAL_RANK`` environment when the line has none; it adds each peer's pid to
+``context.status["tracked_pids"]`` so the procfs collector follows the training process. Lines
+longer than ``max_line_bytes``, undecodable or unparsable lines, integers outside int64 or
+timestamps outside InfluxDB's range, other measurements, connections beyond ``max_connections``
+and other users' connections are rejected, counted by reason (``stats()``, published in
+``nrg_collect``) and logged once per reason.
 
 On shutdown the listener stops reading new connections, drains what the peers already sent, and
 removes the socket file if it is still the one it created.
@@ -34,35 +39,48 @@ import socket
 import stat
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from acquisition.api import Emit, PluginContext
 from acquisition.config import duration, option, size
-from acquisition.errors import ConfigError, LineProtocolError, NoData
-from acquisition.lineproto import decode_line
+from acquisition.errors import ConfigError, NoData
 from acquisition.paths import default_fallback_dir, default_socket_path
-from acquisition.point import Point
+
+from .lines import (
+    JOB_MEASUREMENTS,
+    REJECT_REASONS,
+    HookLineRejected,
+    LineBuffer,
+    check_int64,
+    job_rank,
+    parse_hook_line,
+    read_job_tags,
+    split_lines,
+)
 
 __all__ = [
+    "JOB_MEASUREMENTS",
     "REJECT_REASONS",
     "HookLineRejected",
     "HooksCollector",
     "HooksConfig",
+    "LineBuffer",
+    "check_int64",
     "default_fallback_dir",
     "default_socket_path",
     "fallback_file_pid",
+    "job_rank",
     "parse_hook_line",
+    "read_job_tags",
     "split_lines",
 ]
 
 log = logging.getLogger(__name__)
 
-MEASUREMENT_PREFIX = "nrg_"
-REJECT_REASONS = ("too_long", "encoding", "syntax", "measurement", "truncated")
-"""Why a line is rejected; each is counted as ``rejected_<reason>``."""
+_LineBuffer = LineBuffer  # the name tests use
 
 _MAX_UNIX_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
 _READ_CHUNK = 256 * 1024
@@ -108,80 +126,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True  # someone else's live process
     return True
-
-
-# --- pure parsing ------------------------------------------------------------------------------
-
-
-class HookLineRejected(ValueError):
-    """A line the listener does not accept; ``reason`` is one of :data:`REJECT_REASONS`."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-
-
-def parse_hook_line(raw: bytes, *, host: str, now_ns: int, max_bytes: int) -> Point | None:
-    """One received line (without its ``\\n``) → a Point stamped with ``host``.
-
-    Returns None for a blank or comment line; raises :class:`HookLineRejected` otherwise.
-    """
-    if len(raw) > max_bytes:
-        raise HookLineRejected("too_long", f"{len(raw)} bytes > {max_bytes}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise HookLineRejected("encoding", str(exc)) from None
-    stripped = text.strip()
-    if not stripped or stripped.startswith("#"):
-        return None
-    try:
-        point = decode_line(stripped, default_time_ns=now_ns)
-    except LineProtocolError as exc:
-        raise HookLineRejected("syntax", str(exc)) from None
-    if not point.measurement.startswith(MEASUREMENT_PREFIX):
-        raise HookLineRejected(
-            "measurement", f"{point.measurement!r} does not start with {MEASUREMENT_PREFIX!r}"
-        )
-    tags = dict(point.tags)
-    tags["host"] = host
-    return Point(point.measurement, tags, point.fields, point.time_ns)
-
-
-@dataclass
-class _LineBuffer:
-    """Bytes received on one connection that do not yet end in a newline."""
-
-    data: bytearray = field(default_factory=bytearray)
-    discarding: bool = False
-    """True while skipping the rest of a line already rejected as too long."""
-
-
-def split_lines(buf: _LineBuffer, chunk: bytes, max_bytes: int) -> Iterator[bytes | None]:
-    """Feed ``chunk``; yield each complete line, and None once for each line over ``max_bytes``.
-
-    Memory stays bounded by ``max_bytes``: an overlong line is dropped as it arrives.
-    """
-    data = buf.data
-    data += chunk
-    start = 0
-    while True:
-        nl = data.find(b"\n", start)
-        if nl < 0:
-            break
-        if buf.discarding:
-            buf.discarding = False
-        elif nl - start > max_bytes:
-            yield None
-        else:
-            yield bytes(data[start:nl])
-        start = nl + 1
-    del data[:start]
-    if len(data) > max_bytes:
-        if not buf.discarding:
-            buf.discarding = True
-            yield None
-        data.clear()
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
@@ -350,7 +294,7 @@ class HooksCollector:
         self._connections[task] = _Connection(writer, pid)
         self._track(pid)
         try:
-            await self._read(reader)
+            await self._read(reader, read_job_tags(pid))
         except (ConnectionError, OSError) as exc:
             log.debug("hooks connection from pid %d ended: %r", pid, exc)
         finally:
@@ -365,16 +309,18 @@ class HooksCollector:
         self._log_once(f"refused_{reason}", "hooks: refused a connection: %s", detail)
         writer.close()
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        buf = _LineBuffer()
+    async def _read(self, reader: asyncio.StreamReader, job_tags: Mapping[str, str]) -> None:
+        buf = LineBuffer()
         while True:
             chunk = await reader.read(_READ_CHUNK)
             if not chunk:
                 break
-            self._feed(buf, chunk, "lines_accepted")
+            self._feed(buf, chunk, "lines_accepted", job_tags)
         self._finish(buf)
 
-    def _feed(self, buf: _LineBuffer, chunk: bytes, counter: str) -> None:
+    def _feed(
+        self, buf: LineBuffer, chunk: bytes, counter: str, job_tags: Mapping[str, str]
+    ) -> None:
         """Split, check and emit the complete lines in ``chunk``."""
         limit = self._config.max_line_bytes
         host = self._context.host
@@ -384,7 +330,9 @@ class HooksCollector:
                 self._reject("too_long", f"a line longer than {limit} bytes")
                 continue
             try:
-                point = parse_hook_line(line, host=host, now_ns=now, max_bytes=limit)
+                point = parse_hook_line(
+                    line, host=host, now_ns=now, max_bytes=limit, job_tags=job_tags
+                )
             except HookLineRejected as exc:
                 self._reject(exc.reason, str(exc))
                 continue
@@ -393,7 +341,7 @@ class HooksCollector:
                 assert self._emit is not None
                 self._emit(point)
 
-    def _finish(self, buf: _LineBuffer) -> None:
+    def _finish(self, buf: LineBuffer) -> None:
         if buf.data.strip() and not buf.discarding:
             self._reject("truncated", f"{len(buf.data)} bytes without a final newline")
 
@@ -414,7 +362,7 @@ class HooksCollector:
             try:
                 if claimed != path:
                     os.rename(path, claimed)  # another agent may have claimed it first
-                await self._ingest(claimed)
+                await self._ingest(claimed, {"pid": str(pid)})
                 os.rename(
                     claimed,
                     claimed.with_name(claimed.name.removesuffix(".ingesting") + ".ingested"),
@@ -424,11 +372,11 @@ class HooksCollector:
                 continue
             self._counts["files_ingested"] += 1
 
-    async def _ingest(self, path: Path) -> None:
-        buf = _LineBuffer()
+    async def _ingest(self, path: Path, job_tags: Mapping[str, str]) -> None:
+        buf = LineBuffer()
         with open(path, "rb") as f:  # reads go through to_thread below
             while chunk := await asyncio.to_thread(f.read, _READ_CHUNK):
-                self._feed(buf, chunk, "lines_ingested")
+                self._feed(buf, chunk, "lines_ingested", job_tags)
         self._finish(buf)
 
     def _reject(self, reason: str, detail: str) -> None:

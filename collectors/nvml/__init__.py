@@ -4,8 +4,8 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
 
 - ``nvmlDeviceGetFieldValues([NVML_FI_DEV_POWER_INSTANT])`` mW → ``gpu.power_watts`` (instant);
 - ``nvmlDeviceGetPowerUsage`` mW → ``gpu.power_average_watts``: a 1 s trailing average on Ampere
-  and newer (except GA100); on older GPUs it is instantaneous and stands in for ``power_watts``
-  when field 186 is not supported;
+  and newer except GA100 (A100, A30, A800); on GA100 and older GPUs it is instantaneous, is not
+  emitted as an average, and stands in for ``power_watts`` when field 186 is not supported;
 - ``nvmlDeviceGetTotalEnergyConsumption`` mJ since driver load (Volta+) → ``gpu.energy_joules``
   since the collector opened, reloads corrected; without the counter, instant power integrated
   over the agent's ticks → ``gpu.energy_integrated_joules``;
@@ -19,8 +19,10 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
   buffered since the last seen timestamp, each at its own driver timestamp (µs → ns) →
   ``gpu_sample`` points;
 - ``nvmlDeviceGetComputeRunningProcesses`` bytes and ``nvmlDeviceGetProcessesUtilizationInfo``
-  (else the older ``nvmlDeviceGetProcessUtilization``) % → ``gpu_process`` points per pid, and per
-  tracked process tree (main / descendants / combined, current and maximum GPU memory);
+  (else the older ``nvmlDeviceGetProcessUtilization``) % → ``gpu_process`` points per process (the
+  pid an integer field and an ``instance`` tag, the process's slot on that GPU; or the pid as a
+  tag with ``pid_tag = true``), and per tracked process tree (main / descendants / combined,
+  current and maximum GPU memory);
 - ``<root>/proc/<pid>/stat`` (parent pid, start time) to key processes by (pid, start time) and
   to find the tracked trees they belong to.
 
@@ -34,12 +36,10 @@ is skipped for that GPU from then on, logged once), *GPU lost* (that GPU is stop
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import importlib
 import logging
 import os
-import struct
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,70 +49,47 @@ from acquisition.api import Emit, PluginContext
 from acquisition.errors import NoData, NrgError
 from acquisition.point import FieldValue, Point
 
+from .parse import (
+    _INIT_REASONS,
+    _LOST,
+    _SAMPLE_TYPES,
+    _STALE_NS,
+    _UNSUPPORTED,
+    ARCH_VOLTA,
+    CLOCK_MEM,
+    CLOCK_SM,
+    ERROR_NOT_FOUND,
+    FI_DEV_POWER_INSTANT,
+    MEMORY_V2,
+    NVML_SUCCESS,
+    TEMPERATURE_GPU,
+    _is_number,
+    decode_samples,
+    is_ga100,
+    parse_proc_stat,
+    parse_visible_devices,
+    power_usage_is_instant,
+    select_gpus,
+    select_new_samples,
+    value_of,
+)
+from .processes import ProcessAccounting, ProcessReading
+from .state import Cursor, Gpu, GpuLost, Integrator
+
 __all__ = [
     "NvmlCollector",
     "NvmlConfig",
     "decode_samples",
+    "is_ga100",
     "parse_proc_stat",
     "parse_visible_devices",
+    "power_usage_is_instant",
     "select_gpus",
     "select_new_samples",
     "value_of",
 ]
 
 log = logging.getLogger(__name__)
-
-# NVML constants (nvml.h). They are part of the C ABI and never change; keeping them here keeps
-# the seam to the binding down to its functions and exception classes (a test checks them
-# against pynvml).
-NVML_SUCCESS = 0
-ERROR_UNINITIALIZED = 1
-ERROR_NOT_SUPPORTED = 3
-ERROR_NO_PERMISSION = 4
-ERROR_NOT_FOUND = 6
-ERROR_DRIVER_NOT_LOADED = 9
-ERROR_LIBRARY_NOT_FOUND = 12
-ERROR_FUNCTION_NOT_FOUND = 13
-ERROR_GPU_IS_LOST = 15
-ERROR_RESET_REQUIRED = 16
-ERROR_LIB_RM_VERSION_MISMATCH = 18
-ERROR_ARGUMENT_VERSION_MISMATCH = 25
-ERROR_GPU_NOT_FOUND = 28
-FI_DEV_POWER_INSTANT = 186
-TEMPERATURE_GPU = 0
-CLOCK_SM = 1
-CLOCK_MEM = 2
-SAMPLING_TOTAL_POWER = 0
-SAMPLING_GPU_UTIL = 1
-SAMPLING_MEMORY_UTIL = 2
-ARCH_VOLTA = 5
-ARCH_AMPERE = 7
-MEMORY_V2 = 0x02000028
-
-_UNSUPPORTED = frozenset(
-    {ERROR_NOT_SUPPORTED, ERROR_NO_PERMISSION, ERROR_FUNCTION_NOT_FOUND,
-     ERROR_ARGUMENT_VERSION_MISMATCH}
-)  # fmt: skip
-_LOST = frozenset({ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED, ERROR_GPU_NOT_FOUND})
-_INIT_REASONS = {
-    ERROR_LIBRARY_NOT_FOUND: "NVML library libnvidia-ml.so.1 not found (no NVIDIA driver here)",
-    ERROR_DRIVER_NOT_LOADED: "NVIDIA driver not loaded",
-    ERROR_NO_PERMISSION: "no permission to use NVML",
-    ERROR_LIB_RM_VERSION_MISMATCH: "NVML library and kernel driver versions differ (reboot?)",
-}
-
-# Sample types read from the driver's buffer: (type, field name, scale to SI).
-_SAMPLE_TYPES = (
-    (SAMPLING_TOTAL_POWER, "power_watts", 1e-3),
-    (SAMPLING_GPU_UTIL, "utilization_ratio", 1e-2),
-    (SAMPLING_MEMORY_UTIL, "memory_utilization_ratio", 1e-2),
-)
-
-# A buffer that yields nothing new for this long is re-read from the start once, which is how a
-# timestamp that went backwards (driver reload, clock step) shows: the driver filters on
-# ``timestamp > lastSeen`` and would otherwise answer NOT_FOUND forever.
-_STALE_NS = 5_000_000_000
-_MAX_ANCESTRY = 64
 
 
 @dataclass
@@ -135,192 +112,10 @@ class NvmlConfig:
     processes: bool = field(
         default=True, metadata={"doc": "per-process and per-tracked-tree GPU memory and use"}
     )
-
-
-class _GpuLost(Exception):
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-@dataclass
-class _Cursor:
-    last_us: int = 0
-    progress_ns: int | None = None  # agent time of the last new sample (or probe)
-
-
-@dataclass
-class _EnergyCounter:
-    """mJ since driver load → J since open; a counter that goes back (driver reload) restarts."""
-
-    base_mj: int | None = None
-    last_mj: int = 0
-    carried_mj: int = 0
-
-    def update(self, mj: int) -> float:
-        if self.base_mj is None:
-            self.base_mj = self.last_mj = mj
-        elif mj < self.last_mj:
-            self.carried_mj += self.last_mj - self.base_mj
-            self.base_mj = 0
-        self.last_mj = mj
-        return (self.carried_mj + mj - self.base_mj) / 1000.0
-
-
-@dataclass
-class _Integrator:
-    """Trapezoidal integral of power over agent time: energy where the GPU has no counter."""
-
-    joules: float = 0.0
-    last: tuple[int, float] | None = None
-
-    def update(self, now_ns: int, watts: float) -> float:
-        if self.last is not None and now_ns > self.last[0]:
-            self.joules += (now_ns - self.last[0]) * 1e-9 * (watts + self.last[1]) / 2.0
-        self.last = (now_ns, watts)
-        return self.joules
-
-
-@dataclass
-class _Gpu:
-    index: int
-    uuid: str
-    name: str
-    handle: Any
-    architecture: int | None
-    tags: dict[str, str]
-    cuda_ordinal: int | None = None
-    lost: bool = False
-    unsupported: set[str] = field(default_factory=set)
-    failing: dict[str, int] = field(default_factory=dict)
-    legacy_process_util: bool = False
-    energy: _EnergyCounter = field(default_factory=_EnergyCounter)
-    integrator: _Integrator | None = None
-    cursors: dict[int, _Cursor] = field(default_factory=dict)
-    process_cursor: _Cursor = field(default_factory=_Cursor)
-    jump_logged: bool = False
-
-
-@dataclass
-class _ProcState:
-    ancestors: tuple[int, ...]
-    memory_max: int = 0
-
-
-def parse_proc_stat(text: str) -> tuple[int, int]:
-    """``/proc/<pid>/stat`` → (parent pid, start time in clock ticks since boot).
-
-    The command name sits in parentheses and may itself hold spaces and parentheses, so the
-    fields are counted from the last ``)``.
-    """
-    rest = text[text.rindex(")") + 2 :].split()
-    return int(rest[1]), int(rest[19])
-
-
-def parse_visible_devices(value: str | None) -> list[str] | None:
-    """``CUDA_VISIBLE_DEVICES`` → its entries, or None when unset (every GPU is visible).
-
-    An empty value hides every GPU. Whitespace around entries is ignored, as CUDA does.
-    """
-    if value is None:
-        return None
-    return [entry.strip() for entry in value.split(",")] if value.strip() else []
-
-
-def select_gpus(
-    entries: Sequence[str] | None, uuids: Sequence[str], *, stop_at_invalid: bool
-) -> list[int]:
-    """Positions in ``uuids`` (NVML index order) chosen by ``entries``, in the order given.
-
-    An entry is a decimal index or a (prefix of a) ``GPU-…`` UUID; None selects all. CUDA stops
-    at the first entry it cannot resolve (``stop_at_invalid``, for ``CUDA_VISIBLE_DEVICES``);
-    a configured list raises ValueError instead.
-    """
-    if entries is None:
-        return list(range(len(uuids)))
-    chosen: list[int] = []
-    for entry in entries:
-        found: int | None = None
-        if entry.lstrip("-").isdigit():
-            number = int(entry)
-            if 0 <= number < len(uuids):
-                found = number
-        elif entry.startswith("GPU-"):
-            matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
-            if len(matches) == 1:
-                found = matches[0]
-        if found is None or found in chosen:
-            if stop_at_invalid:
-                break
-            raise ValueError(f"GPU {entry!r} matches no single GPU here")
-        chosen.append(found)
-    return chosen
-
-
-def value_of(value_type: int, value: Any) -> float | int:
-    """Read an NVML ``c_nvmlValue_t`` union by its ``nvmlValueType_t``."""
-    attribute = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")[value_type]
-    number: float | int = getattr(value, attribute)
-    return number
-
-
-# c_nvmlSample_t is {unsigned long long timeStamp; c_nvmlValue_t sampleValue} = 16 bytes; the
-# union's members all start at its first byte. Formats by nvmlValueType_t.
-_SAMPLE_SIZE = 16
-_SAMPLE_FORMATS = tuple(
-    "=Q" + member
-    for member in (
-        "d",
-        "I4x",
-        "Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "I4x",
-        "Q",
-        "q",
-        "i4x",
-        "H6x",
+    pid_tag: bool = field(
+        default=False,
+        metadata={"doc": "gpu_process points carry the pid as a tag (one series per process)"},
     )
-)
-
-
-def decode_samples(value_type: int, samples: Sequence[Any]) -> list[tuple[int, float | int]]:
-    """``nvmlDeviceGetSamples``' list of ``c_nvmlSample_t`` → [(timestamp µs, value)].
-
-    The binding returns a slice of one ctypes array; reading that memory in one go is about 15x
-    faster than its structures' attribute access (``_PrintableStructure.__getattribute__``),
-    which matters at tens of samples per type per GPU per tick. Anything else is read field by
-    field.
-    """
-    if not samples:
-        return []
-    first, last = samples[0], samples[-1]
-    base = getattr(first, "_b_base_", None)
-    if (
-        base is not None
-        and base is getattr(last, "_b_base_", None)
-        and ctypes.sizeof(first) == _SAMPLE_SIZE
-        and ctypes.addressof(last) - ctypes.addressof(first) == _SAMPLE_SIZE * (len(samples) - 1)
-    ):
-        raw = ctypes.string_at(ctypes.addressof(first), _SAMPLE_SIZE * len(samples))
-        return list(struct.iter_unpack(_SAMPLE_FORMATS[value_type], raw))
-    return [(int(s.timeStamp), value_of(value_type, s.sampleValue)) for s in samples]
-
-
-def select_new_samples(
-    last_us: int, stamps: Sequence[int], *, probed: bool
-) -> tuple[list[int], int, bool]:
-    """Which samples of a buffer read are new: (their positions, the new cursor, went back?).
-
-    A normal read passed ``last_us`` and the driver returned only later samples; a *probe*
-    re-read the buffer from 0. If every probed sample is older than the cursor, the clock went
-    backwards (driver reload): the buffer is FIFO, so the sample at the cursor has been evicted
-    together with everything before it, and all that remains is new.
-    """
-    if not stamps:
-        return [], last_us, False
-    newest = max(stamps)
-    if probed and newest < last_us:
-        return list(range(len(stamps))), newest, True
-    keep = [i for i, stamp in enumerate(stamps) if stamp > last_us]
-    return keep, max(newest, last_us), False
 
 
 class NvmlCollector:
@@ -347,10 +142,9 @@ class NvmlCollector:
         self._executor: ThreadPoolExecutor | None = None
         self._initialized = False
         self._busy: Future[list[Point]] | None = None
-        self._gpus: list[_Gpu] = []
+        self._gpus: list[Gpu] = []
         self._driver = ""
-        self._procs: dict[tuple[int, int | None], _ProcState] = {}
-        self._trees: dict[tuple[int, int | None], list[int]] = {}
+        self._accounting = ProcessAccounting(self._proc, pid_tag=config.pid_tag)
         self._counts = {
             "gpus_lost": 0,
             "errors_transient": 0,
@@ -415,7 +209,8 @@ class NvmlCollector:
 
     def _open_sync(self) -> None:
         nvml = self._nvml
-        self._gpus, self._procs, self._trees = [], {}, {}  # a re-open starts afresh
+        self._gpus = []  # a re-open starts afresh
+        self._accounting.reset()
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
@@ -463,7 +258,7 @@ class NvmlCollector:
                 architecture: int | None = int(nvml.nvmlDeviceGetArchitecture(handle))
             except nvml.NVMLError:
                 architecture = None  # older drivers; probe the calls instead
-            gpu = _Gpu(
+            gpu = Gpu(
                 index=index,
                 uuid=uuid,
                 name=name,
@@ -471,6 +266,7 @@ class NvmlCollector:
                 architecture=architecture,
                 tags={"gpu": str(index), "uuid": uuid, "name": name},
                 cuda_ordinal=ordinal,
+                power_usage_instant=power_usage_is_instant(architecture, name),
             )
             if architecture is not None and architecture < ARCH_VOLTA:
                 gpu.unsupported.add("energy")  # the counter exists from Volta on (as Zeus gates it)
@@ -484,7 +280,7 @@ class NvmlCollector:
             return list(range(len(uuids))), [None] * len(uuids)
         if spec == "visible":
             entries = parse_visible_devices(self._environ.get("CUDA_VISIBLE_DEVICES"))
-            ordinals = entries and any(entry.lstrip("-").isdigit() for entry in entries)
+            ordinals = entries and any(_is_number(entry) for entry in entries)
             if ordinals and mixed and self._environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
                 # CUDA numbers fastest-first by default, NVML in PCI order. They agree on a machine
                 # of identical GPUs; on a mixed one only UUIDs (or PCI_BUS_ID order) are exact.
@@ -502,13 +298,13 @@ class NvmlCollector:
             raise NoData(f"{exc} (GPUs here: {', '.join(uuids)})") from None
         return picks, [None] * len(picks)
 
-    def _prime(self, gpu: _Gpu) -> None:
+    def _prime(self, gpu: Gpu) -> None:
         """Move the sample cursors past what the driver buffered before we opened."""
         nvml = self._nvml
         try:
             if self._config.samples:
                 for stype, _, _ in _SAMPLE_TYPES:
-                    cursor = gpu.cursors.setdefault(stype, _Cursor())
+                    cursor = gpu.cursors.setdefault(stype, Cursor())
                     got = self._call(
                         gpu, f"samples:{stype}", nvml.nvmlDeviceGetSamples, gpu.handle, stype, 0,
                         empty_codes=(ERROR_NOT_FOUND,),
@@ -519,12 +315,12 @@ class NvmlCollector:
                 mj = self._call(gpu, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, gpu.handle)
                 if mj is not None:
                     gpu.energy.update(int(mj))
-        except _GpuLost as lost:
+        except GpuLost as lost:
             self._lose(gpu, lost.code)
 
     def _tick(self, now_ns: int, roots: frozenset[int]) -> list[Point]:
         points: list[Point] = []
-        processes: list[tuple[_Gpu, int, int | None, tuple[int, int] | None]] = []
+        processes: list[ProcessReading] = []
         transient_before = self._counts["errors_transient"]
         for gpu in self._gpus:
             if gpu.lost:
@@ -534,18 +330,18 @@ class NvmlCollector:
                 self._read_gpu(gpu, now_ns, points)
                 if self._config.processes:
                     processes.extend(self._read_processes(gpu, now_ns))
-            except _GpuLost as lost:
+            except GpuLost as lost:
                 del points[mark:]  # what this GPU said in its last tick is not to be trusted
                 processes = [entry for entry in processes if entry[0] is not gpu]
                 self._lose(gpu, lost.code)
         if self._config.processes:
-            self._process_points(now_ns, processes, roots, points)
+            self._accounting.points(now_ns, processes, roots, points)
         errors = self._counts["errors_transient"] - transient_before
         if not points and errors:
             raise NrgError(f"every NVML read failed this tick ({errors} errors)")
         return points
 
-    def _lose(self, gpu: _Gpu, code: int) -> None:
+    def _lose(self, gpu: Gpu, code: int) -> None:
         gpu.lost = True
         self._counts["gpus_lost"] += 1
         log.warning(
@@ -558,7 +354,7 @@ class NvmlCollector:
 
     def _call(
         self,
-        gpu: _Gpu,
+        gpu: Gpu,
         key: str,
         function: Callable[..., Any],
         *args: Any,
@@ -567,7 +363,7 @@ class NvmlCollector:
     ) -> Any:
         """One NVML call for one reading of one GPU; None when there is nothing to use.
 
-        Raises _GpuLost; records NOT_SUPPORTED (never asked again) and transient errors.
+        Raises GpuLost; records NOT_SUPPORTED (never asked again) and transient errors.
         """
         if key in gpu.unsupported:
             return None
@@ -580,7 +376,7 @@ class NvmlCollector:
                 self._recovered(gpu, key)
                 return None
             if code in _LOST:
-                raise _GpuLost(code) from None
+                raise GpuLost(code) from None
             if code in _UNSUPPORTED:
                 self._unsupported(gpu, key, f"{exc} (NVML error {code})")
                 return None
@@ -596,47 +392,26 @@ class NvmlCollector:
         self._recovered(gpu, key)
         return value
 
-    def _recovered(self, gpu: _Gpu, key: str) -> None:
+    def _recovered(self, gpu: Gpu, key: str) -> None:
         if gpu.failing and gpu.failing.pop(key, None) is not None:
             log.info("GPU %d %s: reading again", gpu.index, key)
 
-    def _unsupported(self, gpu: _Gpu, key: str, why: str) -> None:
+    def _unsupported(self, gpu: Gpu, key: str, why: str) -> None:
         gpu.unsupported.add(key)
         log.info("GPU %d (%s): %s not supported: %s; skipped from now on", gpu.index, gpu.name,
                  key, why)  # fmt: skip
 
-    def _read_gpu(self, gpu: _Gpu, now_ns: int, points: list[Point]) -> None:
+    def _read_gpu(self, gpu: Gpu, now_ns: int, points: list[Point]) -> None:
         nvml, call, handle = self._nvml, self._call, gpu.handle
         fields: dict[str, FieldValue] = {}
-        instant: float | None = None
-        values = call(gpu, "power_instant", nvml.nvmlDeviceGetFieldValues, handle,
-                      [FI_DEV_POWER_INSTANT])  # fmt: skip
-        if values is not None:
-            element = values[0]
-            if element.nvmlReturn == NVML_SUCCESS:
-                instant = value_of(element.valueType, element.value) / 1000.0
-            elif element.nvmlReturn in _LOST:
-                raise _GpuLost(element.nvmlReturn)
-            elif element.nvmlReturn in _UNSUPPORTED:
-                self._unsupported(gpu, "power_instant", f"field 186: error {element.nvmlReturn}")
-            else:
-                self._counts["errors_transient"] += 1
-        usage = call(gpu, "power_usage", nvml.nvmlDeviceGetPowerUsage, handle)
-        if usage is not None:
-            pre_ampere = gpu.architecture is not None and gpu.architecture < ARCH_AMPERE
-            if not pre_ampere:
-                fields["power_average_watts"] = usage / 1000.0
-            elif "power_instant" in gpu.unsupported:
-                instant = usage / 1000.0  # instantaneous before Ampere
-        if instant is not None:
-            fields["power_watts"] = instant
+        instant = self._read_power(gpu, fields)
         if "energy" not in gpu.unsupported:
             mj = call(gpu, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
             if mj is not None:
                 fields["energy_joules"] = gpu.energy.update(int(mj))
         if "energy" in gpu.unsupported and instant is not None:
             if gpu.integrator is None:
-                gpu.integrator = _Integrator()
+                gpu.integrator = Integrator()
             fields["energy_integrated_joules"] = gpu.integrator.update(now_ns, instant)
         rates = call(gpu, "utilization", nvml.nvmlDeviceGetUtilizationRates, handle)
         if rates is not None:
@@ -644,6 +419,41 @@ class NvmlCollector:
             fields["memory_utilization_ratio"] = rates.memory / 100.0
         self._read_memory(gpu, fields)
         self._read_temperature(gpu, fields)
+        self._read_clocks(gpu, fields)
+        if fields:
+            points.append(Point("gpu", gpu.tags, fields, now_ns))
+        if self._config.samples:
+            self._read_samples(gpu, now_ns, points)
+
+    def _read_power(self, gpu: Gpu, fields: dict[str, FieldValue]) -> float | None:
+        """``power_watts`` (instantaneous) and ``power_average_watts`` (1 s average); returns the
+        instantaneous power in W, or None."""
+        nvml, handle = self._nvml, gpu.handle
+        instant: float | None = None
+        values = self._call(gpu, "power_instant", nvml.nvmlDeviceGetFieldValues, handle,
+                            [FI_DEV_POWER_INSTANT])  # fmt: skip
+        if values is not None:
+            element = values[0]
+            if element.nvmlReturn == NVML_SUCCESS:
+                instant = value_of(element.valueType, element.value) / 1000.0
+            elif element.nvmlReturn in _LOST:
+                raise GpuLost(element.nvmlReturn)
+            elif element.nvmlReturn in _UNSUPPORTED:
+                self._unsupported(gpu, "power_instant", f"field 186: error {element.nvmlReturn}")
+            else:
+                self._counts["errors_transient"] += 1
+        usage = self._call(gpu, "power_usage", nvml.nvmlDeviceGetPowerUsage, handle)
+        if usage is not None:
+            if not gpu.power_usage_instant:
+                fields["power_average_watts"] = usage / 1000.0
+            elif "power_instant" in gpu.unsupported:
+                instant = usage / 1000.0  # instantaneous before Ampere and on GA100
+        if instant is not None:
+            fields["power_watts"] = instant
+        return instant
+
+    def _read_clocks(self, gpu: Gpu, fields: dict[str, FieldValue]) -> None:
+        nvml, call, handle = self._nvml, self._call, gpu.handle
         sm = call(gpu, "sm_clock", nvml.nvmlDeviceGetClockInfo, handle, CLOCK_SM)
         if sm is not None:
             fields["sm_clock_hertz"] = int(sm) * 1_000_000
@@ -653,12 +463,8 @@ class NvmlCollector:
         limit = call(gpu, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
         if limit is not None:
             fields["power_limit_watts"] = limit / 1000.0
-        if fields:
-            points.append(Point("gpu", gpu.tags, fields, now_ns))
-        if self._config.samples:
-            self._read_samples(gpu, now_ns, points)
 
-    def _read_memory(self, gpu: _Gpu, fields: dict[str, FieldValue]) -> None:
+    def _read_memory(self, gpu: Gpu, fields: dict[str, FieldValue]) -> None:
         nvml = self._nvml
         info = self._call(gpu, "memory_v2", nvml.nvmlDeviceGetMemoryInfo, gpu.handle,
                           version=MEMORY_V2)  # fmt: skip
@@ -671,7 +477,7 @@ class NvmlCollector:
             fields["memory_used_bytes"] = int(info.used)
             fields["memory_total_bytes"] = int(info.total)
 
-    def _read_temperature(self, gpu: _Gpu, fields: dict[str, FieldValue]) -> None:
+    def _read_temperature(self, gpu: Gpu, fields: dict[str, FieldValue]) -> None:
         nvml = self._nvml
         celsius = self._call(gpu, "temperature_v", nvml.nvmlDeviceGetTemperatureV, gpu.handle,
                              TEMPERATURE_GPU)  # fmt: skip
@@ -682,10 +488,10 @@ class NvmlCollector:
         if celsius is not None:
             fields["temperature_celsius"] = int(celsius)
 
-    def _read_samples(self, gpu: _Gpu, now_ns: int, points: list[Point]) -> None:
+    def _read_samples(self, gpu: Gpu, now_ns: int, points: list[Point]) -> None:
         by_time: dict[int, dict[str, FieldValue]] = {}
         for stype, name, scale in _SAMPLE_TYPES:
-            cursor = gpu.cursors.setdefault(stype, _Cursor())
+            cursor = gpu.cursors.setdefault(stype, Cursor())
             if cursor.progress_ns is None:
                 cursor.progress_ns = now_ns
             probed = now_ns - cursor.progress_ns >= _STALE_NS
@@ -713,7 +519,7 @@ class NvmlCollector:
             points.append(Point("gpu_sample", gpu.tags, by_time[stamp], stamp * 1000))
         self._counts["samples"] += len(by_time)
 
-    def _went_back(self, gpu: _Gpu) -> None:
+    def _went_back(self, gpu: Gpu) -> None:
         self._counts["sample_cursor_resets"] += 1
         if not gpu.jump_logged:
             gpu.jump_logged = True
@@ -723,9 +529,7 @@ class NvmlCollector:
                 gpu.index,
             )
 
-    def _read_processes(
-        self, gpu: _Gpu, now_ns: int
-    ) -> list[tuple[_Gpu, int, int | None, tuple[int, int] | None]]:
+    def _read_processes(self, gpu: Gpu, now_ns: int) -> list[ProcessReading]:
         """(gpu, pid, used bytes or None, (sm %, memory %) or None) per running compute process."""
         nvml = self._nvml
         running = self._call(
@@ -738,7 +542,7 @@ class NvmlCollector:
             pid, stamp = int(sample.pid), int(sample.timeStamp)
             if pid not in latest or stamp >= latest[pid][0]:
                 latest[pid] = (stamp, int(sample.smUtil), int(sample.memUtil))
-        out: list[tuple[_Gpu, int, int | None, tuple[int, int] | None]] = []
+        out: list[ProcessReading] = []
         for process in running:
             pid = int(process.pid)
             used = None if process.usedGpuMemory is None else int(process.usedGpuMemory)
@@ -746,7 +550,7 @@ class NvmlCollector:
             out.append((gpu, pid, used, None if util is None else (util[1], util[2])))
         return out
 
-    def _process_samples(self, gpu: _Gpu, now_ns: int) -> list[Any]:
+    def _process_samples(self, gpu: Gpu, now_ns: int) -> list[Any]:
         nvml, cursor = self._nvml, gpu.process_cursor
         # NVML_SUCCESS (0) raised from the size call means "no samples" in the Python binding.
         empty = (ERROR_NOT_FOUND, NVML_SUCCESS)
@@ -780,76 +584,3 @@ class NvmlCollector:
         if keep:
             cursor.progress_ns = now_ns
         return [samples[i] for i in keep]
-
-    def _start_time(self, pid: int) -> tuple[int, int] | None:
-        try:
-            return parse_proc_stat((self._proc / str(pid) / "stat").read_text())
-        except (OSError, ValueError, IndexError):
-            return None  # exited, or another pid namespace
-
-    def _ancestors(self, pid: int) -> tuple[int, ...]:
-        chain: list[int] = []
-        current = pid
-        while len(chain) < _MAX_ANCESTRY:
-            stat = self._start_time(current)
-            if stat is None or stat[0] <= 1:
-                break
-            current = stat[0]
-            chain.append(current)
-        return tuple(chain)
-
-    def _process_points(
-        self,
-        now_ns: int,
-        processes: Iterable[tuple[_Gpu, int, int | None, tuple[int, int] | None]],
-        roots: frozenset[int],
-        points: list[Point],
-    ) -> None:
-        seen: set[tuple[int, int | None]] = set()
-        tree_now: dict[int, list[int]] = {root: [0, 0] for root in roots}
-        for gpu, pid, used, util in processes:
-            stat = self._start_time(pid)
-            key = (pid, None if stat is None else stat[1])
-            if stat is None:
-                # Exited since NVML listed it (or another pid namespace): nothing says it is a
-                # new process, so it stays the one last seen under this pid.
-                key = next((known for known in self._procs if known[0] == pid), key)
-            state = self._procs.get(key)
-            if state is None:
-                ancestors = () if stat is None else (stat[0], *self._ancestors(stat[0]))
-                state = self._procs[key] = _ProcState(ancestors)
-            seen.add(key)
-            fields: dict[str, FieldValue] = {}
-            if used is not None:
-                state.memory_max = max(state.memory_max, used)
-                fields["memory_used_bytes"] = used
-                fields["memory_used_max_bytes"] = state.memory_max
-                if pid in roots:
-                    tree_now[pid][0] += used
-                else:
-                    root = next((a for a in state.ancestors if a in roots), None)
-                    if root is not None:
-                        tree_now[root][1] += used
-            if util is not None:
-                fields["sm_utilization_ratio"] = util[0] / 100.0
-                fields["memory_utilization_ratio"] = util[1] / 100.0
-            if fields:
-                tags = {"gpu": gpu.tags["gpu"], "uuid": gpu.uuid, "pid": str(pid)}
-                points.append(Point("gpu_process", tags, fields, now_ns))
-        for key in [key for key in self._procs if key not in seen]:
-            del self._procs[key]  # no longer on any GPU: a later process with this pid is new
-        live_trees: dict[tuple[int, int | None], list[int]] = {}
-        for root, (main, descendants) in sorted(tree_now.items()):
-            stat = self._start_time(root)
-            key = (root, None if stat is None else stat[1])
-            peaks = self._trees.get(key, [0, 0, 0])
-            current = (main, descendants, main + descendants)
-            peaks = [max(peak, value) for peak, value in zip(peaks, current, strict=True)]
-            live_trees[key] = peaks
-            for scope, value, peak in zip(
-                ("main", "descendants", "combined"), current, peaks, strict=True
-            ):
-                tags = {"tree": str(root), "scope": scope}
-                fields = {"memory_used_bytes": value, "memory_used_max_bytes": peak}
-                points.append(Point("gpu_process", tags, fields, now_ns))
-        self._trees = live_trees

@@ -3,18 +3,25 @@
 Output replays into InfluxDB unchanged: ``influx write --bucket B --precision ns --file F``.
 Files are named ``<prefix>-<UTC start time>.lp`` under ``dir`` (default: the per-user data dir,
 e.g. ``~/.local/share/nrg/``) and rotate when they would exceed ``max_bytes``; ``max_files`` keeps
-the newest N (0 keeps all). ``fsync``: ``"always"`` (after every batch: survives power loss),
-``"interval"`` (at most every ``fsync_interval``), ``"never"`` (the OS decides). A batch is written
-all or nothing: on an error (disk full) the file is truncated back and the batch is retried.
-Writes go through ``aiofiles`` so they never block the event loop.
+the newest N (0 keeps all) and ``max_total_bytes`` bounds them all together (default: a quarter of
+the free space of the directory's filesystem when the sink opens), deleting the oldest first.
+``compress = "gzip"`` compresses each rotated file to ``.lp.gz`` in the background.
+``fsync``: ``"always"`` (after every batch: survives power loss), ``"interval"`` (at most every
+``fsync_interval``), ``"never"`` (the OS decides). Files hold whole lines only: when the disk
+fills in the middle of a batch, the lines that fit stay, the torn end is cut off, and the rest of
+the batch is retried (:class:`~acquisition.errors.PartialWriteError`), so writing resumes as soon
+as any space is free. Writes go through ``aiofiles`` so they never block the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import gzip
 import logging
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +33,7 @@ import aiofiles.os
 
 from acquisition.api import PluginContext
 from acquisition.config import duration, size
-from acquisition.errors import ConfigError, WriteError
+from acquisition.errors import ConfigError, PartialWriteError, WriteError
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 
@@ -44,6 +51,12 @@ class FileConfig:
     prefix: str = "nrg"
     max_bytes: int = size(64 * 1024 * 1024, "rotate before a file exceeds this size")
     max_files: int = 0
+    """Keep the newest N files (the one being written included); 0 keeps all."""
+    max_total_bytes: int = size(
+        0, "bound on all files together, oldest deleted first; 0: a quarter of the free space"
+    )
+    compress: Literal["", "gzip"] = ""
+    """"gzip": compress each rotated file to ``.lp.gz``."""
     fsync: Literal["always", "interval", "never"] = "interval"
     fsync_interval: float = duration(5.0, "with fsync = 'interval'")
 
@@ -52,6 +65,14 @@ class FileConfig:
             raise ValueError("max_bytes must be at least 1024")
         if self.max_files < 0:
             raise ValueError("max_files must be >= 0")
+        if self.max_total_bytes < 0:
+            raise ValueError("max_total_bytes must be >= 0")
+        if 0 < self.max_total_bytes < self.max_bytes:
+            raise ValueError("max_total_bytes must be 0 or at least max_bytes")
+
+
+AUTO_TOTAL_FRACTION = 0.25
+"""With ``max_total_bytes = 0``: this fraction of the free space when the sink opens."""
 
 
 class FileSink:
@@ -73,6 +94,9 @@ class FileSink:
         self._last_fsync = time.monotonic()
         self.lines_written = 0
         self.rotations = 0
+        self.deleted_files = 0
+        self.max_total = config.max_total_bytes
+        self._compressing: asyncio.Task[None] | None = None
 
     def where(self) -> str:
         return str(self.current or self.fixed or self.dir)
@@ -84,7 +108,11 @@ class FileSink:
             raise ConfigError(
                 f"[sinks.file] cannot create output directory {self.dir}: {exc.strerror}"
             ) from exc
+        if not self.max_total:
+            free = shutil.disk_usage(self.dir).free
+            self.max_total = max(self.config.max_bytes, int(free * AUTO_TOTAL_FRACTION))
         await self._open_file()
+        self._prune()
 
     def _new_path(self) -> Path:
         if self.fixed is not None:
@@ -108,49 +136,95 @@ class FileSink:
 
     async def _rotate(self) -> None:
         await self._close_file(fsync=True)
+        rotated = self.current
         if self.fixed is not None and self.current is not None:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            await aiofiles.os.rename(self.current, self.current.with_suffix(f".{stamp}.lp"))
+            rotated = self.current.with_suffix(f".{stamp}.lp")
+            await aiofiles.os.rename(self.current, rotated)
         self.rotations += 1
         await self._open_file()
+        if self.config.compress == "gzip" and rotated is not None:
+            await self._wait_compressing()
+            self._compressing = asyncio.create_task(self._compress(rotated))
+        else:
+            self._prune()
+
+    async def _compress(self, path: Path) -> None:
+        try:
+            await asyncio.to_thread(_gzip_file, path)
+        except OSError as exc:
+            log.warning("cannot compress %s (kept as it is): %s", path, exc)
         self._prune()
 
+    async def _wait_compressing(self) -> None:
+        if self._compressing is not None:
+            await self._compressing
+            self._compressing = None
+
+    def _old_files(self) -> list[Path]:
+        """Finished output files of this sink, oldest first."""
+        if self.fixed is not None:
+            patterns = [f"{self.fixed.stem}.*.lp", f"{self.fixed.stem}.*.lp.gz"]
+        else:
+            patterns = [f"{self.config.prefix}-*.lp", f"{self.config.prefix}-*.lp.gz"]
+        found = {p for pattern in patterns for p in self.dir.glob(pattern) if p != self.current}
+        return sorted(found, key=_mtime)
+
     def _prune(self) -> None:
+        """Delete the oldest files beyond ``max_files`` or beyond ``max_total_bytes`` once the
+        file being written reaches ``max_bytes``."""
+        files = self._old_files()
+        sizes = [_size(p) for p in files]
+        total = sum(sizes) + max(self._size, self.config.max_bytes)  # the current one when full
         keep = self.config.max_files
-        if keep <= 0:
-            return
-        pattern = (
-            f"{self.fixed.stem}.*.lp" if self.fixed is not None else f"{self.config.prefix}-*.lp"
-        )
-        files = sorted(
-            (p for p in self.dir.glob(pattern) if p != self.current),
-            key=lambda p: p.stat().st_mtime,
-        )
-        for old in files[: max(0, len(files) - (keep - 1))]:
+        excess = max(0, len(files) - (keep - 1)) if keep > 0 else 0
+        for i, old in enumerate(files):
+            if i >= excess and total <= self.max_total:
+                break
             try:
                 old.unlink()
             except OSError as exc:
                 log.warning("cannot remove old output file %s: %s", old, exc.strerror)
+                continue
+            self.deleted_files += 1
+            total -= sizes[i]
 
     async def write(self, batch: Sequence[Point]) -> None:
         data = self.encoder.encode_many(batch).encode()
-        if self._file is None:
-            await self._open_file()
-        if self._size and self._size + len(data) > self.config.max_bytes:
-            await self._rotate()
+        try:
+            if self._file is None:
+                await self._open_file()
+            if self._size and self._size + len(data) > self.config.max_bytes:
+                await self._rotate()
+        except (ConfigError, OSError) as exc:  # a full disk refusing a new file: try again later
+            raise WriteError(str(exc), retryable=True) from exc
         start = self._size
+        done = 0
         try:
             view = memoryview(data)
-            while view:  # unbuffered: a write may be partial
-                n = await self._file.write(view)
-                view = view[n:]
+            while done < len(data):  # unbuffered: a write may be partial
+                done += await self._file.write(view[done:])
             self._size += len(data)
             await self._maybe_fsync()
         except OSError as exc:
-            await self._truncate_to(start)
-            why = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
-            raise WriteError(f"cannot write {self.current}: {why}", retryable=True) from exc
+            raise await self._after_failed_write(exc, data, start, done) from exc
         self.lines_written += len(batch)
+
+    async def _after_failed_write(
+        self, exc: OSError, data: bytes, start: int, done: int
+    ) -> WriteError:
+        """Keep the whole lines that reached the file, cut the torn rest off."""
+        keep = data.rfind(b"\n", 0, min(done, len(data))) + 1
+        await self._truncate_to(start + keep)
+        lines = data.count(b"\n", 0, keep)
+        total = data.count(b"\n")
+        self.lines_written += lines
+        full = exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+        why = "disk full" if full else exc.strerror
+        message = f"cannot write {self.current}: {why}"
+        if lines:
+            return PartialWriteError(f"{message} ({lines} of {total} lines written)", written=lines)
+        return WriteError(message, retryable=True)
 
     async def _truncate_to(self, size: int) -> None:
         """Undo a partial write so the file holds whole batches only."""
@@ -183,6 +257,40 @@ class FileSink:
 
     async def aclose(self) -> None:
         await self._close_file(fsync=True)
+        await self._wait_compressing()
 
     def stats(self) -> dict[str, int]:
-        return {"file_bytes": self._size, "rotations": self.rotations}
+        return {
+            "file_bytes": self._size,
+            "rotations": self.rotations,
+            "deleted_files": self.deleted_files,
+        }
+
+
+def _gzip_file(path: Path) -> None:
+    """``path`` → ``path.gz`` (written aside, then renamed), then ``path`` removed."""
+    target = path.with_name(path.name + ".gz")
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        with open(path, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(tmp, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    path.unlink()
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -1,24 +1,25 @@
-"""InfluxDB sink: pre-encoded line protocol to ``POST /api/v2/write`` through ``influxdb-client``.
+"""InfluxDB sink: pre-encoded line protocol to InfluxDB's v2 or v1 write API.
 
-Works with InfluxDB 2.x and 3.x (``/api/v2/write``, token auth) and 1.8+ through its v2
-compatibility endpoint (``token = "user:password"``, ``bucket = "db/rp"``); anything else that
-speaks the v2 write API (VictoriaMetrics) too. Timestamps are sent with precision ns.
+- ``api = "v2"``: ``POST /api/v2/write`` through ``influxdb-client`` (InfluxDB 2.x, 3.x, 1.8+
+  through its compatibility endpoint, VictoriaMetrics). ``api = "v1"``: ``POST /write?db=&rp=``
+  (InfluxDB 1.x, InfluxDB 3's v1 endpoint). Unset: detected from ``/ping``. Precision ns.
 
-The sink owns retries and durability, the client's own retries stay off (its async API has none):
+The sink owns retries and durability (the client library's own retries stay off):
 - ``write(batch)`` posts directly while the spool is empty and the server answers; otherwise, or
   when a post fails with a retryable error, the batch goes to the on-disk spool
-  (:mod:`sinks.influxdb.spool`) and a background task replays the spool oldest first, with exponential
-  backoff, full jitter and a cap, honouring ``Retry-After``.
-- Retryable: connection refused/reset, timeouts, 5xx, 408, 429.
+  (:mod:`sinks.influxdb.spool`) and a background task replays the spool oldest first, with
+  exponential backoff, full jitter and a cap (``retry_max``), honouring ``Retry-After`` up to
+  that cap.
+- Retryable: connection refused/reset, no answer within ``timeout``, 5xx, 408, 429.
 - 400 (bad line) and 422 (field type conflict, out of retention): the body is bisected until the
   rejected lines are isolated; the rest is written, each rejected line goes to the dead-letter
-  file with the server's message and is counted. 413 splits the body the same way.
+  file with the server's message and is counted; one log line per episode. 413 splits the body.
 - 401/403/404 and other 4xx: a configuration problem. The points stay in the spool, the sink logs
-  once which setting to fix (``token``, ``bucket``, ``org``) and keeps retrying at the cap.
+  once which setting to fix and keeps retrying at the cap.
 - ``spill(points)`` (the core calls it when its in-memory queue is full) appends to the spool
-  without blocking the loop.
+  without blocking the loop. Points reach the server in the order they left the core's queue.
 
-Points are dropped only when the spool reaches ``spool_max_bytes``; counted in ``stats()``.
+The state (ok, replaying, retrying, settings) is a small state machine: :mod:`.state`.
 Delivery is at least once: a batch whose answer is lost (crash, timeout after the server stored
 it) is sent again; InfluxDB keeps one point per series and timestamp, so this is harmless there.
 """
@@ -28,210 +29,86 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hashlib
-import json
 import logging
-import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
-
-import aiofiles
+from typing import ClassVar
 
 from acquisition.api import PluginContext
-from acquisition.config import duration, size
 from acquisition.errors import ConfigError, WriteError
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
-from sinks.influxdb.spool import Spool, parse_fsync_policy
+from sinks.influxdb.config import (
+    API_V1,
+    API_V2,
+    InfluxDBConfig,
+    Secrets,
+    settings_hint,
+    spool_ident,
+)
+from sinks.influxdb.http import (
+    REJECT,
+    RETRY,
+    SETTINGS,
+    TOO_LARGE,
+    Failure,
+    V1Writer,
+    V2Writer,
+    backoff_delay,
+    classify_status,
+    detect_api,
+    parse_retry_after,
+)
+from sinks.influxdb.order import TicketOrder
+from sinks.influxdb.rejects import DeadLetter, bisect, lines_of
+from sinks.influxdb.spool import Spool, SpoolBatch, parse_fsync_policy
+from sinks.influxdb.state import Event, SinkState, StateMachine
 
 __all__ = [
+    "REJECT",
+    "RETRY",
+    "SETTINGS",
+    "TOO_LARGE",
     "Failure",
     "InfluxDBConfig",
     "InfluxDBSink",
     "backoff_delay",
     "classify_status",
     "parse_retry_after",
+    "settings_hint",
 ]
 
 log = logging.getLogger(__name__)
 
-# Kinds of failure, from what the server (or the network) said.
-RETRY = "retry"
-"""Try the same body again later: the server is down, overloaded or slow."""
-REJECT = "reject"
-"""Some lines are bad (400/422): bisect and dead-letter them."""
-TOO_LARGE = "too_large"
-"""413: split the body."""
-SETTINGS = "settings"
-"""401/403/404 and other 4xx: the user must fix a setting; keep everything."""
-
-
-@dataclass
-class InfluxDBConfig:
-    """``[[sinks.influxdb]]``; ``batch_size``, ``flush_interval`` and ``buffer_limit`` are handled
-    by the core."""
-
-    url: str = "http://localhost:8086"
-    org: str = ""
-    """Organization (2.x); ignored by 1.8 and 3.x ("-" is sent when empty)."""
-    bucket: str = "nrg"
-    """Bucket (2.x), database (3.x), or ``db/rp`` / ``db`` (1.8)."""
-    token: str = ""
-    """API token, usually ``"${INFLUX_TOKEN}"``; ``"user:password"`` for 1.8. Never logged."""
-    token_file: str = ""
-    """Read the token from this file instead (surrounding whitespace stripped)."""
-    timeout: float = duration(10.0, "limit for one HTTP request")
-    gzip: bool = False
-    spool_dir: str = ""
-    """Default: ``<state_dir>/spool/influxdb-<hash of url, org, bucket>``."""
-    spool_max_bytes: int = size(
-        1 << 30, "disk quota of unreplayed points; beyond it new points drop"
-    )
-    spool_segment_bytes: int = size(16 << 20, "size at which a new spool segment file starts")
-    fsync: str = "always"
-    """When spool appends reach the disk: "always", "never" or a duration such as "1s"."""
-    dead_letter: str = ""
-    """Rejected lines with the server's message. Default: ``<spool_dir>/dead-letter.lp``."""
-    retry_initial: float = duration(0.5, "first backoff delay")
-    retry_max: float = duration(30.0, "backoff cap")
-    replay_batch_bytes: int = size(4 << 20, "largest body sent when replaying the spool")
-    drain_timeout: float = duration(5.0, "at shutdown, how long to keep replaying the spool")
-
-    def __repr__(self) -> str:  # the token must never reach a log line
-        return f"InfluxDBConfig(url={self.url!r}, org={self.org!r}, bucket={self.bucket!r})"
-
-
-class Failure(Exception):
-    """A classified failed post."""
-
-    def __init__(
-        self, kind: str, message: str, status: int = 0, retry_after_s: float | None = None
-    ) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.status = status
-        self.retry_after_s = retry_after_s
-
-
-def classify_status(status: int) -> str:
-    """What to do after an HTTP error status."""
-    if status in (400, 422):
-        return REJECT
-    if status == 413:
-        return TOO_LARGE
-    if status >= 500 or status in (408, 429):
-        return RETRY
-    return SETTINGS
-
-
-def parse_retry_after(value: str | None, now_s: float | None = None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date); None if absent/bad."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return max(0.0, seconds)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    now = time.time() if now_s is None else now_s
-    return max(0.0, when.timestamp() - now)
-
-
-def backoff_delay(
-    attempt: int, initial: float, cap: float, rand: Callable[[], float] = random.random
-) -> float:
-    """Exponential backoff with full jitter: uniform in [d/2, d], d = min(cap, initial·2^attempt)."""
-    d = min(cap, initial * float(1 << min(attempt, 62)))
-    return d * (0.5 + 0.5 * rand())
-
-
-def settings_hint(status: int, config: InfluxDBConfig) -> str:
-    """Which setting of ``[[sinks.influxdb]]`` to fix for an HTTP status."""
-    if status == 401:
-        return (
-            "the token was rejected: set [[sinks.influxdb]] token (or token_file) to a valid "
-            'API token ("user:password" for InfluxDB 1.8)'
-        )
-    if status == 403:
-        return (
-            f"the token may not write to bucket {config.bucket!r}: give it write permission "
-            "or change [[sinks.influxdb]] token"
-        )
-    if status == 404:
-        return (
-            f"bucket {config.bucket!r} (org {config.org or '-'!r}) does not exist at "
-            f"{config.url}: create it or fix [[sinks.influxdb]] bucket / org / url"
-        )
-    return f"the server refused the write (HTTP {status}): check [[sinks.influxdb]] url and bucket"
-
-
-def _server_message(exc: Any) -> str:
-    """The server's own words from an ApiException (JSON ``message``/``error``, header or body)."""
-    headers = getattr(exc, "headers", None) or {}
-    for key in ("X-Influxdb-Error", "X-Influx-Error", "X-Platform-Error-Code"):
-        value = headers.get(key) if hasattr(headers, "get") else None
-        if value:
-            return str(value)
-    body = getattr(exc, "body", None)
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if body:
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return str(body).strip()[:1000]
-        if isinstance(data, dict):
-            for key in ("message", "error"):
-                if data.get(key):
-                    return str(data[key])
-        return str(body).strip()[:1000]
-    return str(getattr(exc, "reason", "") or "no message")
-
-
 _ENCODE_SLICE = 500
 """Points encoded between two yields to the event loop (~1 ms of work)."""
-
-
-def _lines(body: bytes) -> list[bytes]:
-    return [line for line in body.split(b"\n") if line]
+MAX_UNEXPECTED = 5
+"""Unexpected errors (a bug, not the server) replaying the same spool batch before it is moved
+to the dead-letter file, so one bad batch cannot stop replay for good."""
+SLOW_ANSWER_S = 2.0
+"""A post in flight longer than this shows in the status as waiting for an answer."""
 
 
 class InfluxDBSink:
-    """Writes batches to InfluxDB's v2 write API, spooling to disk whatever it cannot write now."""
+    """Writes batches to InfluxDB, spooling to disk whatever it cannot write now."""
 
     name: ClassVar[str] = "influxdb"
     config_class: ClassVar[type] = InfluxDBConfig
 
     def __init__(self, config: InfluxDBConfig, context: PluginContext) -> None:
+        config.check()
         self.config = config
         self.context = context
-        self._token = self._resolve_token(config)
-        if not config.url.startswith(("http://", "https://")):
-            raise ConfigError(f"[[sinks.influxdb]] url: {config.url!r} is not an http(s) URL")
-        if not config.bucket:
-            raise ConfigError("[[sinks.influxdb]] bucket: must not be empty")
-        if config.timeout <= 0:
-            raise ConfigError("[[sinks.influxdb]] timeout: must be > 0")
+        self._secrets = Secrets(config)
         try:
             policy = parse_fsync_policy(config.fsync)
         except ValueError as exc:
             raise ConfigError(f"[[sinks.influxdb]] fsync: {exc}") from None
-        ident = hashlib.sha256(f"{config.url}\0{config.org}\0{config.bucket}".encode()).hexdigest()
         spool_dir = (
             Path(config.spool_dir).expanduser()
             if config.spool_dir
-            else context.state_dir / "spool" / f"influxdb-{ident[:12]}"
+            else context.state_dir / "spool" / f"influxdb-{spool_ident(config)}"
         )
         self.spool = Spool(
             spool_dir,
@@ -239,66 +116,47 @@ class InfluxDBSink:
             segment_bytes=config.spool_segment_bytes,
             fsync=policy,
         )
-        self.dead_letter_path = (
+        self.dead_letter = DeadLetter(
             Path(config.dead_letter).expanduser()
             if config.dead_letter
-            else spool_dir / "dead-letter.lp"
+            else spool_dir / "dead-letter.lp",
+            self.where,
         )
+        self.dead_letter_path = self.dead_letter.path
         self._encoder = LineEncoder(context.tags)
-        self._client: Any = None
-        self._write_api: Any = None
+        self._writer: V1Writer | V2Writer | None = None
+        self.api = config.api
+        """The API in use ("v1"/"v2"); empty until detected."""
         self._send_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()
+        self._aborted = asyncio.Event()
         self._replayer: asyncio.Task[None] | None = None
-        self._state = "ok"  # ok | retrying | replaying | settings
-        self._reason = ""
+        self.machine = StateMachine(self._on_state_change)
+        self._detail = ""
         self._attempt = 0
-        self._settings_logged = False
-        self._retry_logged = False
+        self._unexpected = 0
         self._retry_after: float | None = None
         self.last_backoff_s = 0.0
         """The delay before the latest replay attempt (backoff, at least Retry-After)."""
         self._inflight: asyncio.Task[None] | None = None
+        self._post_started: float | None = None
         self._unspooled: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._order = TicketOrder(self._spool_nowait)
         # Counters published as nrg_collect self-stats.
         self.sent_points = 0
         self.replayed_points = 0
         self.spooled_points = 0
-        self.dead_lettered_points = 0
         self.retries = 0
         self.requests = 0
         self.lost_points = 0
 
-    @staticmethod
-    def _resolve_token(config: InfluxDBConfig) -> str:
-        if config.token and config.token_file:
-            raise ConfigError("[[sinks.influxdb]]: set token or token_file, not both")
-        if config.token_file:
-            path = Path(config.token_file).expanduser()
-            try:
-                return path.read_text().strip()
-            except OSError as exc:
-                raise ConfigError(
-                    f"[[sinks.influxdb]] token_file: cannot read {path}: {exc.strerror}"
-                ) from None
-        return config.token
-
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Recover the spool (replaying what an earlier run left) and create the HTTP client."""
-        from influxdb_client.client.influxdb_client_async import InfluxDBClientAsync
-
+        """Recover the spool (replaying what an earlier run left); the HTTP client is created
+        at the first post (after detecting the API when ``api`` is unset)."""
         await self.spool.open()
-        self._client = InfluxDBClientAsync(
-            url=self.config.url,
-            token=self._token,
-            org=self.config.org or "-",
-            timeout=int(self.config.timeout * 1000),
-            enable_gzip=self.config.gzip,
-        )
-        self._write_api = self._client.write_api()
         log.debug(
             "influxdb %s: spool %s (fsync %s, quota %d bytes)",
             self.where(),
@@ -312,27 +170,23 @@ class InfluxDBSink:
                 self.where(),
                 self.spool.points,
             )
-            self._state = "replaying"
+            self.machine.fire(Event.BACKLOG)
             self._wake.set()
         self._replayer = asyncio.create_task(self._replay_loop(), name="influxdb replay")
 
     async def aclose(self) -> None:
         """Finish the post in flight, give the replayer ``drain_timeout`` to empty the spool,
-        then close everything."""
-        try:
-            await self._settle()
-        except WriteError as exc:
-            lost = sum(n for _, n in self._unspooled)
-            self.lost_points += lost
-            log.error("influxdb %s: %d point(s) lost: %s", self.where(), lost, exc)
+        then close everything. :meth:`abort` cuts both waits short."""
+        await self._until_aborted(self._settle_at_close(), None)
         if self._replayer is not None:
-            if self.spool.records and self._state in ("ok", "replaying"):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wait_drained(), self.config.drain_timeout)
+            if self.spool.records and self.machine.healthy and not self._aborted.is_set():
+                await self._until_aborted(self.wait_drained(), self.config.drain_timeout)
             self._replayer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._replayer
             self._replayer = None
+        self._order.place_all()
+        await self.spool.flush()
         if self.spool.records:
             log.warning(
                 "influxdb %s: %d point(s) stay in the spool %s for the next start",
@@ -341,13 +195,40 @@ class InfluxDBSink:
                 self.spool.directory,
             )
         await self.spool.close()
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        if self._writer is not None:
+            await self._writer.close()
+            self._writer = None
+
+    def abort(self) -> None:
+        """Cut the final flush short (a second Ctrl-C/SIGTERM): the post in flight is cancelled
+        and its batch spooled; ``aclose`` stops waiting for the spool to drain."""
+        self._aborted.set()
+        if self._inflight is not None and not self._inflight.done():
+            self._inflight.cancel()
+
+    async def _settle_at_close(self) -> None:
+        try:
+            await self._settle()
+        except WriteError as exc:
+            lost = sum(n for _, n in self._unspooled)
+            self._unspooled.clear()
+            self.lost_points += lost
+            log.error("influxdb %s: %d point(s) lost: %s", self.where(), lost, exc)
+
+    async def _until_aborted(self, work: Awaitable[None], timeout: float | None) -> None:
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self._aborted.wait())
+        try:
+            await asyncio.wait({task, stop}, timeout=timeout, return_when="FIRST_COMPLETED")
+        finally:
+            for t in (task, stop):
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
 
     async def wait_drained(self) -> None:
         """Return when the spool is empty, or at once while the server is failing."""
-        while self.spool.records and self._state in ("ok", "replaying"):
+        while self.spool.records and self.machine.healthy:
             self._progress.clear()
             await self._progress.wait()
 
@@ -364,12 +245,20 @@ class InfluxDBSink:
         """
         if not batch:
             return
-        body = await self._encode(batch)
-        await self._settle()
-        if self.spool.records or self._state != "ok":
-            await self._to_spool(body, len(batch))
+        ticket = self._order.take()
+        try:
+            body = await self._encode(batch)
+            await self._settle()
+        except BaseException:
+            self._order.place(ticket, None)  # the core keeps the batch and writes it again
+            raise
+        if self.spool.records or self.machine.state is not SinkState.OK or self._order.waiting:
+            try:
+                await self._to_spool(body, len(batch))
+            finally:
+                self._order.place(ticket, None)
             return
-        self._inflight = asyncio.create_task(self._send_direct(body, len(batch)))
+        self._inflight = asyncio.create_task(self._send_direct(body, len(batch), ticket))
 
     async def _encode(self, batch: Sequence[Point]) -> bytes:
         """Encode in slices, yielding to the loop between them so the request in flight is
@@ -392,8 +281,8 @@ class InfluxDBSink:
         """Wait for the post in flight; spool what a failed one could not spool then."""
         task = self._inflight
         if task is not None:
-            # Shielded, and forgotten only once done: a cancelled write() must not orphan it.
-            await asyncio.shield(task)
+            # Waited for, never cancelled from here: a cancelled write() must not orphan it.
+            await asyncio.wait({task})
             if self._inflight is task:
                 self._inflight = None
         while self._unspooled:
@@ -401,102 +290,126 @@ class InfluxDBSink:
             await self._to_spool(body, points)  # raises a retryable WriteError if it fails again
             self._unspooled.popleft()
 
-    async def _send_direct(self, body: bytes, points: int) -> None:
-        async with self._send_lock:
-            try:
+    async def _send_direct(self, body: bytes, points: int, ticket: int) -> None:
+        try:
+            async with self._send_lock:
                 await self._deliver(body)
-            except Failure as exc:
-                self._note_failure(exc)
-            except Exception as exc:  # unexpected: keep the batch rather than lose it
-                log.exception("influxdb %s: write failed", self.where())
-                self._note_failure(Failure(RETRY, f"{type(exc).__name__}: {exc}"))
-            else:
-                self.sent_points += points
-                return
+        except asyncio.CancelledError:  # abort(): keep the batch for the next start
+            self._order.place(ticket, (body, points))
+            raise
+        except Failure as exc:
+            self._note_failure(exc)
+        except Exception as exc:  # unexpected: keep the batch rather than lose it
+            log.exception("influxdb %s: write failed", self.where())
+            self._note_failure(Failure(RETRY, f"{type(exc).__name__}: {exc}"))
+        else:
+            self.sent_points += points
+            self._order.place(ticket, None)
+            return
         try:
             await self._to_spool(body, points)
         except WriteError:
             self._unspooled.append((body, points))
+        finally:
+            self._order.place(ticket, None)
 
     def spill(self, points: Sequence[Point]) -> None:
         """The core's queue is full: keep ``points`` on disk (never blocks the loop)."""
         if not points:
             return
+        ticket = self._order.take()
         body = self._encoder.encode_many(points).encode()
-        if self.spool.append_nowait(body, len(points)):
-            self.spooled_points += len(points)
-        self._wake.set()
+        self._order.place(ticket, (body, len(points)))
 
     def status(self) -> str:
         n = self.spool.points
-        if self._state == "settings":
-            return f"error: {self._reason}; spooling {n} points"
-        if self._state == "retrying":
-            reason = self._reason if len(self._reason) <= 80 else self._reason[:79] + "…"
+        state = self.machine.state
+        if state is SinkState.SETTINGS:
+            return f"error: {self.machine.reason}; spooling {n} points"
+        if state is SinkState.RETRYING:
+            reason = self.machine.reason
+            reason = reason if len(reason) <= 80 else reason[:79] + "…"
             return f"retrying ({reason}); spooling {n} points"
+        started = self._post_started
+        if started is not None and time.monotonic() - started > SLOW_ANSWER_S:
+            waited = time.monotonic() - started
+            return f"waiting {waited:.0f} s for an answer from {self.config.url}"
         if n:
             return f"replaying {n} points"
         return "ok"
 
     def stats(self) -> dict[str, float | int]:
+        spool = self.spool
         return {
             "sent_points": self.sent_points,
             "replayed_points": self.replayed_points,
             "spooled_points": self.spooled_points,
-            "spool_points": self.spool.points,
-            "spool_bytes": self.spool.bytes,
-            "spool_oldest_age_seconds": round(self.spool.oldest_age_s(), 3),
-            "spool_dropped_points": self.spool.dropped_points,
-            "spool_torn_records": self.spool.torn_records + self.spool.corrupt_records,
-            "dead_lettered_points": self.dead_lettered_points,
+            "spool_points": spool.points,
+            "spool_bytes": spool.bytes,
+            "spool_oldest_age_seconds": round(spool.oldest_age_s(), 3),
+            "spool_dropped_points": spool.dropped_points,
+            "spool_failed_points": spool.failed_points,
+            "spool_corrupt_points": spool.corrupt_points,
+            "spool_torn_records": spool.torn_records + spool.corrupt_records,
+            "dead_lettered_points": self.dead_letter.points,
             "replay_failures": self.retries,
             "requests": self.requests,
-            "lost_points": self.lost_points,
+            "lost_points": self.lost_points + spool.failed_points,
         }
 
     def where(self) -> str:
+        if self.api == API_V1:
+            return f"{self.config.url} database {self.config.db()}"
         return f"{self.config.url} bucket {self.config.bucket}"
 
-    # --- internals ---------------------------------------------------------------------------
+    # --- spool -------------------------------------------------------------------------------
+
+    def _spool_nowait(self, body: bytes, points: int) -> None:
+        if self.spool.append_nowait(body, points):
+            self.spooled_points += points
+        self.machine.fire(Event.BACKLOG)
+        self._wake.set()
 
     async def _to_spool(self, body: bytes, points: int) -> None:
         try:
             accepted = await self.spool.append(body, points)
         except OSError as exc:
-            raise WriteError(
-                f"cannot spool to {self.spool.directory}: {exc}", retryable=True
-            ) from None
+            raise WriteError(exc.strerror or str(exc), retryable=True) from None
         if accepted:
             self.spooled_points += points
+        self.machine.fire(Event.BACKLOG)
         self._wake.set()
+
+    # --- posting -----------------------------------------------------------------------------
+
+    async def _get_writer(self) -> V1Writer | V2Writer:
+        if self._writer is None:
+            api = self.config.api
+            if not api:
+                api, version = await detect_api(self.config, self._secrets)
+                log.info(
+                    "influxdb %s: the server is InfluxDB %s; writing through the %s API",
+                    self.config.url,
+                    version or "(version not given)",
+                    api,
+                )
+            self.api = api
+            self._writer = (
+                V1Writer(self.config, self._secrets)
+                if api == API_V1
+                else V2Writer(self.config, self._secrets)
+            )
+        return self._writer
 
     async def _post(self, body: bytes) -> None:
         """One request; raises :class:`Failure`."""
-        from influxdb_client.domain.write_precision import WritePrecision
-        from influxdb_client.rest import ApiException
-
         self.requests += 1
+        self._post_started = time.monotonic()
         try:
-            await self._write_api.write(
-                bucket=self.config.bucket, record=body, write_precision=WritePrecision.NS
-            )
-        except ApiException as exc:
-            status = int(exc.status or 0)
-            message = self._redact(_server_message(exc))
-            if status == 0:
-                raise Failure(RETRY, message) from None
-            headers: Any = exc.headers or {}
-            retry_after = parse_retry_after(headers.get("Retry-After"))
-            raise Failure(classify_status(status), message, status, retry_after) from None
-        except (TimeoutError, OSError) as exc:
-            raise Failure(RETRY, self._redact(f"{type(exc).__name__}: {exc}")) from None
-        except Exception as exc:
-            # aiohttp.ClientError and friends (connection reset, server disconnected).
-            import aiohttp
-
-            if isinstance(exc, aiohttp.ClientError):
-                raise Failure(RETRY, self._redact(f"{type(exc).__name__}: {exc}")) from None
-            raise
+            writer = await self._get_writer()
+            await writer.post(body)
+        finally:
+            self._post_started = None
 
     async def _deliver(self, body: bytes) -> None:
         """Write ``body``; isolate and dead-letter lines the server rejects.
@@ -506,78 +419,64 @@ class InfluxDBSink:
         """
         try:
             await self._post(body)
-            return
         except Failure as exc:
             if exc.kind not in (REJECT, TOO_LARGE):
                 raise
-            first = exc
-        # Depth-first over halves, left before right, so good lines keep their order.
-        stack: list[tuple[list[bytes], Failure | None]] = [(_lines(body), first)]
-        while stack:
-            lines, why = stack.pop()
-            if why is None:
-                try:
-                    await self._post(b"\n".join(lines) + b"\n")
-                    continue
-                except Failure as exc:
-                    if exc.kind not in (REJECT, TOO_LARGE):
-                        raise
-                    why = exc
-            if len(lines) == 1:
-                await self._dead_letter(lines[0], why)
-                continue
-            mid = len(lines) // 2
-            stack.append((lines[mid:], None))
-            stack.append((lines[:mid], None))
+            rejected = await bisect(self._post, body, exc)
+        else:
+            rejected = []
+        if rejected:
+            await self.dead_letter.keep(rejected)
+        else:
+            self.dead_letter.clean()
 
-    async def _dead_letter(self, line: bytes, why: Failure) -> None:
-        self.dead_lettered_points += 1
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        message = " ".join(str(why).split())
-        text = f"# {stamp} HTTP {why.status}: {message}\n".encode() + line + b"\n"
-        self.dead_letter_path.parent.mkdir(parents=True, exist_ok=True)
-        async with aiofiles.open(self.dead_letter_path, "ab") as f:
-            await f.write(text)
-        log.warning(
-            "influxdb %s: HTTP %d rejected a line (kept in %s): %s",
-            self.where(),
-            why.status,
-            self.dead_letter_path,
-            message,
-        )
+    # --- state -------------------------------------------------------------------------------
 
     def _note_failure(self, exc: Failure) -> None:
         self._retry_after = exc.retry_after_s
-        self._reason = f"HTTP {exc.status}: {exc}" if exc.status else str(exc)
         if exc.kind == SETTINGS:
-            self._state = "settings"
-            self._reason = settings_hint(exc.status, self.config)
-            if not self._settings_logged:
-                self._settings_logged = True
-                log.error(
-                    "influxdb %s: %s (server said: %s); points are kept in the spool",
-                    self.where(),
-                    self._reason,
-                    exc,
-                )
+            hint = settings_hint(exc.status, self.config, self.api or API_V2, str(exc))
+            self._detail = str(exc)
+            self.machine.fire(Event.REFUSED, hint)
         else:
-            self._state = "retrying"
-            if not self._retry_logged:
-                self._retry_logged = True
-                log.warning(
-                    "influxdb %s unreachable (%s); spooling to %s",
-                    self.where(),
-                    self._reason,
-                    self.spool.directory,
-                )
+            self.machine.fire(Event.FAILED, f"HTTP {exc.status}: {exc}" if exc.status else str(exc))
 
     def _note_success(self, remaining: int) -> None:
-        if self._state in ("retrying", "settings"):
-            log.info("influxdb %s answers again; replaying the spool", self.where())
-        self._state = "replaying" if remaining else "ok"
+        self.machine.fire(Event.ANSWERED)
+        if not remaining:
+            self.machine.fire(Event.DRAINED)
         self._attempt = 0
-        self._retry_logged = False
-        self._settings_logged = False
+
+    def _on_state_change(self, old: SinkState, new: SinkState, reason: str) -> None:
+        if new is SinkState.SETTINGS:
+            log.error(
+                "influxdb %s: %s (server said: %s); points are kept in the spool",
+                self.where(),
+                reason,
+                self._detail,
+            )
+        elif new is SinkState.RETRYING:
+            log.warning(
+                "influxdb %s failing (%s); spooling to %s (logged once until it answers)",
+                self.where(),
+                reason,
+                self.spool.directory,
+            )
+        elif old in (SinkState.RETRYING, SinkState.SETTINGS):
+            log.warning("influxdb %s answers again; replaying the spool", self.where())
+
+    # --- replay ------------------------------------------------------------------------------
+
+    async def _backoff(self) -> None:
+        cap = self.config.retry_max
+        if self.machine.state is SinkState.SETTINGS:
+            delay = cap
+        else:
+            delay = backoff_delay(self._attempt, self.config.retry_initial, cap)
+        if self._retry_after is not None:  # the server asked for at least this, up to the cap
+            delay = max(delay, min(self._retry_after, cap))
+        self.last_backoff_s = delay
+        await asyncio.sleep(delay)
 
     async def _replay_loop(self) -> None:
         spool = self.spool
@@ -585,47 +484,81 @@ class InfluxDBSink:
             await self._wake.wait()
             if not spool.records:
                 self._wake.clear()
-                if self._state == "replaying":
-                    self._state = "ok"
+                self.machine.fire(Event.DRAINED)
                 continue
-            if self._state in ("retrying", "settings"):
-                cap = self.config.retry_max
-                delay = (
-                    cap
-                    if self._state == "settings"
-                    else backoff_delay(self._attempt, self.config.retry_initial, cap)
-                )
-                if self._retry_after is not None:
-                    delay = max(delay, self._retry_after)  # the server asked for at least this
-                self.last_backoff_s = delay
-                await asyncio.sleep(delay)
-            try:
-                batch = await spool.read(self.config.replay_batch_bytes)
-                async with self._send_lock:
-                    if batch.payload:
-                        await self._deliver(batch.payload)
-            except Failure as exc:
-                self._attempt += 1
-                self.retries += 1
-                self._note_failure(exc)
-                self._progress.set()
-                continue
-            except Exception as exc:  # a bug or a disk error must not end replaying for good
-                log.exception("influxdb %s: replay failed", self.where())
-                self._attempt += 1
-                self._note_failure(Failure(RETRY, f"{type(exc).__name__}: {exc}"))
-                self._progress.set()
-                continue
-            self._retry_after = None
-            # The server has it: count it and update the state before the index shrinks (at the
-            # start of commit), so no observer sees an empty spool with a stale state.
-            self.replayed_points += batch.points
-            self._note_success(remaining=spool.records - batch.records)
-            await spool.commit(batch)
+            if not self.machine.healthy:
+                await self._backoff()
+            await self._replay_once()
             self._progress.set()
 
-    def _redact(self, text: str) -> str:
-        token = self._token
-        if token and token in text:
-            text = text.replace(token, "<token>")
-        return text
+    async def _replay_once(self) -> None:
+        spool = self.spool
+        batch = None
+        try:
+            batch = await spool.read(self.config.replay_batch_bytes)
+            if batch.payload:
+                async with self._send_lock:
+                    await self._deliver(batch.payload)
+        except Failure as exc:
+            self._attempt += 1
+            self.retries += 1
+            self._note_failure(exc)
+            return
+        except Exception as exc:  # a bug or a disk error must not end replaying for good
+            await self._unexpected_in_replay(exc, batch)
+            return
+        self._unexpected = 0
+        self._retry_after = None
+        # The server has it: count it and update the state before the index shrinks (at the
+        # start of commit), so no observer sees an empty spool with a stale state.
+        self.replayed_points += batch.points
+        self._note_success(remaining=spool.records - batch.records)
+        try:
+            await spool.commit(batch)
+        except OSError as exc:  # the cursor could not be saved: sent again after a restart
+            log.error("spool %s: cannot save the cursor: %s", spool.directory, exc)
+
+    async def _unexpected_in_replay(self, exc: Exception, batch: SpoolBatch | None) -> None:
+        self._unexpected += 1
+        self._attempt += 1
+        self.retries += 1
+        log.error(
+            "influxdb %s: replay failed (%d of %d): %s: %s",
+            self.where(),
+            self._unexpected,
+            MAX_UNEXPECTED,
+            type(exc).__name__,
+            exc,
+        )
+        why = Failure(RETRY, f"{type(exc).__name__}: {exc}")
+        self._note_failure(why)
+        if self._unexpected < MAX_UNEXPECTED:
+            return
+        self._unexpected = 0
+        await self._set_aside(batch, why)
+
+    async def _set_aside(self, batch: SpoolBatch | None, why: Failure) -> None:
+        """Replay failed :data:`MAX_UNEXPECTED` times in a row on the same batch: its lines go
+        to the dead-letter file (or, when they cannot even be read, its oldest record is counted
+        as lost), so the rest of the spool moves on."""
+        spool = self.spool
+        try:
+            if batch is not None and batch.payload:
+                await self.dead_letter.keep([(line, why) for line in lines_of(batch.payload)])
+                await spool.commit(batch)
+                return
+            spool.roll()  # never append to a segment that cannot be read
+            head = spool.oldest()
+            if head is None:
+                return
+            await spool.commit(SpoolBatch(1, head.points, b"", (head,)))
+            self.lost_points += head.points
+            log.error(
+                "influxdb %s: %d point(s) of an unreadable spool record were given up "
+                "(counted in lost_points): %s",
+                self.where(),
+                head.points,
+                why,
+            )
+        except OSError as err:
+            log.error("influxdb %s: cannot set the batch aside: %s", self.where(), err)

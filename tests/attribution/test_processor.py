@@ -68,19 +68,26 @@ def counter(
     ]
 
 
-def step(n: int, start_ms: int, end_ms: int, epoch: int = 0, tags: dict[str, str] = RUN) -> Point:
-    return Point(
-        "nrg_step",
-        tags,
-        {
-            "step": n,
-            "epoch": epoch,
-            "start_time_ns": T0 + start_ms * MS,
-            "end_time_ns": T0 + end_ms * MS,
-            "duration_seconds": (end_ms - start_ms) / 1000,
-        },
-        T0 + end_ms * MS,
-    )
+def step(
+    n: int,
+    start_ms: int,
+    end_ms: int,
+    epoch: int = 0,
+    tags: dict[str, str] = RUN,
+    epoch_as_field: bool = False,
+) -> Point:
+    """An ``nrg_step`` point: ``epoch`` a tag, or the integer field older jobs wrote."""
+    fields: dict[str, int | float] = {
+        "step": n,
+        "start_time_ns": T0 + start_ms * MS,
+        "end_time_ns": T0 + end_ms * MS,
+        "duration_seconds": (end_ms - start_ms) / 1000,
+    }
+    if epoch_as_field:
+        fields["epoch"] = epoch
+    else:
+        tags = {**tags, "epoch": str(epoch)}
+    return Point("nrg_step", tags, fields, T0 + end_ms * MS)
 
 
 def module(
@@ -88,14 +95,14 @@ def module(
 ) -> Point:
     fields: dict[str, float | int] = {
         "step": n,
-        "epoch": 0,
         "calls": 1,
         "inclusive_seconds": excl,
         "exclusive_seconds": excl,
     }
     if gpu is not None:
         fields["gpu_seconds"] = gpu
-    return Point("nrg_module", {**RUN, "module": name, "phase": phase}, fields, T0 + end_ms * MS)
+    tags = {**RUN, "epoch": "0", "module": name, "phase": phase}
+    return Point("nrg_module", tags, fields, T0 + end_ms * MS)
 
 
 def run_event(event: str, at_ms: int) -> Point:
@@ -133,8 +140,15 @@ def test_modules_first_then_step_completed_by_run_end() -> None:
         "experiment": "e1",
         "run": "r1",
         "rank": "0",
+        "epoch": "0",
         "source": "rapl:package-0",
         "scope": "step",
+    }
+    assert first.fields == {
+        "step": 0,
+        "energy_joules": pytest.approx(3.0, rel=1e-12),
+        "duration_seconds": pytest.approx(0.3, rel=1e-12),
+        "mean_power_watts": pytest.approx(10.0, rel=1e-12),
     }
     assert first.time_ns == T0 + 550 * MS
     assert first.fields["mean_power_watts"] == pytest.approx(10.0, rel=1e-9)
@@ -180,6 +194,9 @@ def test_conservation_per_source_and_step() -> None:
     for p in h.out:
         by_scope[p.tags["scope"]] = by_scope.get(p.tags["scope"], 0.0) + p.fields["energy_joules"]  # type: ignore[operator]
     assert by_scope["step"] == pytest.approx(37.3 * 0.847, rel=1e-12)
+    # Module i ran 0.013 × (i + 1) s at the step's mean power, 37.3 W: 0.013 × 28 s in all.
+    assert by_scope["module"] == pytest.approx(37.3 * 0.013 * 28, rel=1e-12)
+    assert by_scope["unattributed"] == pytest.approx(37.3 * (0.847 - 0.013 * 28), rel=1e-12)
     assert math.isclose(
         by_scope["module"] + by_scope["unattributed"], by_scope["step"], rel_tol=1e-12
     )

@@ -1,13 +1,26 @@
 from __future__ import annotations
 
 import math
+import resource
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from acquisition import lineproto
 from acquisition.errors import LineProtocolError
-from acquisition.lineproto import LineEncoder, decode_line, encode_lines, encode_point
+from acquisition.lineproto import (
+    INT_RANGE_ERROR,
+    MAX_INT,
+    MAX_TIME_NS,
+    MIN_INT,
+    MIN_TIME_NS,
+    TIME_RANGE_ERROR,
+    LineEncoder,
+    decode_line,
+    encode_lines,
+    encode_point,
+)
 from acquisition.point import Point
 from tests.core import lp_reference
 
@@ -108,7 +121,7 @@ points = st.builds(
     measurement=names,
     tags=st.dictionaries(text, text, max_size=4),
     fields=st.dictionaries(text, field_values, min_size=1, max_size=4),
-    time_ns=st.integers(min_value=0, max_value=2**63 - 1),
+    time_ns=st.integers(min_value=MIN_TIME_NS, max_value=MAX_TIME_NS),
 )
 
 
@@ -125,6 +138,14 @@ def test_independent_reader_recovers_every_point(p: Point) -> None:
         assert type(fields[k]) is type(v) and fields[k] == v
 
 
+# A quoted string field holding a space or a comma, but no backslash, must not take the decoder's
+# plain path (which splits on every space and comma): these examples always run.
+@example(Point("m", {}, {"s": "a b"}, 1))
+@example(Point("m", {}, {"s": "a,b"}, 1))
+@example(Point("m", {"t": "x"}, {"s": "one, two three", "v": 2}, 3))
+@example(Point("m", {}, {"s": " ", "n": 1.5}, 0))
+@example(Point("m", {}, {"a": "k=v", "b": "=,= "}, 0))
+@example(Point("m", {}, {"v": MAX_INT, "w": MIN_INT}, MAX_TIME_NS))
 @given(points)
 def test_decode_line_inverts_encode(p: Point) -> None:
     back = decode_line(encode_point(p))
@@ -132,3 +153,119 @@ def test_decode_line_inverts_encode(p: Point) -> None:
     assert back.tags == dict(p.tags)
     assert back.fields == dict(p.fields)
     assert back.time_ns == p.time_ns
+
+
+def test_quoted_strings_with_separators_never_use_the_plain_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def plain(line: str, default_time_ns: int | None) -> Point:
+        raise AssertionError(f"plain path taken for {line!r}")
+
+    monkeypatch.setattr(lineproto, "_decode_plain", plain)
+    assert decode_line('m s="a b,c" 1').fields == {"s": "a b,c"}
+
+
+# --- integers and timestamps outside what line protocol stores ----------------------------------
+
+
+@pytest.mark.parametrize("value", [MAX_INT + 1, MIN_INT - 1, 2**64 - 1, 75557863725914323415040])
+def test_encoder_rejects_integers_outside_int64_naming_field_and_value(value: int) -> None:
+    with pytest.raises(LineProtocolError) as err:
+        LineEncoder().encode_many([Point("process", {}, {"shared_bytes": value}, 0)])
+    assert str(err.value) == INT_RANGE_ERROR.format(
+        key="shared_bytes", measurement="process", value=value
+    )
+
+
+def test_encoder_keeps_the_int64_bounds_themselves() -> None:
+    line = encode_point(Point("m", {}, {"a": MAX_INT, "b": MIN_INT}, MIN_TIME_NS))
+    assert line == f"m a={MAX_INT}i,b={MIN_INT}i {MIN_TIME_NS}"
+
+
+@pytest.mark.parametrize("t", [MAX_TIME_NS + 1, MIN_TIME_NS - 1, 2**63, 99999999999999999999999])
+def test_encoder_rejects_timestamps_outside_influxdb_range(t: int) -> None:
+    with pytest.raises(LineProtocolError) as err:
+        encode_point(Point("nrg_big", {}, {"v": 1}, t))
+    assert str(err.value) == TIME_RANGE_ERROR.format(measurement="nrg_big", value=t)
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ("nrg_big v=99999999999999999999i 1", 99999999999999999999),
+        (f"nrg_big v={MAX_INT + 1}i 1", MAX_INT + 1),
+        (f"nrg_big v={MIN_INT - 1}i 1", MIN_INT - 1),
+        (f"nrg_big v={MAX_INT + 1}u 1", MAX_INT + 1),
+        ("nrg_big v=-1u 1", -1),
+        (r"nrg_big,t=a\ b v=99999999999999999999i 1", 99999999999999999999),  # escaped path
+    ],
+)
+def test_decoder_rejects_integers_outside_int64(line: str, value: int) -> None:
+    with pytest.raises(LineProtocolError) as err:
+        decode_line(line)
+    assert str(err.value) == INT_RANGE_ERROR.format(key="v", measurement="nrg_big", value=value)
+
+
+@pytest.mark.parametrize("t", [99999999999999999999999, MAX_TIME_NS + 1, MIN_TIME_NS - 1])
+@pytest.mark.parametrize("fields", ["v=1i", 'v="a b"'])
+def test_decoder_rejects_timestamps_outside_influxdb_range(t: int, fields: str) -> None:
+    with pytest.raises(LineProtocolError) as err:
+        decode_line(f"nrg_big {fields} {t}")
+    assert str(err.value) == TIME_RANGE_ERROR.format(measurement="nrg_big", value=t)
+
+
+def test_decoder_keeps_the_bounds_themselves() -> None:
+    p = decode_line(f"m a={MAX_INT}i,b={MIN_INT}i,c={MAX_INT}u {MAX_TIME_NS}")
+    assert p.fields == {"a": MAX_INT, "b": MIN_INT, "c": MAX_INT}
+    assert p.time_ns == MAX_TIME_NS
+
+
+@pytest.mark.parametrize("line", ["m v=1_000i 1", "m v=+5i 1", "m v=1i 1_0", "m v=١i 1"])
+def test_decoder_takes_only_plain_digits_for_integers(line: str) -> None:
+    with pytest.raises(LineProtocolError, match="bad"):
+        decode_line(line)
+
+
+# --- the series cache ------------------------------------------------------------------------------
+
+
+def _series_point(i: int) -> Point:
+    return Point("process", {"pid": str(i), "scope": "self"}, {"rss_bytes": i}, i)
+
+
+def test_series_cache_is_bounded_and_keeps_the_recently_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    enc = LineEncoder({"host": "h"}, series_cache=100)
+    built: list[str] = []
+    real = enc._prefix
+
+    def counting(measurement: str, tags: dict[str, str]) -> str:
+        built.append(tags.get("pid", ""))
+        return real(measurement, tags)
+
+    monkeypatch.setattr(enc, "_prefix", counting)
+    hot = Point("cpu", {"pid": "hot"}, {"v": 1}, 0)
+    for i in range(1000):
+        assert enc.encode_many([hot, _series_point(i)]) == (
+            f"cpu,host=h,pid=hot v=1i 0\nprocess,host=h,pid={i},scope=self rss_bytes={i}i {i}\n"
+        )
+    assert enc.cached_series == 100
+    assert built.count("hot") == 1  # used on every batch: never evicted
+    assert len(built) == 1001
+    enc.encode_many([_series_point(999), _series_point(0)])
+    assert built[-1] == "0" and len(built) == 1002  # 999 was cached, 0 long gone
+
+
+def test_memory_stays_flat_over_a_million_distinct_series() -> None:
+    enc = LineEncoder({"host": "h", "run": "r"})
+    batch = 10_000
+    peaks = []
+    for start in range(0, 1_000_000, batch):
+        enc.encode_many([_series_point(i) for i in range(start, start + batch)])
+        if start in (200_000, 990_000):
+            peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    assert enc.cached_series == lineproto.SERIES_CACHE_SIZE
+    # Peak RSS from 200k to 1M distinct series: the cache is full at both points. An unbounded
+    # cache would hold 790k more prefixes (over 200 MB).
+    assert peaks[1] - peaks[0] < 16 * 2**20, peaks

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import io
+import math
 import os
 import resource
+import shutil
 import signal
 import time
 from collections.abc import Sequence
@@ -13,11 +16,11 @@ import pytest
 
 from acquisition.api import PluginContext
 from acquisition.bus import Bus
-from acquisition.errors import WriteError
+from acquisition.errors import PartialWriteError, WriteError
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
 from acquisition.running import SinkRunner
-from sinks.file import FileConfig, FileSink
+from sinks.file import AUTO_TOTAL_FRACTION, FileConfig, FileSink
 from sinks.stdout import StdoutConfig, StdoutSink
 
 
@@ -256,3 +259,287 @@ def test_bus_flushes_processors_that_hold_points_back() -> None:
     assert out == ["step"]
     bus.flush_processors()
     assert out == ["step", "energy"]
+
+
+# --- first batch, partial writes, abort, shutdown deadline, retry bounds -------------------------
+
+
+async def test_the_first_point_is_written_at_once_not_after_a_flush_interval() -> None:
+    sink = FlakySink()
+    runner = SinkRunner("t", sink, batch_size=100, flush_interval_s=3600, buffer_limit=1000)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(0)
+    for p in pts(3):  # one tick's points
+        runner.offer(p)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sink.batches == [[0, 1, 2]]
+    runner.offer(pts(1, start=3)[0])  # later points wait for the flush interval as usual
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sink.batches == [[0, 1, 2]]
+    runner.stop()
+    await asyncio.wait_for(task, 5)
+
+
+class PartialSink:
+    """Writes ``room`` points of a batch, then reports the rest as failed, like a disk with
+    that much space; then writes everything."""
+
+    name = "partial"
+
+    def __init__(self, room: list[int]) -> None:
+        self.room = room
+        self.written: list[int] = []
+
+    async def write(self, batch: Sequence[Point]) -> None:
+        if self.room:
+            n = self.room.pop(0)
+            self.written.extend(int(p.fields["n"]) for p in batch[:n])
+            raise PartialWriteError("disk full", written=n)
+        self.written.extend(int(p.fields["n"]) for p in batch)
+
+
+async def test_a_partial_write_is_never_written_twice() -> None:
+    sink = PartialSink([3, 0, 4])
+    runner = SinkRunner("t", sink, batch_size=10, flush_interval_s=1, buffer_limit=100)  # type: ignore[arg-type]
+    for p in pts(10):
+        runner.offer(p)
+    assert await runner.write(runner.take_batch(), deadline=None)
+    assert sink.written == list(range(10))
+    assert runner.stats.points_written == 10
+
+
+def test_sink_retries_are_capped_and_retry_after_is_clamped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from acquisition import running
+
+    delays: list[float] = []
+
+    class Forever:
+        name = "forever"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def write(self, batch: Sequence[Point]) -> None:
+            self.calls += 1
+            if self.calls < 30:
+                raise WriteError("down", retryable=True, retry_after_s=math.inf)
+
+    async def pause(self: SinkRunner, delay: float) -> None:
+        delays.append(delay)
+
+    monkeypatch.setattr(SinkRunner, "_pause", pause)
+    runner = SinkRunner("t", Forever(), batch_size=2, flush_interval_s=1, buffer_limit=10)  # type: ignore[arg-type]
+    for p in pts(2):
+        runner.offer(p)
+    assert asyncio.run(runner.write(runner.take_batch(), deadline=None))
+    assert len(delays) == 29
+    assert max(delays) == running.SINK_RETRY_MAX_S
+
+
+async def test_abort_flush_stops_retrying_and_keeps_the_rest_in_the_spool(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sink = FlakySink(fail=10**6)
+    aborted: list[bool] = []
+    sink.abort = lambda: aborted.append(True)  # type: ignore[attr-defined]
+    runner = SinkRunner("t", sink, batch_size=2, flush_interval_s=10, buffer_limit=100)  # type: ignore[arg-type]
+    for p in pts(6):
+        runner.offer(p)
+    closing = asyncio.create_task(runner.close(deadline=time.monotonic() + 3600))
+    await asyncio.sleep(0.05)
+    runner.abort_flush()
+    await asyncio.wait_for(closing, 5)
+    assert aborted == [True]
+    assert sorted(sink.spilled) == list(range(6))
+    assert "final flush was cut short" in caplog.text
+
+
+async def test_a_write_still_running_at_the_deadline_is_counted_not_lost() -> None:
+    class Hung:
+        name = "hung"
+
+        async def write(self, batch: Sequence[Point]) -> None:
+            await asyncio.Event().wait()
+
+    runner = SinkRunner("t", Hung(), batch_size=2, flush_interval_s=10, buffer_limit=100)  # type: ignore[arg-type]
+    for p in pts(5):
+        runner.offer(p)
+    await asyncio.wait_for(runner.close(deadline=time.monotonic() + 0.1), 5)
+    assert runner.stats.dropped_points == 5
+
+
+async def test_unexpected_errors_are_not_retried_forever() -> None:
+    class Buggy:
+        name = "buggy"
+        calls = 0
+
+        async def write(self, batch: Sequence[Point]) -> None:
+            Buggy.calls += 1
+            raise KeyError("bug")
+
+    runner = SinkRunner("t", Buggy(), batch_size=2, flush_interval_s=10, buffer_limit=100)  # type: ignore[arg-type]
+    runner._pause = lambda delay: asyncio.sleep(0)  # type: ignore[method-assign]
+    for p in pts(2):
+        runner.offer(p)
+    assert await runner.write(runner.take_batch(), deadline=None)
+    assert (Buggy.calls, runner.stats.dropped_points) == (SinkRunner.MAX_UNEXPECTED_ATTEMPTS, 2)
+
+
+# --- file sink: disk full, bounds, compression ----------------------------------------------------
+
+
+async def test_file_sink_writes_what_fits_on_whole_lines_when_the_disk_fills(
+    tmp_path: Path,
+) -> None:
+    from tests.influxdb.helpers import fill, small_disk
+
+    with small_disk(tmp_path / "disk", 512 * 1024) as disk:
+        sink = FileSink(FileConfig(path=str(disk / "out.lp"), fsync="never"), ctx(tmp_path))
+        await sink.open()
+        runner = SinkRunner("file", sink, batch_size=20000, flush_interval_s=1, buffer_limit=10**6)
+        filler = fill(disk)
+        with open(filler, "r+b") as f:  # free ~40 KB: room for part of the batch only
+            f.truncate(filler.stat().st_size - 40 * 1024)
+        for p in pts(5000):
+            runner.offer(p)
+        batch = runner.take_batch()
+        with pytest.raises(PartialWriteError) as info:
+            await sink.write(batch)
+        written = info.value.written
+        assert 0 < written < 5000
+        text = (disk / "out.lp").read_text()
+        assert text.endswith("\n")
+        assert [decode_line(ln).fields["n"] for ln in text.splitlines()] == list(range(written))
+        filler.unlink()
+        # The core retries only the rest: every point once, in order.
+        runner.queue.extendleft(reversed(batch[written:]))
+        assert await runner.write(runner.take_batch(), deadline=None)
+        await sink.aclose()
+        values = [decode_line(ln).fields["n"] for ln in (disk / "out.lp").read_text().splitlines()]
+        assert values == list(range(5000))
+
+
+async def test_file_sink_keeps_max_files_also_across_restarts(tmp_path: Path) -> None:
+    for i in range(6):  # files an earlier run left
+        (tmp_path / f"nrg-20250101T00000{i}Z.lp").write_text("m v=1i 1\n")
+        os.utime(tmp_path / f"nrg-20250101T00000{i}Z.lp", (1000 + i, 1000 + i))
+    sink = FileSink(FileConfig(dir=str(tmp_path), max_bytes=2048, max_files=3), ctx(tmp_path))
+    await sink.open()
+    await sink.write(pts(5))
+    files = sorted(p.name for p in tmp_path.glob("nrg-*.lp"))
+    assert len(files) == 3  # the one being written and the newest two, never max_files + 1
+    assert files[:2] == ["nrg-20250101T000004Z.lp", "nrg-20250101T000005Z.lp"]
+    for i in range(40):
+        await sink.write(pts(10, start=i * 10))
+    await sink.aclose()
+    assert len(list(tmp_path.glob("nrg-*.lp"))) == 3
+
+
+async def test_file_sink_bounds_the_total_size_oldest_first(tmp_path: Path) -> None:
+    sink = FileSink(
+        FileConfig(dir=str(tmp_path), max_bytes=2048, max_total_bytes=6 * 1024), ctx(tmp_path)
+    )
+    await sink.open()
+    for i in range(60):
+        await sink.write(pts(10, start=i * 10))
+    await sink.aclose()
+    files = sorted(tmp_path.glob("nrg-*.lp"), key=lambda p: p.stat().st_mtime)
+    assert sum(f.stat().st_size for f in files) <= 6 * 1024
+    values = [decode_line(ln).fields["n"] for f in files for ln in f.read_text().splitlines()]
+    assert values == list(range(600 - len(values), 600))  # the newest, whole and in order
+    assert sink.stats()["deleted_files"] > 0
+
+
+async def test_file_sink_default_total_is_a_quarter_of_the_free_space(tmp_path: Path) -> None:
+    sink = FileSink(FileConfig(dir=str(tmp_path)), ctx(tmp_path))
+    await sink.open()
+    free = shutil.disk_usage(tmp_path).free
+    assert abs(sink.max_total - free * AUTO_TOTAL_FRACTION) <= 0.01 * free
+    await sink.aclose()
+
+
+async def test_file_sink_gzips_rotated_files(tmp_path: Path) -> None:
+    sink = FileSink(FileConfig(dir=str(tmp_path), max_bytes=2048, compress="gzip"), ctx(tmp_path))
+    await sink.open()
+    for i in range(20):
+        await sink.write(pts(10, start=i * 10))
+    await sink.aclose()
+    gz = sorted(tmp_path.glob("nrg-*.lp.gz"), key=lambda p: p.stat().st_mtime)
+    plain = list(tmp_path.glob("nrg-*.lp"))
+    assert gz and len(plain) == 1  # only the last file stays uncompressed
+    text = "".join(gzip.decompress(p.read_bytes()).decode() for p in gz) + plain[0].read_text()
+    assert [decode_line(ln).fields["n"] for ln in text.splitlines()] == list(range(200))
+
+
+async def test_a_point_line_protocol_cannot_carry_is_dropped_alone_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = FileSink(FileConfig(path=str(tmp_path / "out.lp")), ctx(tmp_path))
+    await sink.open()
+    runner = SinkRunner("file", sink, batch_size=10, flush_interval_s=0.01, buffer_limit=100)
+    batch = pts(5)
+    batch[2] = Point("m", {}, {"n": 2**64}, batch[2].time_ns)  # beyond int64
+    batch[3] = Point("m", {}, {"n": math.nan}, batch[3].time_ns)
+    for p in batch:
+        runner.offer(p)
+    assert await runner.write(runner.take_batch(), deadline=None)
+    await sink.aclose()
+    lines = (tmp_path / "out.lp").read_text().splitlines()
+    assert [int(decode_line(line).fields["n"]) for line in lines] == [0, 1, 4]
+    assert runner.stats.unencodable_points == 2
+    assert runner.stats.points_written == 3
+    logged = [r for r in caplog.records if "cannot be written as line protocol" in r.getMessage()]
+    assert len(logged) == 1 and "18446744073709551616" in logged[0].getMessage()
+
+
+# --- sample.toml of every sink --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["file", "influxdb", "stdout"])
+def test_sample_toml_parses_uncommented_and_lists_exactly_the_config_keys(name: str) -> None:
+    import dataclasses
+    import re
+    import tomllib
+
+    from acquisition.config import build_dataclass
+    from acquisition.registry import load_class
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "sinks" / name / "sample.toml").read_text()
+    assert tomllib.loads(text) == {"sinks": {name: [{}]}}  # valid as it stands
+    uncommented = re.sub(r"(?m)^# (\w+ = )", r"\1", text)
+    (table,) = tomllib.loads(uncommented)["sinks"][name]
+    cls = load_class("sinks", name)
+    fields = [f.name for f in dataclasses.fields(cls.config_class)]
+    assert list(table) == fields
+    built = build_dataclass(cls.config_class, table, f"sinks.{name}[0]")
+    if name != "stdout":  # its sample shows a filter, not the default
+        assert built == cls.config_class()
+
+
+async def test_a_run_task_cancelled_at_the_deadline_keeps_its_batch_for_close() -> None:
+    """The agent cancels a sink task whose write hangs past the deadline: the batch goes back
+    to the queue, and close() spills it (or counts it) instead of losing it silently."""
+    release = asyncio.Event()
+
+    class HungWithSpool(FlakySink):
+        async def write(self, batch: Sequence[Point]) -> None:
+            await release.wait()
+
+    sink = HungWithSpool()
+    runner = SinkRunner("t", sink, batch_size=3, flush_interval_s=0.01, buffer_limit=100)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.run())
+    for p in pts(5):
+        runner.offer(p)
+    await asyncio.sleep(0.05)  # a write is hanging
+    runner.stop()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await runner.close(deadline=time.monotonic())
+    assert sorted(sink.spilled) == [0, 1, 2, 3, 4]
+    assert runner.stats.spilled_points == 5

@@ -14,6 +14,7 @@ import pytest
 
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
+from acquisition.registry import COLLECTORS
 
 NRG = str(Path(sys.executable).with_name("nrg-collect"))
 
@@ -122,10 +123,12 @@ def test_list_says_why_collectors_are_unavailable() -> None:
         assert rows["rapl"] == "unavailable: no powercap zones, no MSR device, no power PMU"
 
 
-def test_config_prints_a_sample_that_parses() -> None:
+def test_config_prints_a_sample_that_parses_as_printed_and_uncommented() -> None:
     from acquisition.config import parse_config
+    from acquisition.sample import uncomment
 
     out = subprocess.run([NRG, "config"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0
     assert "[agent]" in out.stdout and "# [[collectors.procfs]]" in out.stdout
-    parse_config(out.stdout)
+    assert parse_config(out.stdout).collectors == []
+    assert [s.name for s in parse_config(uncomment(out.stdout)).collectors] == list(COLLECTORS)

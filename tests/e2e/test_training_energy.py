@@ -15,6 +15,7 @@ the agent ingests the file: its own output then holds every event).
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import signal
@@ -45,6 +46,10 @@ STEPS_PER_EPOCH = 4
 DATA_WAIT_S = 0.15
 """A slow data loader: each step lasts ≥ 150 ms, long against the ~1 ms granularity at which the
 fixture counters advance (the error bound of the energy check scales with 1 ms / step length)."""
+
+COUNTER_PERIOD_S = 0.001
+"""How often the fixture writer advances the counters: the counter update period of the error
+bar (a real RAPL counter updates about every millisecond too)."""
 
 _WRITER = r"""
 import os, sys, time
@@ -258,13 +263,17 @@ def train(
 def unique_steps(points: list[Point], run: str) -> dict[int, Point]:
     """The run's nrg_step points by step index; identical replays count once, others fail.
 
-    The ``host`` tag is left out: the agent stamps it, the fallback file has none."""
+    The ``host`` and ``pid`` tags are left out: the agent stamps them, the fallback file has
+    none."""
     steps: dict[int, Point] = {}
     for p in points:
         if p.measurement != "nrg_step" or p.tags.get("run") != run:
             continue
         p = Point(
-            p.measurement, {k: v for k, v in p.tags.items() if k != "host"}, p.fields, p.time_ns
+            p.measurement,
+            {k: v for k, v in p.tags.items() if k not in ("host", "pid")},
+            p.fields,
+            p.time_ns,
         )
         step = p.fields["step"]
         assert isinstance(step, int)
@@ -303,6 +312,45 @@ def assert_complete_run(points: list[Point], run: str) -> dict[int, Point]:
     return steps
 
 
+def counter_samples(points: list[Point], domain: str) -> list[tuple[int, float]]:
+    """(time ns, cumulative J) of the agent's ``rapl`` points of one domain, in time order."""
+    samples = sorted(
+        (p.time_ns, float(p.fields["energy_joules"]))  # type: ignore[arg-type]
+        for p in points
+        if p.measurement == "rapl" and p.tags.get("domain") == domain
+    )
+    return [s for i, s in enumerate(samples) if i == 0 or s[0] > samples[i - 1][0]]
+
+
+def error_bar(samples: list[tuple[int, float]], start: int, end: int, mean_w: float) -> float:
+    """The documented per-step error bound (J) of a counter source over [start, end]:
+
+    for each edge, the swing of the measured power (max − min over the sample interval holding
+    the edge and its two neighbours) times that interval's length — a sample read late or early,
+    or a counter file not yet rewritten, shifts the interpolated counter at the edge by at most
+    that much and shows as such a swing — plus 2 × the mean power × the counter update period
+    (the counter's own staleness at each edge). A constant lag shared by both edges cancels.
+    """
+    times = [t for t, _ in samples]
+    watts = [
+        (samples[k + 1][1] - samples[k][1]) / ((times[k + 1] - times[k]) / 1e9)
+        for k in range(len(samples) - 1)
+    ]
+
+    def edge(t: int) -> float:
+        k = bisect.bisect_right(times, t) - 1  # times[k] <= t < times[k + 1]
+        k = min(max(k, 0), len(watts) - 1)
+        near = watts[max(k - 1, 0) : k + 2]
+        return (max(near) - min(near)) * (times[k + 1] - times[k]) / 1e9
+
+    return edge(start) + edge(end) + 2 * mean_w * COUNTER_PERIOD_S
+
+
+def step_epoch(p: Point) -> str:
+    """A step's epoch: the tag, or the integer field jobs of older versions write."""
+    return p.tags.get("epoch") or str(p.fields.get("epoch", 0))
+
+
 # --- tests ------------------------------------------------------------------------------------
 
 
@@ -337,6 +385,7 @@ def test_energy_per_step_and_module_with_the_real_agent(
         for p in points
         if p.measurement == "nrg_module"
     }
+    errors: list[tuple[float, float]] = []
     for zone, source in SOURCES.items():
         watts = WATTS[zone]
         per_step: dict[int, Point] = {}
@@ -362,15 +411,25 @@ def test_energy_per_step_and_module_with_the_real_agent(
                 assert step not in rest
                 rest[step] = joules
         assert sorted(per_step) == sorted(steps), f"{source}: every step once"
+        samples = counter_samples(points, "package" if zone == "package-0" else zone)
         for step, sp in per_step.items():
             s = steps[step]
-            duration = (s.fields["end_time_ns"] - s.fields["start_time_ns"]) / 1e9  # type: ignore[operator]
+            start, end = s.fields["start_time_ns"], s.fields["end_time_ns"]
+            assert isinstance(start, int) and isinstance(end, int)
+            duration = (end - start) / 1e9
             joules = sp.fields["energy_joules"]
             assert isinstance(joules, float)
             assert sp.fields["duration_seconds"] == pytest.approx(duration, rel=1e-9)
+            assert sp.tags["epoch"] == step_epoch(s)
             truth = watts * duration
-            error = abs(joules - truth) / truth
-            assert error <= 0.01, f"{source} step {step}: {joules} J vs {truth} J"
+            bound = error_bar(samples, start, end, joules / duration)
+            errors.append((abs(joules - truth) / truth, bound / truth))
+            # A bound this loose would hide a step charged with a wrong interval (one 50 ms poll
+            # interval is 25 % of a 200 ms step): the data itself is then too disturbed to judge.
+            assert bound < 0.1 * truth, f"{source} step {step}: error bar {bound} J too wide"
+            assert abs(joules - truth) <= bound, (
+                f"{source} step {step}: {joules} J vs {truth} J, error bar {bound} J"
+            )
             # Each module: the step's mean power times its exclusive time.
             assert sum(excl for _, excl in modules[step]) <= duration
             for module_joules, excl in modules[step]:
@@ -378,12 +437,16 @@ def test_energy_per_step_and_module_with_the_real_agent(
             # Conservation: modules plus the remainder are the step's joules.
             module_sum = sum(j for j, _ in modules[step])
             total = module_sum + rest[step]
-            assert math.isclose(total, joules, rel_tol=0.005)
             assert math.isclose(total, joules, rel_tol=1e-9)
             if sp.fields["duration_seconds"] >= DATA_WAIT_S:  # type: ignore[operator]
                 assert module_sum > 0.0
     assert not [p for p in energy if p.tags["scope"] == "rest_of_system"]  # no wall meter here
     assert "Traceback" not in stderr
+    worst = max(errors)
+    print(
+        f"per-step relative error: worst {worst[0]:.4%} (its error bar {worst[1]:.4%}); "
+        f"widest error bar {max(b for _, b in errors):.4%}"
+    )
 
 
 def test_agent_absent_fallback_file_holds_every_event(tmp_path: Path, sock_dir: Path) -> None:

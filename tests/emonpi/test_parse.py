@@ -30,7 +30,7 @@ from .conftest import StepClock
 LAYOUTS = {layout.name: layout for layout in BUILTIN_LAYOUTS}
 TABLE = LayoutTable(BUILTIN_LAYOUTS)
 
-# interfaces.md §1.7, synthetic vectors (struct.pack, round-trip exact)
+# The emonPi firmware's documented test vectors and synthetic ones (struct.pack, round-trip exact)
 CLASSIC = "OK 5 96 1 211 255 51 1 73 94 215 0 0 0 0 0 0 0 0 0 0 0 210 4 0 0 (-0)"
 TX_V2 = "OK 10 176 4 202 254 55 0 204 93"
 CM = (
@@ -456,3 +456,103 @@ def test_line_buffer_partials_crlf_and_overlong() -> None:
     assert buf.feed(b"z" * 100) == [] and buf.overlong == 1  # still the same long line
     assert buf.feed(b"tail\nOK 5 9\n") == [b"OK 5 9"]
     assert buf.feed(b"a" * 30 + b"\nb\n") == [b"b"] and buf.overlong == 2
+
+
+# --- newest firmware (emon32: emonPi3, emonTx6) -------------------------------------------------
+
+
+def test_emon32_lowercase_temperatures_analog_and_empty_sensor_slots() -> None:
+    # emon32 prints t1..t8 and analog<n>; an empty slot reads 300.00 (raw 30000 at scale 0.01).
+    points, stats = point_for(
+        b"MSG:12,Vrms:241.02,P1:120,t1:21.25,t2:300.00,t3:30000,t8:-4.5,analog3:512"
+    )
+    assert [encode_point(p) for p in points] == [
+        "emonpi,layout=key_value,node=serial msg_count=12i,vrms_volts=241.02,power1_watts=120.0,"
+        "temp1_celsius=21.25,temp8_celsius=-4.5,analog3_value=512.0,energy1_joules=0.0 "
+        "1700000000000000000"
+    ]
+    assert stats["unknown_keys"] == 0
+
+
+def test_uppercase_t300_is_no_sensor_too() -> None:
+    points, _ = point_for(b"MSG:1,T1:300.00,T2:18.5")
+    assert points[0].fields["temp2_celsius"] == 18.5
+    assert "temp1_celsius" not in points[0].fields
+
+
+# --- plausibility -------------------------------------------------------------------------------
+
+
+def test_frame_decoded_by_the_wrong_layout_is_counted_logged_once_and_not_emitted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from collectors.emonpi import MSG_IMPLAUSIBLE
+
+    # A node-5 8-byte frame is taken as payloadtx (<4h: power1..3 W, vrms x0.01 V). These bytes
+    # are another layout's: power1 = 0x7530 = 30000 W, above the 25 kW a CT channel measures.
+    bad = b"OK 5 48 117 0 0 0 0 40 94"  # 48 + 117*256 = 30000; 40 + 94*256 = 24104 -> 241.04 V
+    good = b"OK 5 100 0 0 0 0 0 40 94"  # power1 = 100 W
+    collector = EmonPiCollector(
+        EmonPiConfig(), None, wall_clock=StepClock(), mono_clock=StepClock(0)
+    )
+    points: list[Point] = []
+    for line in (b"", bad, bad, good):
+        collector.handle_line(line, points.append)
+    assert [p.fields["power1_watts"] for p in points] == [100.0]
+    assert collector.stats()["implausible_frames"] == 2
+    logged = [r for r in caplog.records if r.msg == MSG_IMPLAUSIBLE]
+    assert len(logged) == 1
+    assert "power1_watts=30000.0" in logged[0].getMessage()
+    assert "layout payloadtx" in logged[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        (b"MSG:1,T1:-913.2", "temp1_celsius"),  # Wh counter bytes read as a temperature
+        (b"MSG:1,T1:125.5", "temp1_celsius"),
+        (b"MSG:1,Vrms:500.01", "vrms_volts"),
+        (b"MSG:1,Vrms:-1", "vrms_volts"),
+        (b"MSG:1,P2:-25000.5", "power2_watts"),
+        (b"MSG:1,pf1:1.5", "power_factor1_ratio"),
+    ],
+)
+def test_value_lines_outside_the_plausible_ranges_are_dropped(line: bytes, field: str) -> None:
+    points, stats = point_for(line)
+    assert points == []
+    assert stats["implausible_frames"] == 1
+
+
+def test_range_limits_themselves_are_plausible() -> None:
+    points, stats = point_for(b"MSG:1,T1:-55,T2:125,Vrms:500,P1:-25000,P2:25000,pf1:-1")
+    assert len(points) == 1 and stats["implausible_frames"] == 0
+
+
+# --- linear-time number parsing -----------------------------------------------------------------
+
+
+def test_a_long_digit_run_is_rejected_in_linear_time() -> None:
+    # With a pattern that splits a digit run two ways (\d+\.?\d*) this line backtracks
+    # quadratically: hours for a million digits, past the suite's timeout. Linear: milliseconds.
+    with pytest.raises(LineError) as info:
+        parse_line(b"T1:" + b"1" * 1_000_000 + b"e")
+    assert info.value.reason == "text"
+    with pytest.raises(LineError):
+        parse_line(b"T1:1," + b"P1:" + b"2" * 1_000_000 + b".5e+")
+    # A 400-digit number matches the pattern but is infinite as a float: a damaged line.
+    with pytest.raises(LineError) as info:
+        parse_line(b"T1:2,P1:" + b"1" * 400)
+    assert info.value.reason == "malformed"
+
+
+async def test_stats_survive_aclose_for_the_final_report() -> None:
+    collector = EmonPiCollector(
+        EmonPiConfig(), None, wall_clock=StepClock(), mono_clock=StepClock(0)
+    )
+    points: list[Point] = []
+    for line in (b"", CLASSIC.encode(), b"garbage line", b"MSG:1,T1:-913.2"):
+        collector.handle_line(line, points.append)
+    before = collector.stats()
+    await collector.aclose()
+    assert collector.stats() == before
+    assert (before["frames"], before["text"], before["implausible_frames"]) == (1, 1, 1)

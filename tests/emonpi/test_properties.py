@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from acquisition.point import Point
@@ -183,3 +183,57 @@ def test_wrong_baud_rate_never_decodes_a_frame(bauds: tuple[int, int]) -> None:
         except LineError:
             continue
         raise AssertionError(f"decoded a frame from misread bytes {piece!r}")
+
+
+_layout_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=True),
+        st.text(max_size=12),
+        st.sampled_from(["<4h", "<10hL", "h", "999999999h", "<", "f", "watts", "power1", "x"]),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=6), st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "name",
+                    "node",
+                    "nodes",
+                    "struct",
+                    "names",
+                    "units",
+                    "scales",
+                    "missing",
+                    "averaged",
+                    "other",
+                ]
+            ),
+            _layout_values,
+            max_size=9,
+        ),
+        max_size=3,
+    )
+)
+@example([{"name": "a", "node": 5, "struct": "<h", "names": ["a"], "units": ["w"],
+           "missing": {"a": None}}])  # fmt: skip
+@example([{"name": "a", "node": True, "struct": "<h", "names": ["a"], "units": ["w"]}])
+def test_parse_layouts_raises_only_value_error(tables: list[dict[str, object]]) -> None:
+    from collectors.emonpi import parse_layouts
+
+    try:
+        layouts = parse_layouts(tables)
+    except ValueError:
+        return
+    assert all(not isinstance(t.get("node"), bool) for t in tables)
+    for layout in layouts:
+        assert layout.size <= 66

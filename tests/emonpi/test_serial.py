@@ -301,3 +301,51 @@ async def test_simulator_process_feeds_the_collector(tmp_path: Path) -> None:
     assert {"msg_count", "vrms_volts", "power1_watts", "energy1_wh", "energy1_joules"} <= set(
         point.fields
     )
+
+
+# --- probe for `nrg-collect list` ----------------------------------------------------------------
+
+
+async def test_probe_opens_a_real_port_and_reads_one_line(pty_pair: Pty) -> None:
+    from collectors.emonpi import MSG_PROBE_OPENED
+
+    collector = EmonPiCollector(fast_config(pty_pair.path, baudrate=38400))
+    await collector.open()
+    opened = MSG_PROBE_OPENED.format(port=pty_pair.path, baud=38400)
+    assert await collector.probe() == opened
+
+    async def device() -> None:
+        # A cut line, then a whole classic frame (node 5, 24 bytes).
+        await asyncio.sleep(0.2)
+        await pty_pair.write(b"5 0 0 (-0)\r\n" + CLASSIC)
+
+    feeder = asyncio.create_task(device())
+    try:
+        said = await collector.probe(wait_s=5.0)
+    finally:
+        await feeder
+    assert said == opened + "; first line: a frame from node 5 (layout emonpi_classic)"
+
+
+async def test_probe_says_why_a_port_cannot_be_opened(tmp_path: Path) -> None:
+    from collectors.emonpi import MSG_PROBE_FAILED
+
+    missing = str(tmp_path / "ttyUSB7")
+    collector = EmonPiCollector(fast_config(missing))
+    await collector.open()  # a configured port is taken as given
+    with pytest.raises(NoData) as info:
+        await collector.probe()
+    text = str(info.value)
+    assert text.startswith(MSG_PROBE_FAILED.format(port=missing, reason="")[:-1])
+    assert "no such device" in text
+
+
+async def test_probe_of_a_port_held_by_another_reader(pty_pair: Pty) -> None:
+    config = fast_config(pty_pair.path)
+    async with running(config) as state:
+        await wait_until(lambda: state.stat("connects") == 1)
+        prober = EmonPiCollector(config)
+        await prober.open()
+        with pytest.raises(NoData) as info:
+            await prober.probe()
+    assert "another nrg-collect holds the port" in str(info.value)

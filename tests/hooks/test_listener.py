@@ -19,6 +19,7 @@ import pytest
 from acquisition.api import PluginContext
 from acquisition.config import PluginSpec
 from acquisition.errors import ConfigError, NoData
+from acquisition.lineproto import INT_RANGE_ERROR
 from acquisition.point import Point
 from acquisition.registry import build_plugin
 from collectors.hooks import HooksCollector, HooksConfig, fallback_file_pid
@@ -99,10 +100,11 @@ async def test_accepts_nrg_lines_and_stamps_host(short_tmp: Path) -> None:
         )
     finally:
         await listener.stop()
+    me = str(os.getpid())  # this test process is the peer
     assert listener.points == [
         Point(
             "nrg_step",
-            {"experiment": "e1", "rank": "0", "run": "r1", "host": "testhost"},
+            {"experiment": "e1", "rank": "0", "run": "r1", "host": "testhost", "pid": me},
             {
                 "step": 3,
                 "epoch": 1,
@@ -112,7 +114,9 @@ async def test_accepts_nrg_lines_and_stamps_host(short_tmp: Path) -> None:
             },
             2000,
         ),
-        Point("nrg_run", {"run": "r1", "host": "testhost"}, {"event": "end", "pid": 7}, 5),
+        Point(
+            "nrg_run", {"run": "r1", "host": "testhost", "pid": me}, {"event": "end", "pid": 7}, 5
+        ),
     ]
     assert listener.collector.stats()["lines_accepted"] == 2
 
@@ -149,6 +153,7 @@ async def test_rejects_foreign_overlong_broken_and_truncated_lines(short_tmp: Pa
         "rejected_too_long": 1,
         "rejected_encoding": 1,
         "rejected_syntax": 1,
+        "rejected_range": 0,
         "rejected_measurement": 1,
         "rejected_truncated": 1,
     }
@@ -399,6 +404,7 @@ async def test_ingests_fallback_files_of_exited_jobs_only(short_tmp: Path) -> No
     assert stats["rejected_measurement"] == 1
     assert sorted(p.tags["run"] for p in listener.points) == ["r1", "r2"]
     assert all(p.tags["host"] == "testhost" for p in listener.points)
+    assert [p.tags["pid"] for p in listener.points] == [str(gone), str(gone)]
     assert sorted(os.listdir(spool)) == sorted(
         [
             f"nrg-r1-{gone}.lp.ingested",
@@ -421,3 +427,74 @@ async def test_ingest_can_be_turned_off(short_tmp: Path) -> None:
         await listener.stop()
     assert listener.collector.stats()["files_ingested"] == 0
     assert len(listener.points) == 1
+
+
+async def test_agent_measurements_from_a_job_are_rejected_counted_and_logged_once(
+    short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    forged = (
+        b"nrg_collect,plugin=influxdb,kind=sink lost_points=0i 1\n"
+        b"nrg_energy,source=rapl:package-0 energy_joules=1.0 1\n"
+        b"nrg_collect,plugin=file,kind=sink lost_points=0i 2\n"
+    )
+    listener = await start_listener(short_tmp)
+    try:
+        await send(short_tmp / "hooks.sock", forged + STEP)
+        await listener.until(lambda: listener.collector.stats()["lines_accepted"] == 1)
+    finally:
+        await listener.stop()
+    assert [p.measurement for p in listener.points] == ["nrg_step"]
+    assert listener.collector.stats()["rejected_measurement"] == 3
+    logged = [r for r in caplog.records if "rejected a line" in r.getMessage()]
+    assert len(logged) == 1
+    assert "'nrg_collect'" in logged[0].getMessage()
+
+
+async def test_out_of_range_integers_and_timestamps_are_rejected_and_logged_once(
+    short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    payload = (
+        b"nrg_step,run=r1 step=99999999999999999999i 5\n"
+        b"nrg_step,run=r1 step=1i 99999999999999999999999\n"
+        b"nrg_step,run=r1 step=-9223372036854775809i 5\n"
+    )
+    listener = await start_listener(short_tmp)
+    try:
+        await send(short_tmp / "hooks.sock", payload + STEP)
+        await listener.until(lambda: listener.collector.stats()["lines_accepted"] == 1)
+    finally:
+        await listener.stop()
+    assert [p.fields["step"] for p in listener.points] == [3]
+    assert listener.collector.stats()["rejected_range"] == 3
+    logged = [r for r in caplog.records if "rejected a line" in r.getMessage()]
+    assert len(logged) == 1
+    first = INT_RANGE_ERROR.format(key="step", measurement="nrg_step", value=99999999999999999999)
+    assert f"(range: {first})" in logged[0].getMessage()
+
+
+async def test_job_points_carry_the_peer_pid_and_rank_from_its_environment(
+    short_tmp: Path,
+) -> None:
+    """A real job process with RANK=3 sends a step without a rank tag and with a forged pid."""
+    listener = await start_listener(short_tmp)
+    script = textwrap.dedent(
+        f"""
+        import socket
+        s = socket.socket(socket.AF_UNIX)
+        s.connect({str(short_tmp / "hooks.sock")!r})
+        s.sendall(b"nrg_step,run=r1,pid=1 step=1i 10\\nnrg_step,run=r1,rank=0 step=2i 20\\n")
+        s.close()
+        """
+    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", script, env={**os.environ, "RANK": "3"}
+        )
+        assert await proc.wait() == 0
+        await listener.until(lambda: listener.collector.stats()["lines_accepted"] == 2)
+    finally:
+        await listener.stop()
+    assert [(p.tags["pid"], p.tags["rank"]) for p in listener.points] == [
+        (str(proc.pid), "3"),  # the environment's rank where the line has none
+        (str(proc.pid), "0"),  # the line's own rank wins
+    ]

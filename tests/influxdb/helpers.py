@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from acquisition.api import PluginContext
 from acquisition.point import Point
 from sinks.influxdb import InfluxDBConfig, InfluxDBSink
 
-__all__ = ["T0_NS", "make_points", "make_sink", "until"]
+__all__ = ["T0_NS", "fill", "make_points", "make_sink", "small_disk", "until"]
 
 T0_NS = 1_763_000_000_000_000_000
 """A fixed, millisecond-aligned start time (VictoriaMetrics keeps milliseconds)."""
@@ -41,3 +46,41 @@ async def until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> N
         if loop.time() > deadline:
             raise AssertionError(f"gave up waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size_bytes: int) -> Iterator[Path]:
+    """A real tmpfs of ``size_bytes`` mounted at ``where`` (skips unless root may mount)."""
+    import pytest
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a small tmpfs needs root (mount -t tmpfs); disk-full paths not exercised")
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the filesystem of ``directory`` up to the last byte; returns the filler file."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    chunk = b"\0" * 65536
+    try:
+        while True:
+            try:
+                os.write(fd, chunk)  # a short write takes the last bytes, then ENOSPC
+            except OSError:
+                break
+    finally:
+        os.close(fd)
+    return filler

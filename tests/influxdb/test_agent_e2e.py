@@ -227,7 +227,7 @@ def test_outage_of_ten_seconds_loses_nothing(
     time.sleep(3)
     assert agent.stop() == 0
     log = agent.log()
-    assert "unreachable" in log
+    assert "failing (" in log
     assert "answers again; replaying the spool" in log
     expected = samples_of_file(agent.lp)
     assert_exactly_once(expected, samples_of_server(vm, run_id), lost_answer_batch=BATCH)
@@ -289,6 +289,15 @@ def test_quota_drops_are_counted_and_the_agent_lives_on(
     (spool_dir,) = agent.spool_dirs()
     spooled = spooled_lines(spool_dir)
     assert sum(os.path.getsize(p) for p in spool_dir.glob("seg-*")) <= quota + 8
+    # The oldest points stay, the newest are dropped: the spool starts with the first points
+    # produced, contiguous until the quota was reached, and keeps their order throughout.
+    produced = [line for line in agent.lp.read_text().splitlines() if line]
+    position = {line: i for i, line in enumerate(produced)}
+    where = [position[line] for line in spooled]
+    assert where == sorted(where) and len(set(where)) == len(where)
+    prefix = next((i for i, w in enumerate(where) if w != i), len(where))
+    assert where[0] == 0 and prefix >= len(where) * 0.8, (prefix, len(where))
+    assert "dropping new points until replay frees space" in log
 
     vm.start()
     (tmp_path / "second").mkdir()
@@ -320,15 +329,41 @@ def test_outage_of_influxd_loses_nothing_and_stores_once(
     time.sleep(3)
     assert agent.stop() == 0
     assert "answers again; replaying the spool" in agent.log()
+    assert_influxd_holds_exactly(agent.lp, influxd, run_id)
+
+
+def test_normal_flow_into_influxd_through_the_v1_api(
+    influxd: Influxd, tmp_path: Path, run_id: str
+) -> None:
+    """The v1 write API with its own keys, straight into influxd 1.6 (no translator)."""
+    influxd.query(f'CREATE DATABASE "{run_id}"')
+    agent = AgentProcess(
+        tmp_path,
+        run_id,
+        influxd.url,
+        api="v1",
+        database=run_id,
+        username=Influxd.admin_user,
+        password=Influxd.admin_password,
+    )
+    agent.start()
+    time.sleep(3)
+    assert agent.stop() == 0
+    assert_influxd_holds_exactly(agent.lp, influxd, run_id)
+    assert last_sink_stats(agent.lp)["requests"] > 0
+
+
+def assert_influxd_holds_exactly(lp: Path, influxd: Influxd, db: str) -> None:
+    """Every point of the file in influxd with the same fields, and nothing else."""
     expected: dict[tuple[str, frozenset[tuple[str, str]], int], dict[str, Any]] = {}
-    for line in agent.lp.read_text().splitlines():
+    for line in lp.read_text().splitlines():
         point = decode_line(line)
         key = (point.measurement, frozenset(point.tags.items()), point.time_ns)
         assert key not in expected
         expected[key] = dict(point.fields)
     stored: dict[tuple[str, frozenset[tuple[str, str]], int], dict[str, Any]] = {}
     for measurement in sorted({k[0] for k in expected}):
-        for row in influxd.rows(f'SELECT * FROM "{measurement}" GROUP BY *', run_id):
+        for row in influxd.rows(f'SELECT * FROM "{measurement}" GROUP BY *', db):
             time_ns = row.pop("time")
             field_names = expected_fields(expected, measurement)
             fields = {k: v for k, v in row.items() if k in field_names and v is not None}

@@ -95,7 +95,7 @@ def make(context: PluginContext, **kw: object) -> InfluxDBSink:
 def test_token_from_file(context: PluginContext, tmp_path: Path) -> None:
     (tmp_path / "tok").write_text("  s3cret-token\n")
     sink = make(context, token_file=str(tmp_path / "tok"))
-    assert sink._token == "s3cret-token"
+    assert sink._secrets.token == "s3cret-token"
 
 
 def test_token_settings_errors_never_echo_the_token(context: PluginContext, tmp_path: Path) -> None:
@@ -181,7 +181,7 @@ async def test_unreachable_server_spools_and_logs_once(
     assert sink.status().startswith("retrying (ClientConnectorError")
     assert sink.status().endswith("spooling 30 points")
     await sink.aclose()
-    assert sum("unreachable (" in r.getMessage() for r in caplog.records) == 1
+    assert sum("failing (" in r.getMessage() for r in caplog.records) == 1
 
 
 async def test_a_cancelled_write_does_not_orphan_the_batch_in_flight(
@@ -208,3 +208,55 @@ async def test_a_cancelled_write_does_not_orphan_the_batch_in_flight(
     await reopened.spool.open()
     assert reopened.spool.points == 100
     await reopened.spool.close()
+
+
+# --- the state machine and the ticket order -------------------------------------------------------
+
+
+def test_state_machine_transitions_and_who_hears_them() -> None:
+    from sinks.influxdb.state import Event, SinkState, StateMachine
+
+    heard: list[tuple[str, str, str]] = []
+    machine = StateMachine(lambda old, new, why: heard.append((old.value, new.value, why)))
+    S, E = SinkState, Event
+    steps = [
+        (E.ANSWERED, S.OK),  # nothing to change
+        (E.BACKLOG, S.REPLAYING),
+        (E.FAILED, S.RETRYING),
+        (E.BACKLOG, S.RETRYING),  # still failing: more backlog changes nothing
+        (E.REFUSED, S.SETTINGS),
+        (E.DRAINED, S.SETTINGS),  # an empty spool does not mean the server answers
+        (E.ANSWERED, S.REPLAYING),
+        (E.DRAINED, S.OK),
+    ]
+    for event, expected in steps:
+        assert machine.fire(event, f"because {event.value}") is expected, event
+    assert heard == [
+        ("ok", "replaying", "because backlog"),
+        ("replaying", "retrying", "because failed"),
+        ("retrying", "settings", "because refused"),
+        ("settings", "replaying", "because answered"),
+        ("replaying", "ok", "because drained"),
+    ]
+    assert machine.reason == ""  # healthy again: no reason left
+    machine.fire(E.FAILED, "no answer")
+    assert (machine.state, machine.reason, machine.healthy) == (S.RETRYING, "no answer", False)
+
+
+def test_ticket_order_spools_in_ticket_order() -> None:
+    from sinks.influxdb.order import TicketOrder
+
+    spooled: list[bytes] = []
+    order = TicketOrder(lambda body, n: spooled.append(body))
+    a, b, c, d = (order.take() for _ in range(4))
+    order.place(b, (b"b", 1))  # spilled while a is still in flight: waits
+    order.place(d, (b"d", 1))
+    assert spooled == [] and order.waiting
+    order.place(a, (b"a", 1))  # a's post failed: spooled first, then b
+    assert spooled == [b"a", b"b"]
+    order.place(c, None)  # c was delivered directly: d may follow
+    assert spooled == [b"a", b"b", b"d"] and not order.waiting
+    e = order.take()
+    order.place(order.take(), (b"f", 1))
+    order.place_all()  # at close, whatever waits goes in order
+    assert spooled[-1] == b"f" and e == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 import tempfile
 import zlib
@@ -21,6 +22,7 @@ from sinks.influxdb.spool import (
     parse_fsync_policy,
     parse_segment,
 )
+from tests.influxdb.helpers import fill, small_disk
 
 
 def lines(start: int, n: int) -> bytes:
@@ -278,6 +280,173 @@ def test_spool_behaves_like_a_fifo_across_restarts(script: list[tuple[str, int]]
             assert spool.points == sum(p.count(b"\n") for p in model)
         assert await drain(spool) == b"".join(model)
         await spool.close()
+
+    with tempfile.TemporaryDirectory() as d:
+        asyncio.run(run(Path(d)))
+
+
+# --- disk full, corruption, fsync --------------------------------------------------------------
+
+
+async def test_disk_full_drops_only_the_failed_record_and_the_spool_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with small_disk(tmp_path / "disk", 256 * 1024) as disk:
+        spool = Spool(disk / "spool", max_bytes=1 << 30, segment_bytes=1 << 20)
+        await spool.open()
+        assert spool.append_nowait(lines(0, 10), 10)
+        await spool.flush()
+        filler = fill(disk)
+        # Records larger than a page: they need new blocks, which the full disk refuses.
+        assert spool.append_nowait(lines(10, 500), 500)  # queued; its write fails
+        assert spool.append_nowait(lines(510, 500), 500)
+        await spool.flush()
+        assert (spool.points, spool.failed_points, spool.failed_records) == (10, 1000, 2)
+        errors = [r for r in caplog.records if "cannot write" in r.getMessage()]
+        assert len(errors) == 1  # once per episode
+        filler.unlink()
+        assert spool.append_nowait(lines(1010, 500), 500)  # the error state does not stick
+        await spool.flush()
+        assert any("writes again" in r.getMessage() for r in caplog.records)
+        out = await drain(spool)
+        assert out == lines(0, 10) + lines(1010, 500)
+        # The record that failed is never read back nor counted again as damaged.
+        assert (spool.corrupt_records, spool.failed_points) == (0, 1000)
+        await spool.close()
+        again = Spool(disk / "spool", max_bytes=1 << 30)
+        await again.open()
+        assert (again.records, again.torn_records) == (0, 0)
+        await again.close()
+
+
+async def test_awaited_append_raises_and_leaves_the_points_to_the_caller(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk", 128 * 1024) as disk:
+        spool = Spool(disk / "spool", max_bytes=1 << 30)
+        await spool.open()
+        filler = fill(disk)
+        with pytest.raises(OSError, match="cannot write"):
+            await spool.append(lines(0, 100), 100)
+        assert (spool.records, spool.points, spool.failed_points) == (0, 0, 0)
+        filler.unlink()
+        assert await spool.append(lines(0, 100), 100)
+        assert await drain(spool) == lines(0, 100)
+        await spool.close()
+
+
+async def test_corruption_found_at_replay_is_counted_once_and_skipped(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    for k in range(3):
+        spool.append_nowait(lines(10 * k, 10), 10)
+    await spool.flush()
+    (seg,) = segments(tmp_path)
+    data = bytearray(seg.read_bytes())
+    second = len(MAGIC) + len(encode_record(lines(0, 10), 10, 0)) + HEADER.size + 5
+    data[second] ^= 0x01  # a flipped bit inside the second record's payload
+    seg.write_bytes(bytes(data))
+    first = await spool.read(1 << 20)  # e.g. a replay whose post then fails: read again later
+    again = await spool.read(1 << 20)
+    assert first.payload == again.payload == lines(0, 10) + lines(20, 10)
+    assert (spool.corrupt_records, spool.corrupt_points, spool.points) == (1, 10, 20)
+    await spool.commit(again)
+    assert spool.records == 0
+    await spool.close()
+
+
+async def test_corruption_in_the_middle_costs_one_record_at_restart(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    for k in range(3):
+        spool.append_nowait(lines(10 * k, 10), 10)
+    await spool.close()
+    (seg,) = segments(tmp_path)
+    data = bytearray(seg.read_bytes())
+    data[len(MAGIC) + len(encode_record(lines(0, 10), 10, 0)) + HEADER.size + 5] ^= 0x01
+    seg.write_bytes(bytes(data))
+    again = Spool(tmp_path, max_bytes=1 << 20)
+    await again.open()
+    assert again.torn_records == 1
+    assert await drain(again) == lines(0, 10) + lines(20, 10)
+    await again.close()
+
+
+@pytest.mark.parametrize("policy", ["always", "never", "50ms"])
+async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    """Spy on os.fsync and os.replace: "always" syncs every append and the cursor before its
+    rename; a duration syncs the segment once its timer fires, and the cursor before its rename;
+    "never" syncs nothing."""
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        events.append("fsync " + Path(target).name)
+        real_fsync(fd)
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        events.append(f"rename {Path(src).name}")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    spool = Spool(tmp_path, max_bytes=1 << 20, fsync=parse_fsync_policy(policy))
+    await spool.open()
+    events.clear()
+    await spool.append(lines(0, 1), 1)
+    seg_name = segments(tmp_path)[0].name
+    appended = list(events)
+    events.clear()
+    await asyncio.sleep(0.15)  # the interval policy's timer fires
+    await spool.sync_barrier()
+    timed = list(events)
+    events.clear()
+    await spool.commit(await spool.read(1 << 20))
+    committed = list(events)
+    await spool.close()
+    synced_segment = f"fsync {seg_name}"
+    if policy == "always":
+        assert synced_segment in appended and timed == []
+        assert committed[:2] == ["fsync cursor.tmp", "rename cursor.tmp"]
+    elif policy == "50ms":
+        assert synced_segment not in appended and timed == [synced_segment]
+        assert committed[:2] == ["fsync cursor.tmp", "rename cursor.tmp"]
+    else:
+        assert not [e for e in appended + timed + committed if e.startswith("fsync")]
+        assert committed == ["rename cursor.tmp"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 30), min_size=1, max_size=8),
+    st.data(),
+)
+def test_a_flipped_byte_in_any_payload_costs_exactly_that_record(
+    sizes: list[int], data: st.DataObject
+) -> None:
+    async def run(directory: Path) -> None:
+        spool = Spool(directory, max_bytes=1 << 20)
+        await spool.open()
+        payloads = []
+        start = 0
+        for n in sizes:
+            payloads.append(lines(start, n))
+            spool.append_nowait(payloads[-1], n)
+            start += n
+        await spool.close()
+        (seg,) = segments(directory)
+        raw = bytearray(seg.read_bytes())
+        k = data.draw(st.integers(0, len(payloads) - 1), label="record")
+        offset = len(MAGIC) + sum(len(encode_record(p, 1, 0)) for p in payloads[:k])
+        at = offset + HEADER.size + data.draw(st.integers(0, len(payloads[k]) - 1), label="byte")
+        raw[at] ^= data.draw(st.integers(1, 255), label="flip")
+        seg.write_bytes(bytes(raw))
+        again = Spool(directory, max_bytes=1 << 20)
+        await again.open()
+        assert again.torn_records == 1
+        assert await drain(again) == b"".join(p for i, p in enumerate(payloads) if i != k)
+        await again.close()
 
     with tempfile.TemporaryDirectory() as d:
         asyncio.run(run(Path(d)))

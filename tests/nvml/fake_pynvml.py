@@ -21,6 +21,37 @@ subclasses. Behaviour modelled on the binding and ``nvml.h``:
   ``NVMLLibraryMismatchError``;
 - a lost GPU raises GPU_IS_LOST from every call on its handle.
 
+Units and return codes, each as ``nvml.h`` documents the call (the header's doc comment of the
+function named; scenario values are written in these units):
+
+- ``nvmlDeviceGetPowerUsage``: milliwatts; "On Ampere (except GA100) or newer GPUs, the API
+  returns power averaged over 1 sec interval. On GA100 and older architectures, instantaneous
+  power is returned"; NOT_SUPPORTED "if the device does not support power readings";
+- ``nvmlDeviceGetFieldValues`` with ``NVML_FI_DEV_POWER_INSTANT`` (186): milliwatts, the
+  per-field result in ``nvmlFieldValue_t.nvmlReturn`` while the call itself returns SUCCESS;
+- ``nvmlDeviceGetTotalEnergyConsumption``: millijoules "since the driver was last reloaded",
+  "For Volta or newer fully supported devices", NOT_SUPPORTED otherwise;
+- ``nvmlDeviceGetEnforcedPowerLimit``: milliwatts;
+- ``nvmlDeviceGetMemoryInfo`` / ``_v2``: bytes (``nvmlMemory_t``, ``nvmlMemory_v2_t`` with
+  ``reserved``); ARGUMENT_VERSION_MISMATCH where the driver lacks the version;
+- ``nvmlDeviceGetUtilizationRates``: percent (0..100) over the past sample period
+  (``nvmlUtilization_t``);
+- ``nvmlDeviceGetTemperature`` / ``…V``: degrees Celsius (``NVML_TEMPERATURE_GPU`` = 0);
+- ``nvmlDeviceGetClockInfo``: MHz (``NVML_CLOCK_SM`` = 1, ``NVML_CLOCK_MEM`` = 2);
+- ``nvmlDeviceGetSamples``: ``timeStamp`` in microseconds (CPU timestamp), values in the units
+  of the sample type (mW for ``NVML_TOTAL_POWER_SAMPLES``, percent for utilisation); NOT_FOUND
+  "if sample entries are not found";
+- ``nvmlDeviceGetComputeRunningProcesses``: ``usedGpuMemory`` in bytes, or
+  ``NVML_VALUE_NOT_AVAILABLE`` (ULL max) when the driver cannot tell;
+- ``nvmlDeviceGetProcessUtilization`` / ``…ProcessesUtilizationInfo``: ``smUtil``/``memUtil``
+  percent, ``timeStamp`` µs; NOT_FOUND when nothing was sampled since ``lastSeenTimeStamp``;
+- ``nvmlDeviceGetArchitecture``: ``nvmlDeviceArchitecture_t`` (VOLTA = 5, TURING = 6,
+  AMPERE = 7, ADA = 8, HOPPER = 9);
+- return codes (``nvmlReturn_t``): SUCCESS 0, UNINITIALIZED 1, NOT_SUPPORTED 3, NO_PERMISSION 4,
+  NOT_FOUND 6, DRIVER_NOT_LOADED 9, LIBRARY_NOT_FOUND 12, FUNCTION_NOT_FOUND 13, GPU_IS_LOST 15,
+  RESET_REQUIRED 16, LIB_RM_VERSION_MISMATCH 18, ARGUMENT_VERSION_MISMATCH 25, GPU_NOT_FOUND 28
+  (``test_nvml_constants_match_the_binding`` checks them against the binding's constants).
+
 Scenario (TOML or a dict; see ``tests/fixtures/nvml/*.toml``). Per-step series are lists indexed by
 the fake's ``step``; a shorter list holds its last value. Keys of a ``[[gpu]]``::
 

@@ -218,7 +218,7 @@ async def test_samples_not_found_and_driver_reload(
 
 
 async def test_process_utilization_recovers_after_a_driver_reload(make: MakeCollector) -> None:
-    collector, fake = make(load_scenario("samples"), samples=False)
+    collector, fake = make(load_scenario("samples"), samples=False, pid_tag=True)
     await collector.open()
     seen: dict[int, object] = {}
     try:
@@ -239,7 +239,7 @@ async def test_processes_and_tracked_trees(make: MakeCollector, tmp_path: Path) 
     write_stat(tmp_path, 4101, 4100, 1010, "pt_data_worker")
     write_stat(tmp_path, 4102, 4101, 1020, "pt_data_worker")
     write_stat(tmp_path, 5000, 1, 500, "other job")
-    collector, fake = make(load_scenario("processes"), samples=False)
+    collector, fake = make(load_scenario("processes"), samples=False, pid_tag=True)
     collector._context.status["tracked_pids"] = {4100}
     await collector.open()
     try:
@@ -359,15 +359,20 @@ async def test_old_driver_falls_back_and_integrates_instant_power(make: MakeColl
     }
     assert [g["energy_integrated_joules"] for g in gpu] == [0.0, 120.0, 220.0]
     assert "energy_joules" not in gpu[2]
-    # the legacy per-process call answered
-    assert [dict(p.fields) for p in only(points[1], "gpu_process")] == [
-        {
-            "memory_used_bytes": 1600000000,
-            "memory_used_max_bytes": 1600000000,
-            "sm_utilization_ratio": 0.95,
-            "memory_utilization_ratio": 0.3,
-        }
-    ]
+    # the legacy per-process call answered; by default the pid is a field, not a tag
+    [process] = only(points[1], "gpu_process")
+    assert process.tags == {
+        "gpu": "0",
+        "uuid": process.tags["uuid"],
+        "instance": "0",
+    }
+    assert dict(process.fields) == {
+        "memory_used_bytes": 1600000000,
+        "memory_used_max_bytes": 1600000000,
+        "sm_utilization_ratio": 0.95,
+        "memory_utilization_ratio": 0.3,
+        "pid": 7000,
+    }
     assert fake.calls["nvmlDeviceGetProcessesUtilizationInfo"] == 1
     # steps 1 and 2; at step 3 no process runs, so there is nothing to ask about
     assert fake.calls["nvmlDeviceGetProcessUtilization"] == 2
@@ -438,3 +443,88 @@ async def test_every_read_failing_raises_for_the_core_to_count(make: MakeCollect
         assert only(await tick(collector, fake, 2), "gpu")[0].fields["power_watts"] == 61.0
     finally:
         await collector.aclose()
+
+
+async def test_ampere_ga100_power_usage_is_instant_other_ampere_is_averaged(
+    make: MakeCollector,
+) -> None:
+    collector, fake = make(load_scenario("ampere"), samples=False, processes=False)
+    await collector.open()
+    try:
+        first = await tick(collector, fake, 1)
+        second = await tick(collector, fake, 2)
+    finally:
+        await collector.aclose()
+
+    def power(points: list[Point], gpu: str) -> dict[str, object]:
+        [p] = only(points, "gpu", gpu=gpu)
+        keys = ("power_watts", "power_average_watts", "energy_joules")
+        return {k: p.fields[k] for k in keys if k in p.fields}
+
+    # A100 (GA100): field 186 is the power; GetPowerUsage (instantaneous here) is not an average.
+    # Energy since open: 2250000 - 2000000 mJ = 250 J, then 2640000 - 2000000 = 640 J.
+    assert power(first, "0") == {"power_watts": 250.5, "energy_joules": 250.0}
+    assert power(second, "0") == {"power_watts": 390.25, "energy_joules": 640.0}
+    # A30 (GA100), field 186 not supported: GetPowerUsage 120000 mW is the instant power.
+    assert power(first, "1") == {"power_watts": 120.0, "energy_joules": 120.0}
+    assert power(second, "1") == {"power_watts": 150.5, "energy_joules": 270.0}
+    # A10 (GA102): GetPowerUsage is the 1 s average, field 186 the instant power.
+    assert power(first, "2") == {
+        "power_watts": 140.25,
+        "power_average_watts": 120.0,
+        "energy_joules": 120.0,
+    }
+    assert power(second, "2") == {
+        "power_watts": 90.0,
+        "power_average_watts": 131.0,
+        "energy_joules": 250.0,
+    }
+
+
+def test_power_usage_generation_rule() -> None:
+    from collectors.nvml import is_ga100, power_usage_is_instant
+
+    assert [is_ga100(n) for n in ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A30",
+                                  "NVIDIA A800-SXM4-80GB", "NVIDIA A10", "NVIDIA A40",
+                                  "NVIDIA RTX A6000", "NVIDIA H100 80GB HBM3")] == [
+        True, True, True, True, False, False, False, False
+    ]  # fmt: skip
+    assert power_usage_is_instant(6, "Tesla T4") is True  # Turing
+    assert power_usage_is_instant(7, "NVIDIA A100-PCIE-40GB") is True
+    assert power_usage_is_instant(7, "NVIDIA GeForce RTX 3090") is False
+    assert power_usage_is_instant(9, "NVIDIA H100 80GB HBM3") is False
+    assert power_usage_is_instant(None, "NVIDIA A100-PCIE-40GB") is None
+
+
+async def test_processes_on_one_gpu_get_distinct_instances_not_pid_tags(
+    make: MakeCollector, tmp_path: Path
+) -> None:
+    for pid, ppid, start in ((4100, 1, 1000), (4101, 4100, 1010), (4102, 4101, 1020)):
+        write_stat(tmp_path, pid, ppid, start)
+    write_stat(tmp_path, 5000, 1, 500, "other job")
+    collector, fake = make(load_scenario("processes"), samples=False)
+    await collector.open()
+    try:
+        first = await tick(collector, fake, 1)
+    finally:
+        await collector.aclose()
+    per_process = [p for p in only(first, "gpu_process") if "tree" not in p.tags]
+    # Two processes per GPU: each GPU numbers its own (no two points share a series).
+    assert sorted((p.tags["gpu"], p.tags["instance"], p.fields["pid"]) for p in per_process) == [
+        ("0", "0", 4100),
+        ("0", "1", 4101),
+        ("1", "0", 4102),
+        ("1", "1", 5000),
+    ]
+    assert all("pid" not in p.tags for p in per_process)
+
+
+async def test_stats_survive_aclose_for_the_final_report(make: MakeCollector) -> None:
+    collector, fake = make(load_scenario("mixed"), processes=False)
+    await collector.open()
+    await tick(collector, fake, 1)
+    await tick(collector, fake, 2)  # one transient error on the P100
+    before = collector.stats()
+    await collector.aclose()
+    assert collector.stats() == before
+    assert before["errors_transient"] == 1

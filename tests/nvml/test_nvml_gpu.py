@@ -2,7 +2,7 @@
 
 Skipped where ``nvmlInit`` fails (no driver, no GPU). With ``NRG_GPU_NOTE=FILE`` the minute-long
 test writes what it saw (energy counter vs integrated instant power and vs the driver's power
-samples, sample rate, UUID mapping) as JSON to FILE for the issue note.
+samples, sample rate, UUID mapping) as JSON to FILE, to keep with a report of the run.
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ from typing import Any
 
 import pynvml
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-import collectors.nvml as nvml_module
+import collectors.nvml.parse as nvml_module
 from acquisition.api import PluginContext
 from acquisition.errors import NoData
 from collectors.nvml import (
@@ -314,3 +316,37 @@ def test_agent_once_runs_on_with_the_other_collectors(tmp_path: Path) -> None:
     assert {"cpu", "memory", "process"} <= measurements
     assert not measurements & {"gpu", "gpu_sample", "gpu_process"}
     assert "collector nvml unavailable: NVML library libnvidia-ml.so.1 not found" in once.stderr
+
+
+@given(st.text(max_size=200))
+def test_fuzz_parse_proc_stat_raises_only_value_error(text: str) -> None:
+    try:
+        ppid, start = parse_proc_stat(text)
+    except ValueError:
+        return
+    assert isinstance(ppid, int) and isinstance(start, int)
+
+
+@given(st.one_of(st.none(), st.text(max_size=100)))
+def test_fuzz_parse_visible_devices_never_raises(value: str | None) -> None:
+    entries = parse_visible_devices(value)
+    assert entries is None or all(e == e.strip() for e in entries)
+
+
+@given(
+    st.one_of(st.none(), st.lists(st.text(max_size=12), max_size=6)),
+    st.lists(st.from_regex(r"GPU-[0-9a-f]{4}", fullmatch=True), max_size=4),
+    st.booleans(),
+)
+@example(["²"], ["GPU-abcd"], True)
+@example(["--1"], ["GPU-abcd"], True)
+def test_fuzz_select_gpus_raises_only_value_error(
+    entries: list[str] | None, uuids: list[str], stop: bool
+) -> None:
+    try:
+        chosen = select_gpus(entries, uuids, stop_at_invalid=stop)
+    except ValueError:
+        assert not stop  # CUDA's rule stops at an invalid entry instead
+        return
+    assert len(set(chosen)) == len(chosen)
+    assert all(0 <= i < len(uuids) for i in chosen)

@@ -17,6 +17,7 @@ from collectors.procfs import (
     memory_detail_from_statm,
     memory_fields,
     parse_children,
+    parse_forks,
     parse_meminfo,
     parse_pid_stat,
     parse_proc_stat,
@@ -156,7 +157,7 @@ def test_cpu_ratios_clamp_a_backwards_iowait() -> None:
 # --- property tests ---------------------------------------------------------------------------
 
 comm_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00\n"), max_size=16)
-u64 = st.integers(min_value=0, max_value=2**63)
+u64 = st.integers(min_value=0, max_value=2**63 - 1)
 
 
 @given(
@@ -244,3 +245,147 @@ def test_cpu_ratios_add_up_and_stay_in_range(prev: tuple[int, ...], inc: tuple[i
     parts = f["user_ratio"] + f["system_ratio"] + f["steal_ratio"] + f["guest_ratio"]
     assert f["utilization_ratio"] == pytest.approx(parts, abs=1e-12)
     assert f["utilization_ratio"] == pytest.approx(1 - (inc[3] + inc[4]) / total, abs=1e-12)
+
+
+# --- values beyond int64 and malformed text: ValueError only ------------------------------------
+
+U64_MAX = b"18446744073709551615"  # 2**64 - 1, what a broken kernel or a damaged capture shows
+
+
+def test_values_beyond_int64_are_unreadable() -> None:
+    with pytest.raises(ValueError, match="int64"):
+        parse_statm(b"100 " + U64_MAX + b" 20 1 0 50 0\n")
+    with pytest.raises(ValueError, match="int64"):
+        parse_pid_stat(PID_STAT.replace(b" 395 ", b" " + U64_MAX + b" "))
+    with pytest.raises(ValueError, match="int64"):
+        parse_proc_stat(b"cpu  1 2 3 " + U64_MAX + b"\n")
+    with pytest.raises(ValueError, match="int64"):
+        parse_smaps_rollup(b"Rss: " + U64_MAX + b" kB\n")
+    with pytest.raises(ValueError, match="int64"):
+        parse_children(b"12 " + U64_MAX)
+    # 2**63 - 1 itself is a valid int64.
+    assert parse_statm(b"1 9223372036854775807 0 0 0 0 0") == (1, 2**63 - 1, 0, 0, 0, 0, 0)
+
+
+def test_meminfo_value_beyond_int64_in_bytes_is_left_out() -> None:
+    # 2**53 kB is 2**63 bytes: one more than int64 holds.
+    text = b"MemTotal: 9007199254740992 kB\nMemFree: 9007199254740991 kB\nCached: x kB\n"
+    assert parse_meminfo(text) == {"MemFree": 9007199254740991 * 1024}
+    assert parse_meminfo(text, [b"MemTotal", b"MemFree"]) == {"MemFree": 9007199254740991 * 1024}
+
+
+def test_meminfo_without_total_or_free_is_a_value_error() -> None:
+    from collectors.procfs.parsers import MSG_MEMINFO_MISSING
+
+    with pytest.raises(ValueError) as info:
+        meminfo_from_fields({"MemFree": 1})
+    assert str(info.value) == MSG_MEMINFO_MISSING.format(key="MemTotal")
+    with pytest.raises(ValueError) as info:
+        meminfo_from_fields({"MemTotal": 1})
+    assert str(info.value) == MSG_MEMINFO_MISSING.format(key="MemFree")
+
+
+def test_memory_fields_of_huge_values_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="int64"):
+        memory_fields(MemInfo(10**250, 1, 1, 0, 0))
+    with pytest.raises(ValueError, match="int64"):
+        meminfo_from_fields({"MemTotal": 10**250, "MemFree": 1})
+
+
+def test_truncated_pid_stat_and_statm_are_value_errors() -> None:
+    with pytest.raises(ValueError):
+        parse_pid_stat(PID_STAT[:60])
+    with pytest.raises(ValueError):
+        parse_statm(b"1 2")
+
+
+# Fuzz targets: each parser raises ValueError (its documented type) or returns, for any bytes.
+_procfs_bytes = st.one_of(
+    st.binary(max_size=300),
+    st.lists(
+        st.sampled_from(
+            [
+                b"cpu",
+                b"cpu0",
+                b" ",
+                b"  ",
+                b"\n",
+                b"(",
+                b")",
+                b"kB",
+                b":",
+                b"-",
+                b"1",
+                b"0",
+                b"9" * 25,
+                U64_MAX,
+                b"\xff",
+                b"MemTotal",
+                b"MemFree",
+                b"processes ",
+                b"intr",
+            ]
+        ),
+        max_size=40,
+    ).map(b"".join),
+)
+
+
+@given(_procfs_bytes)
+def test_fuzz_byte_parsers_raise_only_value_error(data: bytes) -> None:
+    for parser in (
+        parse_proc_stat,
+        parse_pid_stat,
+        parse_children,
+        parse_smaps_rollup,
+        parse_statm,
+        parse_meminfo,
+        parse_forks,
+    ):
+        try:
+            parser(data)  # type: ignore[operator]
+        except ValueError:
+            pass
+
+
+@given(_procfs_bytes)
+def test_fuzz_meminfo_to_memory_fields_raise_only_value_error(data: bytes) -> None:
+    try:
+        fields = memory_fields(meminfo_from_fields(parse_meminfo(data)))
+    except ValueError:
+        return
+    assert all(-(2**63) <= v < 2**63 for v in fields.values() if isinstance(v, int))
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["MemTotal", "MemFree", "MemAvailable", "Buffers", "Cached", "SwapTotal", "SwapFree"]
+        ),
+        st.integers(-(10**30), 10**300),
+        max_size=7,
+    )
+)
+def test_fuzz_meminfo_from_fields_raises_only_value_error(fields: dict[str, int]) -> None:
+    try:
+        memory_fields(meminfo_from_fields(fields))
+    except ValueError:
+        pass
+
+
+def test_instances_are_bounded_slots_per_tree_and_comm() -> None:
+    from collectors.procfs.trees import Instances
+
+    inst = Instances()
+    inst.update("1", [("python", 1), ("worker", 10), ("worker", 11), ("worker", 12)])
+    assert [inst.get("1", "worker", p) for p in (10, 11, 12)] == [0, 1, 2]
+    assert inst.get("1", "python", 1) == 0
+    # Worker 11 exits and 13 starts: 13 takes the free slot 1; the others keep theirs.
+    inst.update("1", [("python", 1), ("worker", 10), ("worker", 12), ("worker", 13)])
+    assert [inst.get("1", "worker", p) for p in (10, 12, 13)] == [0, 2, 1]
+    # Another tree numbers its own processes.
+    inst.update("2", [("worker", 11)])
+    assert inst.get("2", "worker", 11) == 0
+    inst.forget("1")
+    inst.update("1", [("worker", 13)])
+    assert inst.get("1", "worker", 13) == 0

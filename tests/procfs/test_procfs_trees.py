@@ -4,7 +4,8 @@ Hypothesis draws a forest (pid, parent, starttime; some children "started" befor
 as a reused pid's leftovers would look) and which pids are tracked. The tree is written as a
 procfs directory (real captured file formats, see build_fixtures.py); the collector's ``scope=pid``
 points of each tree must be exactly the members an independent recursive definition gives, with
-the children files and with the ppid scan alike.
+the children files and with the ppid scan alike. A process belongs to one tree only: a tracked pid
+below another tracked root starts its own tree, and the trees partition the tracked processes.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ def forests(draw: st.DrawFn) -> tuple[Forest, list[int]]:
     return forest, tracked
 
 
-def members(forest: Forest, root: int) -> set[int]:
-    """The root and, recursively, every child of a member that did not start before it."""
+def members(forest: Forest, root: int, tracked: frozenset[int] = frozenset()) -> set[int]:
+    """The root and, recursively, every child of a member that did not start before it and is
+    not itself a tracked root (that one is its own tree)."""
     out = {root}
     for pid, (ppid, start) in forest.items():
-        if ppid == root and pid != root and start >= forest[root][1]:
-            out |= members(forest, pid)
+        if ppid == root and pid != root and start >= forest[root][1] and pid not in tracked:
+            out |= members(forest, pid, tracked)
     return out
 
 
@@ -71,7 +73,7 @@ async def _trees(base: Path, tracked: list[int], descendants: str) -> dict[str, 
     out: dict[str, set[int]] = {}
     for p in points:
         if p.measurement == "process" and p.tags["scope"] == "pid":
-            out.setdefault(p.tags["tree"], set()).add(int(p.tags["pid"]))
+            out.setdefault(p.tags["tree"], set()).add(int(p.fields["pid"]))
     return out
 
 
@@ -79,7 +81,9 @@ async def _trees(base: Path, tracked: list[int], descendants: str) -> dict[str, 
 @given(forests())
 async def test_collector_finds_exactly_the_descendants(case: tuple[Forest, list[int]]) -> None:
     forest, tracked = case
-    want = {str(r): members(forest, r) for r in tracked}
+    want = {str(r): members(forest, r, frozenset(tracked)) for r in tracked}
+    every = [pid for tree in want.values() for pid in tree]
+    assert len(every) == len(set(every)), "the oracle's trees overlap"
     base = Path(tempfile.mkdtemp(prefix="nrg-forest-"))
     try:
         _write(base, forest)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,15 @@ def proc(
     if mem is not None:
         fields["memory_used_share_ratio"] = mem
     return Point("process", {"tree": "4242", "scope": scope, **extra}, fields, t)
+
+
+def burn_cpu(seconds: float = 0.05) -> None:
+    """Use this much CPU time (several USER_HZ ticks, whatever the machine's load)."""
+    start = time.process_time()
+    x = 0
+    while time.process_time() - start < seconds:
+        for i in range(10_000):
+            x += i * i
 
 
 class Recorder:
@@ -120,12 +130,14 @@ def test_scopes_and_tags() -> None:
 
 def test_stale_or_missing_rapl_power_leaves_fields_out() -> None:
     r = Recorder(ProcessPowerConfig(max_age=2.0))
-    # No RAPL at all (a VM): nothing to share out.
+    # No RAPL at all (a VM): nothing to share out, and no work done or state kept.
     assert r.feed(proc(T0), proc(T0 + S, cpu=0.5, mem=0.5)) == []
-    assert r.proc.stats() == {"missing_power": 1}
-    assert r.proc.emitted == 0
+    assert r.proc.stats() == {"missing_power": 0}
+    assert r.proc._series == {}
+    # The first process point after RAPL power appeared starts the series.
+    assert r.feed(rapl(T0 + S, "0", "package", 90.0), proc(T0 + S)) == []
     # Package power 3 s older than the process point: too old; DRAM is fresh.
-    r.feed(rapl(T0 + S, "0", "package", 90.0), rapl(T0 + 4 * S, "0", "dram", 6.0))
+    r.feed(rapl(T0 + 4 * S, "0", "dram", 6.0))
     out = r.feed(proc(T0 + 4 * S, cpu=0.5, mem=0.5))
     # dram's first power: 3 W for the 3 s since the last process point.
     assert [dict(p.fields) for p in out] == [{"dram_power_watts": 3.0, "dram_energy_joules": 9.0}]
@@ -139,6 +151,22 @@ def test_stale_or_missing_rapl_power_leaves_fields_out() -> None:
             "dram_energy_joules": 12.0,
         }
     ]
+    # Every power older than max_age: a point with shares and no field is counted.
+    assert r.feed(proc(T0 + 8 * S, cpu=0.5, mem=0.5)) == []
+    assert r.proc.stats() == {"missing_power": 1}
+
+
+def test_rapl_power_newer_than_max_age_is_not_used() -> None:
+    """Power read after the process point counts only within max_age of it, as older power does:
+    a value from far in the future describes another interval."""
+    r = Recorder(ProcessPowerConfig(max_age=2.0))
+    r.feed(rapl(T0, "0", "dram", 4.0), proc(T0))
+    r.feed(rapl(T0 + 4 * S, "0", "package", 90.0))  # 3 s after the next process point
+    out = r.feed(proc(T0 + S, cpu=0.5, mem=0.5))
+    assert [dict(p.fields) for p in out] == [{"dram_power_watts": 2.0, "dram_energy_joules": 2.0}]
+    r.feed(rapl(T0 + 3 * S, "0", "package", 60.0))  # 1 s after the next one: within max_age
+    out = r.feed(proc(T0 + 2 * S, cpu=0.5))
+    assert [dict(p.fields) for p in out] == [{"cpu_power_watts": 30.0, "cpu_energy_joules": 30.0}]
 
 
 def test_a_socket_missing_one_tick_uses_its_last_power() -> None:
@@ -207,9 +235,7 @@ async def test_real_procfs_and_rapl_fixture_through_the_bus(tmp_path: Path) -> N
     await rapl_c.open()
     await procfs.open()
     await procfs.collect(bus.emit, T0)
-    x = 0
-    for i in range(300_000):  # burn CPU so this tree has a busy share
-        x += i * i
+    burn_cpu()  # so this tree has a busy share
     for zone, uj in (
         ("intel-rapl:0", 184_799_780_118),
         ("intel-rapl:0:0", 40_140_715_906),
@@ -220,28 +246,54 @@ async def test_real_procfs_and_rapl_fixture_through_the_bus(tmp_path: Path) -> N
     io.now = S
     await rapl_c.collect(bus.emit, T0 + S)
     await procfs.collect(bus.emit, T0 + S)
+    # A third tick: every zone gains 100 J in 1 s, so package and DRAM read 2 × 100 W.
+    for zone, uj in (
+        ("intel-rapl:0", 184_899_780_118),
+        ("intel-rapl:0:0", 40_240_715_906),
+        ("intel-rapl:1", 179_246_718_744),
+        ("intel-rapl:1:0", 38_621_012_170),
+    ):
+        (Path(str(root / "sys/class/powercap" / zone)) / "energy_uj").write_text(f"{uj}\n")
+    burn_cpu()
+    io.now = 2 * S
+    await rapl_c.collect(bus.emit, T0 + 2 * S)
+    await procfs.collect(bus.emit, T0 + 2 * S)
     await procfs.aclose()
     await rapl_c.aclose()
 
     derived = [p for p in seen if p.measurement == "process_power"]
     combined = [p for p in seen if p.measurement == "process" and p.tags["scope"] == "combined"]
-    assert [p.tags["scope"] for p in derived] == ["main", "descendants", "combined"]
-    share = combined[-1].fields["cpu_busy_share_ratio"]
-    mem = combined[-1].fields["memory_used_share_ratio"]
+    assert [p.tags["scope"] for p in derived] == ["main", "descendants", "combined"] * 2
+    share = combined[-2].fields["cpu_busy_share_ratio"]
+    mem = combined[-2].fields["memory_used_share_ratio"]
     assert isinstance(share, float) and share > 0.0
     assert isinstance(mem, float)
-    out = derived[-1]
-    assert out.tags == combined[-1].tags
+    # The first tick after RAPL's first power only starts the series: no energy yet.
+    out = derived[-4]
+    assert out.tags == combined[-2].tags
     assert out.time_ns == T0 + S
     # Package 187.25 + 142.5 W, DRAM 23.48 + 19.02 W (the fixture's first tick).
-    assert out.fields["cpu_power_watts"] == share * (0.0 + 187.25 + 142.5)
-    assert out.fields["dram_power_watts"] == mem * (0.0 + 23.48 + 19.02)
-    assert out.fields["cpu_energy_joules"] == out.fields["cpu_power_watts"]  # 1 s interval
+    assert out.fields == {
+        "cpu_power_watts": share * (0.0 + 187.25 + 142.5),
+        "dram_power_watts": mem * (0.0 + 23.48 + 19.02),
+    }
+    out = derived[-1]
+    share = combined[-1].fields["cpu_busy_share_ratio"]
+    mem = combined[-1].fields["memory_used_share_ratio"]
+    assert isinstance(share, float) and isinstance(mem, float)
+    assert out.time_ns == T0 + 2 * S
+    assert out.fields == {
+        "cpu_power_watts": share * (0.0 + 100.0 + 100.0),
+        "cpu_energy_joules": share * (0.0 + 100.0 + 100.0),  # over 1 s
+        "dram_power_watts": mem * (0.0 + 100.0 + 100.0),
+        "dram_energy_joules": mem * (0.0 + 100.0 + 100.0),
+    }
 
 
 def test_series_of_exited_processes_are_forgotten() -> None:
     """Per-pid series come and go: state for one silent for 100 × max_age is dropped."""
     r = Recorder(ProcessPowerConfig(scopes=["pid"], max_age=1.0))
+    r.feed(rapl(T0, "0", "package", 50.0))
     for i in range(2048):
         r.feed(proc(T0 + i * S, "pid", pid=str(10_000 + i), comm="worker"))
     # Pruned at the 2048th point (t = 2047 s): only the last 100 s of series remain.

@@ -173,11 +173,12 @@ def test_energy_survives_wraps_and_failed_reads(
     cap = modulus // 8
     expected = 0
     run = 0
+    pending = 0  # µJ since the last good read
     for inc, fail in steps:
         inc %= cap + 1
         fail = fail and run < 7
-        run = run + 1 if fail else 0
         expected += inc
+        pending += inc
         state["raw"] = (state["raw"] + inc) % modulus
         state["fail"] = fail
         io.now += 1_000_000_000
@@ -187,4 +188,76 @@ def test_energy_survives_wraps_and_failed_reads(
         else:
             assert fields is not None
             assert fields["energy_joules"] == expected / 10**6
-            assert fields["power_watts"] >= 0.0
+            # The energy since the last good read over the (run + 1) seconds since then.
+            assert fields["power_watts"] == pytest.approx(pending / 10**6 / (run + 1), rel=1e-12)
+            pending = 0
+        run = run + 1 if fail else 0
+
+
+def test_parse_cpu_list_is_bounded_by_the_cpu_count() -> None:
+    from collectors.rapl import MAX_CPUS
+
+    # Once a multi-gigabyte range built for seconds; now refused at once.
+    with pytest.raises(ValueError, match="beyond"):
+        parse_cpu_list("0-12777777777")
+    with pytest.raises(ValueError, match="beyond"):
+        parse_cpu_list(f"0-{MAX_CPUS}")
+    assert parse_cpu_list(f"{MAX_CPUS - 1}") == [MAX_CPUS - 1]
+    with pytest.raises(ValueError, match="beyond the 4 CPUs"):
+        parse_cpu_list("0-4", max_cpus=4)
+    assert parse_cpu_list("0-3", max_cpus=4) == [0, 1, 2, 3]
+    for bad in ("3-1", "x", "1-", "-1", "0--2", "٣"):
+        with pytest.raises(ValueError):
+            parse_cpu_list(bad)
+
+
+def test_parse_uint_is_64_bit() -> None:
+    assert parse_uint("18446744073709551615") == 2**64 - 1
+    for bad in ("18446744073709551616", "1" * 5000, "²"):
+        with pytest.raises(ValueError):
+            parse_uint(bad)
+
+
+# Fuzz targets: every parser raises ValueError (its documented type) or returns.
+_rapl_text = st.one_of(
+    st.text(max_size=120),
+    st.lists(
+        st.sampled_from(
+            [
+                "0",
+                "1",
+                "9",
+                "-",
+                ",",
+                "package",
+                "-die-",
+                "psys",
+                "event=",
+                "0x",
+                "ff",
+                "\n",
+                ":",
+                "vendor_id",
+                "cpu family",
+                "model",
+                "GenuineIntel",
+                " ",
+                "9" * 30,
+                "²",
+                "٣",
+            ]
+        ),
+        max_size=30,
+    ).map("".join),
+)
+
+
+@given(_rapl_text)
+def test_fuzz_rapl_parsers_raise_only_value_error(text: str) -> None:
+    for parser in (parse_zone_name, parse_uint, parse_cpu_list, parse_perf_event, parse_cpuinfo):
+        try:
+            result = parser(text)  # type: ignore[operator]
+        except ValueError:
+            continue
+        if parser is parse_cpu_list:
+            assert all(0 <= cpu < 8192 for cpu in result)

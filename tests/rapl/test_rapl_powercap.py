@@ -291,3 +291,43 @@ async def test_default_reader_reads_the_real_files(tmp_path: Path) -> None:
     assert io.read_text(str(zone / "max_energy_range_uj")) == "65532610987\n"
     with pytest.raises(FileNotFoundError):
         io.read_text(str(zone / "power_uw"))  # RAPL has no instantaneous power
+
+
+async def test_stats_survive_aclose_for_the_final_report(tmp_path: Path) -> None:
+    # The agent emits the final nrg_collect point after closing its collectors.
+    _, collector = await run_powercap("wrap", tmp_path)
+    await collector.aclose()
+    assert collector.stats() == {"read_errors": 0, "wraps": 2}
+    _, failing = await run_powercap("read-failure", tmp_path / "b")
+    await failing.aclose()
+    assert failing.stats() == {"read_errors": 2, "wraps": 0}
+
+
+async def test_zero_max_energy_range_means_the_32_bit_microjoule_wrap(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Firmware that reports max_energy_range_uj = 0: the zone is read, wrapping at 2^32 µJ."""
+    from collectors.rapl import MSG_RANGE_ZERO
+
+    caplog.set_level(logging.INFO, logger="collectors.rapl")
+    root = install_tree("xeon-2s-dram", tmp_path)
+    zones = ("intel-rapl:0", "intel-rapl:0:0", "intel-rapl:1", "intel-rapl:1:0")
+    for zone in zones:
+        real = Path(os.path.realpath(root / "sys/class/powercap" / zone))
+        (real / "max_energy_range_uj").write_text("0\n")
+        (real / "energy_uj").write_text("4294000000\n")  # 967296 µJ below 2^32
+    io = SteppedIO()
+    collector = RaplCollector(RaplConfig(root=str(root)), context(1.0), io=io)
+    io.now = 1_000_000_000
+    await collector.open()
+    for zone in zones:
+        real = Path(os.path.realpath(root / "sys/class/powercap" / zone))
+        (real / "energy_uj").write_text("1000000\n")  # wrapped past 2^32
+    io.now = 2_000_000_000
+    points: list = []
+    await collector.collect(points.append, 5)
+    # 2^32 - 4294000000 + 1000000 = 967296 + 1000000 = 1967296 µJ in 1 s.
+    assert [p.fields for p in points] == [{"energy_joules": 1.967296, "power_watts": 1.967296}] * 4
+    assert collector.stats() == {"read_errors": 0, "wraps": 4}
+    assert collector.describe().count("max_energy_range_uj reads 0: 32-bit µJ wrap assumed") == 4
+    assert len([r for r in caplog.records if r.msg == MSG_RANGE_ZERO]) == 4

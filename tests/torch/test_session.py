@@ -17,6 +17,12 @@ from torch import nn
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
 from acquisition.torch import instrument
+from acquisition.torch.session import (
+    DETAIL_EVERY_ERROR,
+    DETAIL_MODULES,
+    SAMPLES_ERROR,
+    detail_every,
+)
 from tests.torch.conftest import Listener
 from tests.torch.models import Scaled
 
@@ -54,17 +60,18 @@ def check_run(pts: list[Point], run: str, pid: int) -> None:
     by = Counter(p.measurement for p in pts)
     steps = [p for p in pts if p.measurement == "nrg_step"]
     # Six optimizer steps, plus the last evaluation as a final partial step.
-    assert [(p.fields["step"], p.fields["epoch"]) for p in steps] == [
-        (0, 0),
-        (1, 0),
-        (2, 0),
-        (3, 1),
-        (4, 1),
-        (5, 1),
-        (6, 1),
+    assert [(p.fields["step"], p.tags["epoch"]) for p in steps] == [
+        (0, "0"),
+        (1, "0"),
+        (2, "0"),
+        (3, "1"),
+        (4, "1"),
+        (5, "1"),
+        (6, "1"),
     ]
     for p in steps:
-        assert p.tags == {"experiment": "unit", "run": run, "rank": "3"}
+        assert p.tags == {"experiment": "unit", "run": run, "rank": "3", "epoch": p.tags["epoch"]}
+        assert "epoch" not in p.fields and "samples" not in p.fields
         assert p.time_ns == p.fields["end_time_ns"]
         assert (
             p.fields["duration_seconds"]
@@ -78,6 +85,7 @@ def check_run(pts: list[Point], run: str, pid: int) -> None:
         calls[p.fields["step"], p.tags["module"], p.tags["phase"]] += p.fields["calls"]
         assert p.fields["exclusive_seconds"] <= p.fields["inclusive_seconds"]
         assert p.time_ns == steps[p.fields["step"]].time_ns
+        assert p.tags["epoch"] == steps[p.fields["step"]].tags["epoch"]
     # step 1: one training forward; backward timed on every leaf module.
     assert {k[1:]: v for k, v in calls.items() if k[0] == 1} == {
         ("(root)", "forward"): 1,
@@ -221,3 +229,134 @@ def test_modules_added_during_the_run_are_named(listener: Listener) -> None:
         if p.measurement == "nrg_module"
     }
     assert rows == {(0, "(root)"), (0, "0"), (1, "(root)"), (1, "0"), (1, "extra")}
+
+
+def test_samples_per_step_and_per_call(listener: Listener) -> None:
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with instrument(model, run="samples", graph=False, samples_per_step=16) as session:
+        for _ in range(2):  # optimizer steps: samples_per_step
+            model(torch.randn(16, 4)).sum().backward()
+            opt.step()
+        model(torch.randn(5, 4)).sum().backward()
+        session.step(samples=5)  # the last, smaller batch says its own size
+        model(torch.randn(16, 4)).sum().backward()
+        session.step()
+    steps = [p for p in points(listener.text()) if p.measurement == "nrg_step"]
+    assert [(p.fields["step"], p.fields["samples"]) for p in steps] == [
+        (0, 16),
+        (1, 16),
+        (2, 5),
+        (3, 16),
+    ]
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "8"])
+def test_samples_must_be_a_positive_integer(bad: object) -> None:
+    with pytest.raises(ValueError) as err:
+        instrument(nn.Linear(2, 2), samples_per_step=bad)  # type: ignore[arg-type]
+    assert str(err.value) == SAMPLES_ERROR.format(value=bad)
+    session = instrument(nn.Linear(2, 2), graph=False).start()
+    try:
+        with pytest.raises(ValueError) as err:
+            session.step(samples=bad)  # type: ignore[arg-type]
+        assert str(err.value) == SAMPLES_ERROR.format(value=bad)
+    finally:
+        session.close()
+
+
+def test_run_experiment_and_socket_come_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``nrg-collect -- CMD`` passes its job: the job's points carry the agent's tags and
+    go to the agent's own socket."""
+    peer = Listener(tmp_path / "job.sock")
+    monkeypatch.setenv("NRG_SOCKET", str(peer.path))
+    monkeypatch.setenv("NRG_RUN", "train.py-20261125T110000Z")
+    monkeypatch.setenv("NRG_EXPERIMENT", "sweep-a")
+    model = nn.Linear(2, 2)
+    try:
+        with instrument(model, graph=False) as session:
+            model(torch.randn(1, 2))
+            session.step()
+    finally:
+        peer.kill()
+    pts = points(peer.text())
+    start = pts[0]
+    assert (start.measurement, start.fields["event"]) == ("nrg_run", "start")
+    assert start.tags == {"experiment": "sweep-a", "run": "train.py-20261125T110000Z"}
+    assert {p.tags["run"] for p in pts} == {"train.py-20261125T110000Z"}
+    assert session.socket_path == peer.path
+
+
+def test_arguments_win_over_the_environment(
+    listener: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NRG_RUN", "from-env")
+    monkeypatch.setenv("NRG_EXPERIMENT", "env-exp")
+    model = nn.Linear(2, 2)
+    with instrument(model, graph=False, run="mine", experiment="exp") as session:
+        model(torch.randn(1, 2))
+        session.step()
+    start = points(listener.text())[0]
+    assert start.tags == {"experiment": "exp", "run": "mine"}
+
+
+def _module_steps(text: str) -> dict[int, int]:
+    """Step → number of ``nrg_module`` points."""
+    counts: Counter[int] = Counter()
+    for p in points(text):
+        if p.measurement == "nrg_module":
+            counts[p.fields["step"]] += 1
+    return dict(counts)
+
+
+def test_module_detail_every_nth_step(listener: Listener) -> None:
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with instrument(model, run="sampled", graph=False, module_detail_every=3) as session:
+        for _ in range(7):
+            model(torch.randn(16, 4)).sum().backward()
+            opt.step()
+    text = listener.text()
+    steps = [p.fields["step"] for p in points(text) if p.measurement == "nrg_step"]
+    assert steps == list(range(7))  # every step is reported
+    per_step = 12  # 7 modules forward (the root included), 5 leaves backward
+    assert _module_steps(text) == {0: per_step, 3: per_step, 6: per_step}
+    assert session.module_detail_every == 3
+
+
+def test_default_module_detail_follows_the_model_size() -> None:
+    assert detail_every(DETAIL_MODULES, None) == 1
+    assert detail_every(DETAIL_MODULES + 1, None) == 2
+    assert detail_every(202, None) == 4
+    assert detail_every(10_001, None) == 157
+    assert detail_every(10_001, 1) == 1
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError) as err:
+            detail_every(10, bad)  # type: ignore[arg-type]
+        assert str(err.value) == DETAIL_EVERY_ERROR.format(value=bad)
+
+
+def test_no_event_lost_under_a_10000_module_model(listener: Listener) -> None:
+    """Every call of every module reaches the agent: the hook buffer never drops or overwrites,
+    whatever the model's size."""
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(3_333)]
+    model = nn.Sequential(*blocks)  # 1 + 3,333 x 3 = 10,000 modules
+    assert sum(1 for _ in model.modules()) == 10_000
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    with instrument(model, run="big", graph=False) as session:
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+    pts = points(listener.text())
+    step0 = [p for p in pts if p.measurement == "nrg_module" and p.fields["step"] == 0]
+    forward = {p.tags["module"]: p.fields["calls"] for p in step0 if p.tags["phase"] == "forward"}
+    backward = {p.tags["module"] for p in step0 if p.tags["phase"] == "backward"}
+    names = [n or "(root)" for n, _ in model.named_modules()]
+    assert forward == dict.fromkeys(names, 1)
+    leaves = {n for n, m in model.named_modules() if next(m.children(), None) is None}
+    assert backward == leaves
+    assert session.module_detail_every == 157
+    assert [p.fields["step"] for p in pts if p.measurement == "nrg_module"].count(1) == 0

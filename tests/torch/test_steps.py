@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 from acquisition.torch.hooks import BWD_POST, BWD_PRE, EPOCH, FWD_POST, FWD_PRE, RETIME, STEP
-from acquisition.torch.steps import ModuleTiming, StepAggregator, StepLines, step_points
+from acquisition.torch.steps import (
+    ModuleTiming,
+    StepAggregator,
+    StepLines,
+    StepRecord,
+    step_points,
+)
 
 
 class M:
@@ -105,10 +112,9 @@ def test_step_points_follow_the_wire_contract() -> None:
     assert points == [
         Point(
             "nrg_step",
-            tags,
+            {**tags, "epoch": "0"},
             {
                 "step": 0,
-                "epoch": 0,
                 "start_time_ns": 10**18 + 1_000,
                 "end_time_ns": 10**18 + 4_000,
                 "duration_seconds": 3e-6,
@@ -117,10 +123,9 @@ def test_step_points_follow_the_wire_contract() -> None:
         ),
         Point(
             "nrg_module",
-            {**tags, "module": "a", "phase": "forward"},
+            {**tags, "epoch": "0", "module": "a", "phase": "forward"},
             {
                 "step": 0,
-                "epoch": 0,
                 "calls": 1,
                 "inclusive_seconds": 5e-7,
                 "exclusive_seconds": 5e-7,
@@ -129,10 +134,9 @@ def test_step_points_follow_the_wire_contract() -> None:
         ),
         Point(
             "nrg_module",
-            {**tags, "module": "(root)", "phase": "forward"},
+            {**tags, "epoch": "0", "module": "(root)", "phase": "forward"},
             {
                 "step": 0,
-                "epoch": 0,
                 "calls": 1,
                 "inclusive_seconds": 2e-6,
                 "exclusive_seconds": 1.5e-6,
@@ -140,6 +144,50 @@ def test_step_points_follow_the_wire_contract() -> None:
             10**18 + 4_000,
         ),
     ]
+
+
+def _steps_over_epochs(agg: StepAggregator) -> list[StepRecord]:
+    return agg.feed(
+        [
+            (a, 100, FWD_PRE),
+            (a, 200, FWD_POST),
+            (32, 300, STEP),
+            (12, 350, EPOCH),
+            (a, 400, FWD_PRE),
+            (a, 450, FWD_POST),
+            (None, 500, STEP),
+        ]
+    )
+
+
+def test_epoch_is_a_tag_and_samples_a_field_of_steps() -> None:
+    records = _steps_over_epochs(StepAggregator(NAMES, samples_per_step=8))
+    assert [(r.step, r.epoch, r.samples) for r in records] == [(0, 0, 32), (1, 12, 8)]
+    pts = [p for r in records for p in step_points(r, {"run": "r"}, 0)]
+    assert [(p.measurement, p.tags, p.fields.get("samples")) for p in pts] == [
+        ("nrg_step", {"run": "r", "epoch": "0"}, 32),
+        ("nrg_module", {"run": "r", "epoch": "0", "module": "a", "phase": "forward"}, None),
+        ("nrg_step", {"run": "r", "epoch": "12"}, 8),
+        ("nrg_module", {"run": "r", "epoch": "12", "module": "a", "phase": "forward"}, None),
+    ]
+    assert all("epoch" not in p.fields for p in pts)
+    assert [p.fields["step"] for p in pts] == [0, 0, 1, 1]
+
+
+def test_steps_without_samples_have_no_samples_field() -> None:
+    records = _steps_over_epochs(StepAggregator(NAMES))
+    assert [r.samples for r in records] == [32, None]
+    (step,) = [p for p in step_points(records[1], {}, 0) if p.measurement == "nrg_step"]
+    assert "samples" not in step.fields
+
+
+def test_step_lines_are_the_encoded_step_points_across_epochs() -> None:
+    records = _steps_over_epochs(StepAggregator(NAMES))
+    tags = {"experiment": "e x", "run": "r,1"}
+    lines = StepLines(tags, 10**18)
+    text = "".join(lines.lines(r) for r in records)
+    expected = LineEncoder().encode_many(p for r in records for p in step_points(r, tags, 10**18))
+    assert text == expected
 
 
 def test_epoch_numbering_without_arguments(private_dirs: object) -> None:

@@ -1,0 +1,136 @@
+"""Which energy sources a run has, why one is missing and how to fix it, and the power and energy
+so far per source for the live line.
+
+Energy sources are the collectors ``rapl`` (CPU package and DRAM, from powercap sysfs, MSR or
+perf), ``nvml`` (NVIDIA GPUs) and ``emonpi`` (a wall meter on a serial port). Their points carry
+cumulative ``energy*_joules`` (since the collector opened) and ``power*_watts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from acquisition.point import Point
+
+__all__ = [
+    "ENERGY_COLLECTORS",
+    "FIX_EMONPI",
+    "FIX_NVML",
+    "FIX_RAPL_ABSENT",
+    "FIX_RAPL_PERMISSION",
+    "NO_ENERGY",
+    "EnergyTotals",
+    "no_energy_message",
+]
+
+ENERGY_COLLECTORS = ("rapl", "nvml", "emonpi")
+"""Collectors that measure energy; a run with none of them open measures no energy."""
+
+NO_ENERGY = (
+    "nrg: no energy source is readable here; this run records time and resources, no joules."
+)
+FIX_RAPL_PERMISSION = (
+    "RAPL counters are readable by root only (Linux 5.10 and later). Grant read access with a "
+    "udev rule, e.g. /etc/udev/rules.d/99-nrg-rapl.rules containing\n"
+    '      SUBSYSTEM=="powercap", ACTION=="add", RUN+="/bin/chmod o+r %S%p/energy_uj"\n'
+    "    or until the next reboot: sudo chmod o+r /sys/class/powercap/intel-rapl:*/energy_uj "
+    "/sys/class/powercap/intel-rapl:*:*/energy_uj ; or run the agent as root"
+)
+FIX_RAPL_ABSENT = (
+    "this machine exposes no RAPL counters (a virtual machine, a container without /sys, or a "
+    "CPU without RAPL): run on the host, or add a wall meter ([[collectors.emonpi]])"
+)
+FIX_NVML = (
+    "no NVIDIA GPU is readable: install the NVIDIA driver (it provides libnvidia-ml.so.1) and "
+    "pip install 'nrg[nvml]'"
+)
+FIX_EMONPI = (
+    "no wall meter: connect an emonPi and set its port in [[collectors.emonpi]] "
+    'port = "/dev/ttyUSB0"'
+)
+
+
+def _fix(name: str, reason: str) -> str:
+    lowered = reason.lower()
+    if "udev" in lowered:  # the collector's reason already says how
+        return ""
+    if name == "rapl":
+        return FIX_RAPL_PERMISSION if "permission" in lowered else FIX_RAPL_ABSENT
+    if name == "nvml":
+        return FIX_NVML
+    if name == "emonpi":
+        return FIX_EMONPI
+    return ""
+
+
+def no_energy_message(open_labels: Iterable[str], unavailable: Iterable[tuple[str, str]]) -> str:
+    """Empty when an energy collector is open; else NO_ENERGY with, per energy collector, why
+    it is unavailable here and what to do."""
+    if any(label.split("-")[0] in ENERGY_COLLECTORS for label in open_labels):
+        return ""
+    lines = [NO_ENERGY]
+    reasons = {label.split("-")[0]: reason for label, reason in unavailable}
+    for name in ENERGY_COLLECTORS:
+        reason = reasons.get(name, "not configured")
+        lines.append(f"  {name}: {reason}")
+        fix = _fix(name, reason)
+        if fix:
+            lines.append(f"    fix: {fix}")
+    return "\n".join(lines)
+
+
+@dataclass
+class _Reading:
+    power_w: float | None = None
+    energy_j: float | None = None
+
+
+class EnergyTotals:
+    """Power now and energy so far per source, fed every point (a bus sink)."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, _Reading] = {}
+
+    def offer(self, point: Point) -> None:
+        m = point.measurement
+        if m != "rapl" and m != "gpu" and m != "emonpi":
+            return
+        tags = point.tags
+        if m == "rapl":
+            where = tags.get("socket")
+            name = f"{tags.get('domain', '?')}" + (f"-{where}" if where is not None else "")
+        elif m == "gpu":
+            name = f"gpu{tags.get('gpu', '?')}"
+        else:
+            name = f"wall:{tags.get('node', '?')}"
+        reading = self.sources.setdefault(name, _Reading())
+        for key, value in point.fields.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if key.startswith("energy") and key.endswith("_joules"):
+                reading.energy_j = float(value)
+                break
+        for key, value in point.fields.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if key.startswith("power") and key.endswith("_watts"):
+                reading.power_w = float(value)
+                break
+
+    def summary(self) -> str:
+        """``package-0 35.2 W 1.2 kJ · gpu0 250 W 12.0 kJ`` (empty without sources)."""
+        parts = []
+        for name, r in sorted(self.sources.items()):
+            power = f"{r.power_w:.1f} W" if r.power_w is not None else "– W"
+            parts.append(f"{name} {power} {_joules(r.energy_j)}")
+        return " · ".join(parts)
+
+
+def _joules(value: float | None) -> str:
+    if value is None:
+        return "– J"
+    for scale, unit in ((1e6, "MJ"), (1e3, "kJ")):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.1f} J"

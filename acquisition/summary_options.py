@@ -1,0 +1,62 @@
+"""Command-line options of the run summary and its units, kept apart from the summary code so
+that every ``nrg-collect`` start can declare them without importing it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = [
+    "DEFAULT_CARBON_INTENSITY",
+    "DEFAULT_CARBON_SOURCE",
+    "RAM_UNITS",
+    "TIME_UNITS",
+    "add_summary_arguments",
+    "add_unit_arguments",
+]
+
+DEFAULT_CARBON_INTENSITY = 480.0
+DEFAULT_CARBON_SOURCE = (
+    "world average of electricity generation in 2023, 480 gCO2e/kWh "
+    "(Ember, Global Electricity Review 2024)"
+)
+RAM_UNITS: dict[str, float] = {
+    "bytes": 1.0,
+    "kilobytes": 1e3,
+    "megabytes": 1e6,
+    "gigabytes": 1e9,
+    "terabytes": 1e12,
+}
+"""gpu_tracker's memory units (decimal prefixes)."""
+TIME_UNITS: dict[str, float] = {"seconds": 1.0, "minutes": 60.0, "hours": 3600.0, "days": 86400.0}
+
+
+def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the summary a tracked run prints (also used by report and compare)."""
+    g = parser.add_argument_group("run summary")
+    g.add_argument(
+        "--summary",
+        choices=("text", "json", "none"),
+        default="text",
+        help="summary printed on stderr when the tracked command exits (default: text)",
+    )
+    g.add_argument("--summary-file", metavar="FILE", help="also write the JSON summary here")
+    add_unit_arguments(g)
+
+
+def add_unit_arguments(g: Any) -> None:
+    """gpu_tracker's unit options and the carbon intensity."""
+    g.add_argument("--ram-unit", choices=tuple(RAM_UNITS), default="gigabytes")
+    g.add_argument(
+        "--gpu-ram-unit",
+        choices=tuple(u for u in RAM_UNITS if u != "terabytes"),
+        default="gigabytes",
+    )
+    g.add_argument("--time-unit", choices=tuple(TIME_UNITS), default="hours")
+    g.add_argument(
+        "--carbon-intensity",
+        type=float,
+        metavar="G_PER_KWH",
+        help=f"grams CO2e per kWh (default: [report] carbon_intensity_g_per_kwh, else "
+        f"{DEFAULT_CARBON_INTENSITY:g}, the world average)",
+    )

@@ -1,0 +1,23 @@
+// Energy per training sample of each selected run: step energy over samples seen, per source, host and rank (joules per sample).
+energy = from(bucket: v.defaultBucket)
+    |> range(start: v.timeRangeStart, stop: v.timeRangeStop)
+    |> filter(fn: (r) => r._measurement == "nrg_energy" and r.scope == "step" and r._field == "energy_joules")
+    |> filter(fn: (r) => r.experiment =~ /^$experiment$/ and r.run =~ /^$run$/)
+    |> filter(fn: (r) => r.host =~ /^$host$/ and ((not exists r.rank) or r.rank =~ /^$rank$/))
+    |> map(fn: (r) => ({r with rank: if exists r.rank then r.rank else ""}))
+    |> group(columns: ["experiment", "run", "source", "host", "rank"])
+    |> sum()
+
+samples = from(bucket: v.defaultBucket)
+    |> range(start: v.timeRangeStart, stop: v.timeRangeStop)
+    |> filter(fn: (r) => r._measurement == "nrg_step" and r._field == "samples")
+    |> filter(fn: (r) => r.experiment =~ /^$experiment$/ and r.run =~ /^$run$/)
+    |> filter(fn: (r) => r.host =~ /^$host$/ and ((not exists r.rank) or r.rank =~ /^$rank$/))
+    |> map(fn: (r) => ({r with rank: if exists r.rank then r.rank else ""}))
+    |> group(columns: ["experiment", "run", "host", "rank"])
+    |> sum()
+    |> map(fn: (r) => ({r with _value: float(v: r._value)}))
+
+join(tables: {energy: energy, samples: samples}, on: ["experiment", "run", "host", "rank"])
+    |> map(fn: (r) => ({r with energy_per_sample_joules: if r._value_samples > 0.0 then r._value_energy / r._value_samples else 0.0}))
+    |> group(columns: ["experiment", "run", "source", "host", "rank"])

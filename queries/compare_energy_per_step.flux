@@ -1,0 +1,8 @@
+// Mean energy of one training step in each selected run, per source, host and rank (joules per step).
+from(bucket: v.defaultBucket)
+    |> range(start: v.timeRangeStart, stop: v.timeRangeStop)
+    |> filter(fn: (r) => r._measurement == "nrg_energy" and r.scope == "step" and r._field == "energy_joules")
+    |> filter(fn: (r) => r.experiment =~ /^$experiment$/ and r.run =~ /^$run$/)
+    |> filter(fn: (r) => r.host =~ /^$host$/ and ((not exists r.rank) or r.rank =~ /^$rank$/))
+    |> group(columns: ["experiment", "run", "source", "host", "rank"])
+    |> mean()

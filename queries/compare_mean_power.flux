@@ -1,0 +1,12 @@
+// Mean power during the training steps of each selected run: step energy over step time, per source, host and rank (watts).
+from(bucket: v.defaultBucket)
+    |> range(start: v.timeRangeStart, stop: v.timeRangeStop)
+    |> filter(fn: (r) => r._measurement == "nrg_energy" and r.scope == "step")
+    |> filter(fn: (r) => r._field == "energy_joules" or r._field == "duration_seconds")
+    |> filter(fn: (r) => r.experiment =~ /^$experiment$/ and r.run =~ /^$run$/)
+    |> filter(fn: (r) => r.host =~ /^$host$/ and ((not exists r.rank) or r.rank =~ /^$rank$/))
+    |> group(columns: ["experiment", "run", "source", "host", "rank", "_field"])
+    |> sum()
+    |> group(columns: ["experiment", "run", "source", "host", "rank"])
+    |> pivot(rowKey: ["_start"], columnKey: ["_field"], valueColumn: "_value")
+    |> map(fn: (r) => ({r with mean_power_watts: if r.duration_seconds > 0.0 then r.energy_joules / r.duration_seconds else 0.0}))

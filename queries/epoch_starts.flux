@@ -1,0 +1,10 @@
+// When each epoch of one run began: the end of its first step, per host and rank (for annotations).
+from(bucket: v.defaultBucket)
+    |> range(start: v.timeRangeStart, stop: v.timeRangeStop)
+    |> filter(fn: (r) => r._measurement == "nrg_step" and r._field == "step")
+    |> filter(fn: (r) => r.experiment == "$experiment" and r.run == "$run")
+    |> filter(fn: (r) => r.host =~ /^$host$/ and ((not exists r.rank) or r.rank =~ /^$rank$/))
+    |> group(columns: ["epoch", "host", "rank"])
+    |> first()
+    |> map(fn: (r) => ({r with text: "epoch " + r.epoch + " (step " + string(v: r._value) + ")"}))
+    |> group()

@@ -1,0 +1,10 @@
+// The ten modules that used the most energy in one run, per source (joules, forward and backward summed).
+from(bucket: v.defaultBucket)
+    |> range(start: v.timeRangeStart, stop: v.timeRangeStop)
+    |> filter(fn: (r) => r._measurement == "nrg_energy" and r.scope == "module" and r._field == "energy_joules")
+    |> filter(fn: (r) => r.experiment == "$experiment" and r.run == "$run")
+    |> filter(fn: (r) => r.host =~ /^$host$/ and ((not exists r.rank) or r.rank =~ /^$rank$/))
+    |> group(columns: ["source", "module"])
+    |> sum()
+    |> group(columns: ["source"])
+    |> top(n: 10)

@@ -1,0 +1,243 @@
+"""EnergyAttribution with sources at their real cadences, the RAPL sub-zones, the epoch tag and
+the module detail: each expectation computed here from the power profile fed in."""
+
+from __future__ import annotations
+
+import pytest
+
+from acquisition.point import Point
+from tests.attribution.test_processor import (
+    MS,
+    RUN,
+    T0,
+    Harness,
+    counter,
+    module,
+    run_event,
+    step,
+)
+
+WALL_BASE_W = 300.0
+WALL_SLOPE_W_PER_S = 2.0
+PACKAGE_W = 40.0
+DRAM_W = 6.0
+STEP_MS = 500
+
+
+def wall_watts(t_ms: int) -> float:
+    """The wall meter's power: a ramp, so its trapezoids are exact between any two samples."""
+    return WALL_BASE_W + WALL_SLOPE_W_PER_S * t_ms / 1000
+
+
+def wall_energy(a_ms: int, b_ms: int) -> float:
+    """∫ wall_watts over [a, b] (J): 300 (b − a) + 2 (b² − a²) / 2, times in s."""
+    a, b = a_ms / 1000, b_ms / 1000
+    return WALL_BASE_W * (b - a) + WALL_SLOPE_W_PER_S * (b * b - a * a) / 2
+
+
+def wall(t_ms: int, node: str = "5") -> Point:
+    return Point("emonpi", {"node": node}, {"power1_watts": wall_watts(t_ms)}, T0 + t_ms * MS)
+
+
+def timeline(wall_every_ms: int, until_ms: int, wall_from_ms: int = 0) -> list[Point]:
+    """What the bus sees, in time order: RAPL package and dram every 100 ms, the wall meter every
+    ``wall_every_ms``, a 500 ms training step ending every 500 ms (its module point, then the
+    step point, sent at its end)."""
+    events: list[tuple[int, int, Point]] = []
+    for p in counter("package", PACKAGE_W, 0, until_ms) + counter("dram", DRAM_W, 0, until_ms):
+        events.append((p.time_ns, 0, p))
+    for t in range(wall_from_ms, until_ms + 1, wall_every_ms):
+        events.append((T0 + t * MS, 0, wall(t)))
+    for n, end in enumerate(range(STEP_MS, until_ms + 1, STEP_MS)):
+        at = T0 + end * MS
+        events.append((at, 1, module(n, "fc", "forward", 0.1, end)))
+        events.append((at, 2, step(n, end - STEP_MS, end)))
+    events.sort(key=lambda e: (e[0], e[1]))
+    return [p for _, _, p in events]
+
+
+def by_step(h: Harness, source: str, scope: str) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for p in h.out:
+        if p.tags["source"] == source and p.tags["scope"] == scope:
+            step_n = p.fields["step"]
+            assert isinstance(step_n, int) and step_n not in out
+            out[step_n] = p.fields["energy_joules"]  # type: ignore[assignment]
+    return out
+
+
+@pytest.mark.parametrize("wall_every_ms", [5000, 10_000])
+def test_a_wall_meter_at_emonpi_cadence_covers_every_step_it_brackets(wall_every_ms: int) -> None:
+    until = 40_000
+    h = Harness()  # the default grace (2 s) is shorter than the meter's interval
+    h.feed(timeline(wall_every_ms, until))
+    h.feed([run_event("end", until)])
+    steps = until // STEP_MS
+    # The last wall sample is at `until`: every step ends at or before it, so every one is covered.
+    walls = by_step(h, "emonpi:5", "step")
+    assert sorted(walls) == list(range(steps))
+    rest = by_step(h, "emonpi:5", "rest_of_system")
+    for n in range(steps):
+        a, b = n * STEP_MS, (n + 1) * STEP_MS
+        assert walls[n] == pytest.approx(wall_energy(a, b), rel=1e-12)
+        inside = (PACKAGE_W + DRAM_W) * (b - a) / 1000
+        assert rest[n] == pytest.approx(wall_energy(a, b) - inside, rel=1e-12)
+    stats = h.proc.stats()
+    assert stats["steps_attributed"] == steps
+    assert "steps_missing:emonpi:5" not in stats
+
+
+def test_a_wall_meter_is_not_waited_for_past_its_own_silence() -> None:
+    """The meter stops at 10 s: steps after its last sample are written without it once it has
+    been silent for 3 of its intervals, and each is counted against it."""
+    h = Harness()
+    events = [
+        p
+        for p in timeline(5000, 40_000)
+        if p.measurement != "emonpi" or p.time_ns <= T0 + 10_000 * MS
+    ]
+    cut = T0 + (10_000 + 3 * 5000) * MS  # the meter is overdue from here on
+    h.feed(p for p in events if p.time_ns < cut)
+    written = by_step(h, "rapl:package-0", "step")
+    assert sorted(written) == list(range(20))  # steps 0..19 end by 10 s: the meter covers them
+    h.feed(p for p in events if p.time_ns >= cut)
+    h.feed([run_event("end", 40_000)])
+    assert sorted(by_step(h, "rapl:package-0", "step")) == list(range(80))
+    assert sorted(by_step(h, "emonpi:5", "step")) == list(range(20))
+    assert h.proc.stats()["steps_missing:emonpi:5"] == 60
+    assert h.proc.missing_by_source() == {"emonpi:5": 60}
+
+
+def test_a_source_that_starts_late_is_counted_for_the_steps_before_it() -> None:
+    h = Harness()
+    h.feed(timeline(5000, 20_000, wall_from_ms=5000))
+    h.feed([run_event("end", 20_000)])
+    # Steps 0..9 started before the meter's first sample (5 s): none can have wall energy.
+    assert sorted(by_step(h, "emonpi:5", "step")) == list(range(10, 40))
+    # Steps 0..7 were written before the meter was known; steps 8 and 9 (ending at 4.5 s and
+    # 5 s) waited for the next step's points, by then the meter had sent its first sample.
+    assert h.proc.stats()["steps_missing:emonpi:5"] == 2
+    assert h.proc.stats()["steps_attributed"] == 40
+
+
+def test_at_shutdown_a_step_the_source_has_not_reached_is_written_and_counted() -> None:
+    h = Harness()
+    h.feed(timeline(5000, 12_000))  # the wall meter's last sample is at 10 s
+    assert sorted(by_step(h, "rapl:package-0", "step")) == list(range(20))
+    h.proc.flush(h.out.append)
+    assert sorted(by_step(h, "rapl:package-0", "step")) == list(range(24))
+    assert h.proc.stats()["steps_missing:emonpi:5"] == 4
+
+
+def test_rest_of_system_subtracts_package_and_dram_only() -> None:
+    """core and uncore are inside package, psys is the whole platform: none is subtracted."""
+    h = Harness()
+    h.feed(
+        [
+            *counter("package", 40.0, 0, 1000),
+            *counter("core", 25.0, 0, 1000),
+            *counter("uncore", 5.0, 0, 1000),
+            *counter("psys", 70.0, 0, 1000),
+            *counter("dram", 6.0, 0, 1000),
+            *(wall(t) for t in (0, 500, 1000)),
+        ]
+    )
+    h.feed([step(0, 200, 700), run_event("end", 1000)])
+    rest = by_step(h, "emonpi:5", "rest_of_system")
+    # wall ∫ over [0.2, 0.7] s − (40 + 6) W × 0.5 s
+    assert rest == {0: pytest.approx(wall_energy(200, 700) - 23.0, rel=1e-12)}
+    assert by_step(h, "rapl:core-0", "step") == {0: pytest.approx(12.5, rel=1e-12)}
+    assert by_step(h, "rapl:psys-0", "step") == {0: pytest.approx(35.0, rel=1e-12)}
+
+
+def test_epoch_is_a_tag_read_from_the_tag_or_the_older_field() -> None:
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 2000))
+    h.feed([step(0, 100, 300, epoch=3), step(1, 300, 500, epoch=4, epoch_as_field=True)])
+    h.feed([step(2, 500, 700, epoch_as_field=True), run_event("end", 2000)])
+    epochs = {(p.fields["step"], p.tags["epoch"]) for p in h.out}
+    assert epochs == {(0, "3"), (1, "4"), (2, "0")}
+    assert all("epoch" not in p.fields for p in h.out)
+
+
+def many_modules(n_step: int, count: int, end_ms: int) -> list[Point]:
+    return [module(n_step, f"layer{i}", "forward", 0.001, end_ms) for i in range(count)]
+
+
+def test_module_detail_epoch_sums_modules_over_each_epoch() -> None:
+    h = Harness(module_detail="epoch")
+    h.feed(counter("package", 10.0, 0, 3000))
+    for n, epoch in enumerate((0, 0, 1)):
+        end = 300 * (n + 1)
+        h.feed([*many_modules(n, 2, end), step(n, end - 200, end, epoch=epoch)])
+    # Step 1 (epoch 0) is complete once step 2's points arrive; epoch 0 ends when a step of
+    # epoch 1 is written.
+    h.feed([run_event("end", 3000)])
+    modules = [p for p in h.out if p.tags["scope"] == "module"]
+    got = {
+        (p.tags["epoch"], p.tags["module"]): (p.fields["steps"], p.fields["step"], p.time_ns - T0)
+        for p in modules
+    }
+    assert got == {
+        ("0", "layer0"): (2, 1, 600 * MS),
+        ("0", "layer1"): (2, 1, 600 * MS),
+        ("1", "layer0"): (1, 2, 900 * MS),
+        ("1", "layer1"): (1, 2, 900 * MS),
+    }
+    # 10 W × 1 ms per module per step
+    energies = {(p.tags["epoch"], p.tags["module"]): p.fields["energy_joules"] for p in modules}
+    assert energies == {
+        ("0", "layer0"): pytest.approx(0.02, rel=1e-12),
+        ("0", "layer1"): pytest.approx(0.02, rel=1e-12),
+        ("1", "layer0"): pytest.approx(0.01, rel=1e-12),
+        ("1", "layer1"): pytest.approx(0.01, rel=1e-12),
+    }
+    # Per step: step and unattributed points still come, and still add up with the modules.
+    steps = by_step(h, "rapl:package-0", "step")
+    rest = by_step(h, "rapl:package-0", "unattributed")
+    assert steps == {n: pytest.approx(2.0, rel=1e-12) for n in range(3)}
+    assert rest == {n: pytest.approx(2.0 - 0.02, rel=1e-12) for n in range(3)}
+
+
+def test_module_detail_off_writes_steps_only() -> None:
+    h = Harness(module_detail="off")
+    h.feed([*counter("package", 10.0, 0, 1000), *many_modules(0, 3, 300), step(0, 100, 300)])
+    h.feed([run_event("end", 1000)])
+    assert [(p.tags["scope"], p.fields["energy_joules"]) for p in h.out] == [
+        ("step", pytest.approx(2.0, rel=1e-12))
+    ]
+
+
+@pytest.mark.parametrize(("count", "per_step"), [(50, True), (51, False)])
+def test_module_detail_auto_sums_per_epoch_above_fifty_modules(count: int, per_step: bool) -> None:
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 2000))
+    h.feed([*many_modules(0, count, 300), step(0, 100, 300)])
+    h.feed([*many_modules(1, count, 600), step(1, 300, 600)])
+    h.feed([run_event("end", 2000)])
+    modules = [p for p in h.out if p.tags["scope"] == "module"]
+    assert len(modules) == (2 * count if per_step else count)
+    assert {p.fields.get("steps") for p in modules} == ({None} if per_step else {2})
+
+
+def test_epoch_sums_of_an_ended_run_wait_for_its_last_step() -> None:
+    """The run ends while its last step still waits for a lagging source; the epoch's sums are
+    written with that step, not before."""
+    h = Harness(module_detail="epoch")
+    h.feed([*counter("package", 10.0, 0, 500), wall(0)])
+    h.feed([*many_modules(0, 2, 400), step(0, 100, 400), run_event("end", 500)])
+    assert h.out == []  # the wall meter has not reached the step's end
+    h.feed([wall(1000)])
+    modules = [p for p in h.out if p.tags["scope"] == "module"]
+    assert {(p.tags["source"], p.tags["module"]) for p in modules} == {
+        (s, m) for s in ("rapl:package-0", "emonpi:5") for m in ("layer0", "layer1")
+    }
+    assert all(p.fields["steps"] == 1 for p in modules)
+
+
+def test_module_detail_is_checked() -> None:
+    from acquisition.processors.attribution import AttributionConfig
+
+    with pytest.raises(ValueError, match="module_detail"):
+        AttributionConfig(module_detail="sometimes").validate()  # type: ignore[arg-type]
+    assert RUN["run"] == "r1"

@@ -1,0 +1,175 @@
+"""The live line in a real terminal (tmux): below the job's output, never mixed into it; power
+and energy per source; and what a run with no energy source says."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from acquisition.energy import (
+    FIX_NVML,
+    FIX_RAPL_ABSENT,
+    FIX_RAPL_PERMISSION,
+    NO_ENERGY,
+    EnergyTotals,
+    no_energy_message,
+)
+from acquisition.point import Point
+from tests.rapl.scenarios import FIXTURES
+
+NRG = str(Path(sys.executable).with_name("nrg-collect"))
+REPO = Path(__file__).resolve().parents[2]
+
+_JOB = r"""
+import time
+for i in range(16):
+    print(f"epoch {i}: accuracy 0.{i:02d}", flush=True)
+    time.sleep(0.25)
+"""
+_LINE = re.compile(r"^epoch (\d+): accuracy 0\.(\d\d)$")
+
+
+class Tmux:
+    def __init__(self) -> None:
+        self.name = f"nrg-test-{uuid.uuid4().hex[:8]}"
+
+    def run(self, *argv: str) -> str:
+        out = subprocess.run(
+            ["tmux", "-L", self.name, *argv], capture_output=True, text=True, timeout=30
+        )
+        return out.stdout
+
+    def screen(self) -> list[str]:
+        return self.run("capture-pane", "-p", "-t", "0").splitlines()
+
+    def history(self) -> list[str]:
+        return self.run("capture-pane", "-p", "-S", "-200", "-t", "0").splitlines()
+
+    def close(self) -> None:
+        self.run("kill-server")
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    t = Tmux()
+    yield t
+    t.close()
+
+
+def _wait(cond: object, what: str, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_live_line_stays_below_the_jobs_output_and_shows_power_and_energy(
+    tmux: Tmux,
+) -> None:
+    with tempfile.TemporaryDirectory(prefix="nrg-") as d:
+        work = Path(d)
+        (work / "job.py").write_text(_JOB)
+        cfg = work / "nrg.toml"
+        cfg.write_text(
+            f'[agent]\ninterval = "200ms"\nstate_dir = "{work}/state"\n'
+            f'[[collectors.rapl]]\nroot = "{FIXTURES / "xeon-2s-dram" / "tree"}"\n'
+            f'[[sinks.file]]\npath = "{work}/out/nrg.lp"\n'
+        )
+        command = (
+            f"env PYTHONPATH={REPO} TERM=xterm NRG_RUNTIME_DIR={work}/run "
+            f"{NRG} -c {cfg} -- {sys.executable} {work}/job.py 2>&1; echo EXIT=$?; sleep 60"
+        )
+        tmux.run("new-session", "-d", "-x", "100", "-y", "12", command)
+        _wait(lambda: tmux.screen() and tmux.screen()[-1].startswith("nrg ▸"), "the live line")
+        _wait(lambda: any("epoch 8" in line for line in tmux.screen()), "epoch 8")
+        screen = tmux.screen()
+        status = screen[-1]
+        assert "W" in status and "J" in status and "package-0" in status, status
+        for line in screen[:-1]:
+            assert "nrg ▸" not in line, screen
+            assert not line.strip() or _LINE.match(line) or "nrg" in line, screen
+        _wait(lambda: any(line.startswith("EXIT=") for line in tmux.history()), "the exit")
+        history = tmux.history()
+    epochs = [int(m.group(1)) for line in history if (m := _LINE.match(line))]
+    assert epochs == list(range(16)), history
+    assert "EXIT=0" in history
+    assert not any("nrg ▸" in line for line in history), "the live line was left behind"
+
+
+def test_no_live_line_without_a_terminal() -> None:
+    with tempfile.TemporaryDirectory(prefix="nrg-") as d:
+        env = {**os.environ, "NRG_DATA_DIR": d, "NRG_STATE_DIR": d, "NRG_RUNTIME_DIR": d}
+        out = subprocess.run(
+            [NRG, "--", "sh", "-c", "sleep 1.5"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    assert out.returncode == 0
+    assert "nrg ▸" not in out.stderr and "\x1b[" not in out.stderr
+
+
+def test_no_energy_message_names_each_source_reason_and_fix() -> None:
+    text = no_energy_message(
+        ["procfs", "hooks"],
+        [
+            ("rapl", "permission denied reading intel-rapl:0"),
+            ("nvml", "NVML library libnvidia-ml.so.1 not found"),
+        ],
+    )
+    assert text.startswith(NO_ENERGY)
+    assert "rapl: permission denied reading intel-rapl:0" in text
+    assert FIX_RAPL_PERMISSION in text and FIX_NVML in text
+    assert "emonpi: not configured" in text
+    text = no_energy_message([], [("rapl", "no powercap zones, no MSR device, no power PMU")])
+    assert FIX_RAPL_ABSENT in text
+    assert no_energy_message(["procfs", "rapl"], []) == ""
+
+
+def test_require_energy_exits_3_before_starting_the_command() -> None:
+    from acquisition.cli import MSG_REQUIRE_ENERGY
+
+    with tempfile.TemporaryDirectory(prefix="nrg-") as d:
+        marker = Path(d) / "ran"
+        cfg = Path(d) / "nrg.toml"
+        cfg.write_text(
+            f'[agent]\nstate_dir = "{d}/state"\n[[collectors.procfs]]\n'
+            f'[[collectors.rapl]]\nroot = "{FIXTURES / "vm-none" / "tree"}"\n'
+            f'[[sinks.file]]\npath = "{d}/out/nrg.lp"\n'
+        )
+        env = {**os.environ, "NRG_RUNTIME_DIR": d}
+        out = subprocess.run(
+            [NRG, "-q", "--require-energy", "-c", str(cfg), "--", "touch", str(marker)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert out.returncode == 3, out.stderr
+        assert not marker.exists()
+    assert NO_ENERGY in out.stderr and MSG_REQUIRE_ENERGY in out.stderr
+    assert FIX_RAPL_ABSENT in out.stderr
+
+
+def test_energy_totals_keep_power_now_and_energy_so_far_per_source() -> None:
+    totals = EnergyTotals()
+    rapl = {"domain": "package", "socket": "0"}
+    totals.offer(Point("rapl", rapl, {"energy_joules": 10.0}, 1))
+    totals.offer(Point("rapl", rapl, {"energy_joules": 1510.0, "power_watts": 35.25}, 2))
+    totals.offer(Point("gpu", {"gpu": "0"}, {"power_watts": 250.0, "energy_joules": 2.5e6}, 2))
+    totals.offer(Point("cpu", {"cpu": "total"}, {"utilization_ratio": 0.5}, 2))
+    assert totals.summary() == "gpu0 250.0 W 2.50 MJ · package-0 35.2 W 1.51 kJ"

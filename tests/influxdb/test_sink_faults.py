@@ -1,0 +1,252 @@
+"""The InfluxDB sink against a scripted real HTTP server: token redaction, 413 splitting, a hung
+server, order after a spill, one log line per rejection episode, abort at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+
+from acquisition.api import PluginContext
+from acquisition.lineproto import LineEncoder
+from sinks.influxdb import InfluxDBSink
+from sinks.influxdb.http import MAX_MESSAGE, NO_ANSWER
+from sinks.influxdb.state import SinkState
+from tests.influxdb.helpers import make_points, make_sink, until
+from tests.influxdb.scripted import (
+    Request,
+    ScriptedServer,
+    accept,
+    echo_headers,
+    hang,
+    limit_size,
+)
+
+
+def lines_of(context: PluginContext, start: int, n: int) -> list[bytes]:
+    text = LineEncoder(context.tags).encode_many(make_points(start, n))
+    return [line.encode() for line in text.splitlines()]
+
+
+def pieces(secret: str, n: int = 6) -> list[str]:
+    """Every ``n``-character piece of ``secret``: none may appear anywhere."""
+    return [secret[i : i + n] for i in range(len(secret) - n + 1)]
+
+
+@pytest.mark.parametrize("status", [500, 400, 401])
+async def test_an_echoed_token_never_reaches_a_log_or_a_file_at_debug_level(
+    context: PluginContext, caplog: pytest.LogCaptureFixture, status: int
+) -> None:
+    token = secrets.token_hex(20)
+    caplog.set_level(logging.DEBUG)  # the client library's loggers too, and the root logger
+    with ScriptedServer(echo_headers(status, token_at=MAX_MESSAGE - 5)) as server:
+        sink = make_sink(context, server.url, token=token, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 4))
+        await sink.flush()
+        await until(lambda: len(server.writes) >= 2, "a retry or a bisection")
+        status_text = sink.status()
+        await sink.aclose()
+    assert server.writes[0].headers["Authorization"] == f"Token {token}"  # it was echoed
+    written = caplog.text + status_text
+    dead = sink.dead_letter_path.read_text() if sink.dead_letter_path.exists() else ""
+    if status == 400:
+        assert "Authorization: Token <tok" in dead  # the message was kept, redacted
+    for piece in pieces(token):
+        assert piece not in written
+        assert piece not in dead
+
+
+async def test_413_splits_the_body_until_it_fits_and_keeps_the_order(
+    context: PluginContext,
+) -> None:
+    with ScriptedServer(limit_size(700)) as server:
+        sink = make_sink(context, server.url)
+        await sink.open()
+        await sink.write(make_points(0, 50))
+        await sink.aclose()
+    assert server.accepted_lines() == lines_of(context, 0, 50)
+    assert max(len(r.body) for r in server.accepted) <= 700
+    assert len(server.writes) > len(server.accepted) > 1  # it had to split
+    assert sink.stats()["dead_lettered_points"] == 0
+
+
+async def test_a_hung_server_is_named_in_words_and_changes_the_state_at_once(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=0.3, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 10))
+        await sink.flush()  # the first timeout
+        assert sink.machine.state is SinkState.RETRYING
+        expected = NO_ANSWER.format(timeout=0.3, url=server.url)
+        assert sink.status() == f"retrying ({expected}); spooling 10 points"
+        await sink.aclose()
+    assert expected in caplog.text
+    assert "Error: )" not in caplog.text and "()" not in caplog.text
+
+
+async def test_a_slow_answer_shows_in_the_status(context: PluginContext) -> None:
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=30.0, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 10))
+        await until(lambda: sink.status().startswith("waiting "), "the status to say so")
+        assert server.url in sink.status()
+        sink.abort()
+        await sink.aclose()
+
+
+async def test_abort_cuts_the_final_flush_short_and_spools_the_batch(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=3600.0, drain_timeout=3600.0)
+        await sink.open()
+        await sink.write(make_points(0, 100))
+        closing = asyncio.create_task(sink.aclose())
+        await asyncio.sleep(0.2)
+        assert not closing.done()  # waiting for the hung server
+        sink.abort()
+        await asyncio.wait_for(closing, 30)  # a hang guard
+    assert sink.stats()["lost_points"] == 0
+    again = make_sink(context, server.url)
+    await again.spool.open()
+    assert again.spool.points == 100
+    await again.spool.close()
+
+
+async def test_a_spill_during_a_write_keeps_the_order(context: PluginContext) -> None:
+    """A batch taken by the core before a spill reaches the server before the spilled one, also
+    when the older one waited for the post in flight (the server answers slowly)."""
+    with ScriptedServer(accept) as server:
+        server.set_script(accept, delay_s=0.3)
+        sink = make_sink(context, server.url)
+        await sink.open()
+        await sink.write(make_points(0, 10))  # in flight for 0.3 s
+        older = asyncio.create_task(sink.write(make_points(10, 10)))  # waits for it
+        await asyncio.sleep(0.05)
+        sink.spill(make_points(20, 10))  # newer points, spilled meanwhile
+        await older
+        await sink.write(make_points(30, 10))
+        await sink.flush()
+        server.set_script(accept)
+        await until(lambda: sink.spool.records == 0, "the spool to drain")
+        await sink.aclose()
+    assert server.accepted_lines() == lines_of(context, 0, 40)
+
+
+async def test_a_failed_post_goes_to_the_spool_before_a_later_spill(
+    context: PluginContext,
+) -> None:
+    def slow_503(req: Request) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(0.3)
+        return 503, {}, b'{"message":"overloaded"}'
+
+    with ScriptedServer(slow_503) as server:
+        sink = make_sink(context, server.url)
+        await sink.open()
+        await sink.write(make_points(0, 10))  # in flight, then fails
+        await asyncio.sleep(0.05)
+        sink.spill(make_points(10, 10))
+        await sink.flush()
+        server.set_script(accept)
+        await until(lambda: sink.spool.records == 0, "the spool to drain")
+        await sink.aclose()
+    assert server.accepted_lines() == lines_of(context, 0, 20)
+
+
+async def test_rejections_are_logged_once_per_episode_with_counts(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    def reject(req: Request) -> tuple[int, dict[str, str], bytes]:
+        return 400, {}, b'{"message":"unable to parse: bad line"}'
+
+    caplog.set_level(logging.WARNING)
+    with ScriptedServer(reject) as server:
+        sink = make_sink(context, server.url)
+        await sink.open()
+        for k in range(3):
+            await sink.write(make_points(20 * k, 20))
+            await sink.flush()
+        server.set_script(accept)
+        await sink.write(make_points(60, 5))
+        await sink.aclose()
+    rejected = [r for r in caplog.records if "rejected" in r.getMessage()]
+    assert len(rejected) == 2, [r.getMessage() for r in rejected]
+    assert "rejected 20 line(s)" in rejected[0].getMessage()
+    assert "60 line(s) were rejected in all" in rejected[1].getMessage()
+    assert sink.stats()["dead_lettered_points"] == 60
+    dead = sink.dead_letter_path.read_text().splitlines()
+    assert dead[1::2] == [line.decode() for line in lines_of(context, 0, 60)]
+    assert server.accepted_lines() == lines_of(context, 60, 5)
+
+
+@pytest.mark.parametrize(("version", "api"), [("1.6.7", "v1"), ("v2.7.4", "v2"), ("", "v2")])
+async def test_the_api_is_detected_from_ping(
+    context: PluginContext, version: str, api: str
+) -> None:
+    with ScriptedServer(accept, version=version) as server:
+        sink = make_sink(context, server.url, bucket="nrg/short")
+        await sink.open()
+        await sink.write(make_points(0, 3))
+        await sink.aclose()
+    assert sink.api == api
+    (req,) = server.accepted
+    if api == "v1":
+        assert (req.path, req.query) == ("/write", {"db": "nrg", "rp": "short", "precision": "ns"})
+    else:
+        assert (req.path, req.query["bucket"]) == ("/api/v2/write", "nrg/short")
+
+
+def test_sink_without_spool_dir_uses_the_state_dir(context: PluginContext, tmp_path: Path) -> None:
+    sink = InfluxDBSink(make_sink(context, "http://127.0.0.1:1").config, context)
+    assert sink.spool.directory.is_relative_to(context.state_dir)
+
+
+async def test_an_unreadable_spool_record_is_given_up_after_a_few_tries_and_counted(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A segment deleted under the agent's feet: replay fails on it a bounded number of times,
+    its points are counted as lost, and what comes after is delivered."""
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=0.2, retry_initial=0.01, retry_max=0.02)
+        await sink.open()
+        await sink.write(make_points(0, 10))
+        await sink.flush()  # spooled after the timeout
+        for seg in sink.spool.directory.glob("seg-*.nrgspool"):
+            seg.unlink()
+        server.set_script(accept)
+        await until(lambda: sink.spool.records == 0, "the spool to move on")
+        await sink.write(make_points(10, 5))
+        await until(lambda: len(server.accepted) == 1, "the next batch to arrive")
+        await sink.aclose()
+    assert sink.stats()["lost_points"] == 10
+    assert server.accepted_lines() == lines_of(context, 10, 5)
+    assert "given up" in caplog.text
+
+
+async def test_the_runner_cuts_closing_short_at_the_shutdown_deadline(
+    context: PluginContext,
+) -> None:
+    from acquisition.running import SinkRunner
+
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=3600.0, drain_timeout=3600.0)
+        await sink.open()
+        runner = SinkRunner("influxdb", sink, batch_size=100, flush_interval_s=1, buffer_limit=1000)
+        for p in make_points(0, 100):
+            runner.offer(p)
+        deadline = time.monotonic() + 0.3
+        await runner.close(deadline)  # the batch is posted; the server never answers
+        await asyncio.wait_for(runner.close_sink(deadline), 30)  # a hang guard
+    assert sink.stats()["lost_points"] == 0
+    again = make_sink(context, server.url)
+    await again.spool.open()
+    assert again.spool.points == 100
+    await again.spool.close()

@@ -1,0 +1,212 @@
+"""A RAPL powercap tree whose counters advance at known power, and an in-process sampler of it.
+
+The tree is laid out as the kernel lays it out (see ``tests/e2e/test_training_energy.py``); a
+writer process rewrites each zone's ``energy_uj`` about every 1 ms (atomic rename) with the energy
+of a piecewise-constant power profile: ``[(from_ns, watts), ...]`` in Unix-epoch ns, so the truth
+for any interval is known to the test. :class:`RaplSampler` runs the real RAPL collector on that
+tree in a background thread: the seam :class:`acquisition.profiler.wrapper.EnergyProfile` takes
+as ``sampler``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from acquisition.api import PluginContext
+from acquisition.lineproto import decode_line
+from acquisition.point import Point
+from collectors.rapl import RaplCollector, RaplConfig
+from tests.e2e.test_training_energy import make_powercap
+
+__all__ = ["ProcessRaplSampler", "Profile", "RaplSampler", "energy_between", "powercap_tree"]
+
+Profile = Sequence[tuple[int, float]]
+"""Piecewise-constant power: (from this Unix-epoch ns, watts), in time order."""
+
+_WRITER = r"""
+import json, os, sys, time
+zones = json.loads(sys.argv[1])  # [[path, [[from_ns, watts], ...]], ...]
+try:  # wake on time even while the test keeps the CPUs busy
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+except (AttributeError, PermissionError):
+    pass
+def energy_uj(profile, t):
+    total = 0.0
+    for i, (start, watts) in enumerate(profile):
+        end = profile[i + 1][0] if i + 1 < len(profile) else t
+        end = min(end, t)
+        if end > start:
+            total += watts * (end - start) / 1e3  # W * ns = nJ; / 1000 = uJ
+    return int(total)
+while True:
+    t = time.time_ns()
+    for path, profile in zones:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d\n" % energy_uj(profile, t))
+        os.replace(tmp, path)
+    time.sleep(0.001)
+"""
+
+
+def energy_between(profile: Profile, start: int, end: int) -> float:
+    """Joules of ``profile`` over [start, end] (ns)."""
+    total = 0.0
+    for i, (t0, watts) in enumerate(profile):
+        t1 = profile[i + 1][0] if i + 1 < len(profile) else end
+        a, b = max(t0, start), min(t1, end)
+        if b > a:
+            total += watts * (b - a) / 1e9
+    return total
+
+
+@contextmanager
+def powercap_tree(profiles: Mapping[str, Profile]) -> Iterator[Path]:
+    """A tree with ``package-0`` and ``dram`` driven by ``profiles`` (zone name → profile)."""
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="nrg-prof-powercap-", dir=shm) as d:
+        root = Path(d)
+        paths = make_powercap(root)
+        zones = [
+            [str(paths[name]), [list(p) for p in profile]] for name, profile in profiles.items()
+        ]
+        writer = subprocess.Popen([sys.executable, "-c", _WRITER, json.dumps(zones)])
+        try:
+            deadline = time.monotonic() + 30
+            while any(paths[n].read_text().strip() in ("", "0") for n in profiles):
+                if time.monotonic() > deadline:
+                    raise AssertionError("the powercap writer did not start")
+                time.sleep(0.005)
+            yield root
+        finally:
+            writer.kill()
+            writer.wait()
+
+
+class RaplSampler:
+    """The real RAPL collector on ``root``, read every ``interval_s`` on a background thread."""
+
+    def __init__(self, root: Path, interval_s: float = 0.005) -> None:
+        context = PluginContext("testhost", interval_s, root, root, root)
+        self.collector = RaplCollector(RaplConfig(root=str(root), backend="powercap"), context)
+        self.interval_s = interval_s
+        self._points: list[Point] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.started = 0
+
+    def start(self) -> None:
+        self.started += 1
+        ready = threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(ready),), daemon=True)
+        self._thread.start()
+        ready.wait(30)
+
+    async def _main(self, ready: threading.Event) -> None:
+        await self.collector.open()
+        ready.set()
+        try:
+            while not self._stop.is_set():
+                await self._read()
+                await asyncio.sleep(self.interval_s)
+        finally:
+            await self.collector.aclose()
+
+    async def _read(self) -> None:
+        """One read, stamped before it as the agent's runner does."""
+        await self.collector.collect(self._emit, time.time_ns())
+
+    def _emit(self, point: Point) -> None:
+        with self._lock:
+            self._points.append(point)
+
+    def stop(self) -> list[Point]:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(30)
+        return self.snapshot()
+
+    def snapshot(self) -> list[Point]:
+        with self._lock:
+            return list(self._points)
+
+
+_CHILD = r"""
+import asyncio, sys, time
+from pathlib import Path
+from acquisition.api import PluginContext
+from acquisition.lineproto import encode_point
+from collectors.rapl import RaplCollector, RaplConfig
+root, interval = Path(sys.argv[1]), float(sys.argv[2])
+async def main():
+    c = RaplCollector(RaplConfig(root=str(root), backend="powercap"),
+                      PluginContext("testhost", interval, root, root, root))
+    await c.open()
+    print("ready", flush=True)
+    out = []
+    while True:
+        await c.collect(out.append, time.time_ns())
+        sys.stdout.write("".join(encode_point(p) + "\n" for p in out))
+        sys.stdout.flush()
+        out.clear()
+        await asyncio.sleep(interval)
+asyncio.run(main())
+"""
+
+
+class ProcessRaplSampler:
+    """The real RAPL collector on ``root``, read in a child process (its line protocol read
+    back on a thread): its reads are stamped to the millisecond whatever this process does,
+    where a reader thread in here waits for the GIL behind a busy Python loop."""
+
+    def __init__(self, root: Path, interval_s: float = 0.005) -> None:
+        self.root, self.interval_s = root, interval_s
+        self._points: list[Point] = []
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(self.root), str(self.interval_s)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self._proc.stdout is not None
+        if self._proc.stdout.readline().strip() != "ready":
+            raise AssertionError("the sampler process did not start")
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            point = decode_line(line.rstrip("\n"))
+            with self._lock:
+                self._points.append(point)
+
+    def stop(self) -> list[Point]:
+        assert self._proc is not None and self._reader is not None
+        self._proc.terminate()
+        self._proc.wait(30)
+        self._reader.join(30)
+        assert self._proc.stdout is not None
+        self._proc.stdout.close()
+        return self.snapshot()
+
+    def snapshot(self) -> list[Point]:
+        with self._lock:
+            return list(self._points)

@@ -1,0 +1,325 @@
+"""Every InfluxQL library query, run against a real influxd 1.6 loaded with the known runs.
+
+The known runs are written with ``POST /write?db=`` directly. Each answer is compared with the same
+number computed in Python from the points that were written (``known_run``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+
+from acquisition.point import Point
+from acquisition.queries import ALL, available
+from tests.queries.conftest import influxql
+from tests.queries.known_run import KnownRun, group_count, group_sum
+from tests.servers import Influxd
+
+pytestmark = pytest.mark.server
+
+WINDOW_S = 10
+STEP_TAGS = ("host", "rank", "source")
+
+
+def params(known: KnownRun, **over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "experiment": "exp-a",
+        "run": "r1",
+        "host": ALL,
+        "rank": ALL,
+        "timeRangeStart": known.start_ns,
+        "timeRangeStop": known.stop_ns,
+        "windowPeriod": f"{WINDOW_S}s",
+    }
+    return {**base, **over}
+
+
+def tag(row: dict[str, Any], key: str) -> Any:
+    return "" if row.get(key) is None else row[key]  # a missing tag reads as ""
+
+
+def keyed(
+    rows: list[dict[str, Any]], keys: tuple[str, ...], col: str
+) -> dict[tuple[Any, ...], Any]:
+    out = {}
+    for row in rows:
+        key = tuple(tag(row, k) for k in keys)
+        assert key not in out, f"two rows for {key}"
+        out[key] = row[col]
+    return out
+
+
+def approx(expected: dict[Any, float]) -> Any:
+    return pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def windows(
+    points: Iterable[Point], keys: tuple[str, ...], field: str, how: Callable[[list[float]], float]
+) -> dict[tuple[Any, ...], float]:
+    """``how`` of ``field`` per window of ``WINDOW_S`` (aligned to the epoch) and tags ``keys``."""
+    acc: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    width = WINDOW_S * 1_000_000_000
+    for p in points:
+        if field in p.fields:
+            window = p.time_ns // width * width
+            acc[(window, *(p.tags.get(k, "") for k in keys))].append(float(p.fields[field]))
+    return {k: how(v) for k, v in acc.items()}
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def window_rows(rows: list[dict[str, Any]], keys: tuple[str, ...], col: str) -> dict[Any, float]:
+    return {(r["time"], *(tag(r, k) for k in keys)): r[col] for r in rows if r[col] is not None}
+
+
+def run_steps(known: KnownRun, experiment: str = "exp-a", run: str = "r1") -> list[Point]:
+    return known.where("nrg_energy", scope="step", experiment=experiment, run=run)
+
+
+def test_every_influxql_query_is_tested() -> None:
+    names = {n.removeprefix("test_") for n in globals() if n.startswith("test_")}
+    assert set(available("influxql")) <= names
+
+
+def test_run_summary(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "run_summary", params(known))
+    steps = run_steps(known)
+    energy = group_sum(steps, STEP_TAGS, "energy_joules")
+    duration = group_sum(steps, STEP_TAGS, "duration_seconds")
+    assert keyed(rows, STEP_TAGS, "energy_joules") == approx(energy)
+    assert keyed(rows, STEP_TAGS, "steps") == group_count(steps, STEP_TAGS)
+    assert keyed(rows, STEP_TAGS, "duration_seconds") == approx(duration)
+    power = {k: energy[k] / duration[k] for k in energy}
+    assert keyed(rows, STEP_TAGS, "mean_power_watts") == approx(power)
+    assert {k[0] for k in energy} == {"h1", "h2.lab"}  # the distributed run: both hosts
+
+
+def test_run_summary_filters_host_and_rank(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "run_summary", params(known, host=["h2.lab"], rank=["2"]))
+    steps = [p for p in run_steps(known) if p.tags["host"] == "h2.lab" and p.tags["rank"] == "2"]
+    assert steps
+    assert keyed(rows, STEP_TAGS, "energy_joules") == approx(
+        group_sum(steps, STEP_TAGS, "energy_joules")
+    )
+
+
+def test_run_summary_of_a_run_without_ranks(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "run_summary", params(known, experiment="exp-b", run="r4"))
+    steps = run_steps(known, "exp-b", "r4")
+    assert keyed(rows, STEP_TAGS, "energy_joules") == approx(
+        group_sum(steps, STEP_TAGS, "energy_joules")
+    )
+
+
+def test_energy_per_epoch(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "energy_per_epoch", params(known))
+    keys = ("epoch", *STEP_TAGS)
+    expected = group_sum(run_steps(known), keys, "energy_joules")
+    assert {k[0] for k in expected} == {"0", "1", "2"}
+    assert keyed(rows, keys, "energy_joules") == approx(expected)
+
+
+def test_energy_per_step(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "energy_per_step", params(known))
+    keys = ("time", *STEP_TAGS)
+    expected = {
+        (p.time_ns, *(p.tags[k] for k in STEP_TAGS)): p.fields["energy_joules"]
+        for p in run_steps(known)
+    }
+    assert keyed(rows, keys, "energy_joules") == approx(expected)
+
+
+def test_top_modules(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "top_modules", params(known, host=["h1"]))
+    modules = known.where("nrg_energy", scope="module", experiment="exp-a", run="r1", host="h1")
+    expected = group_sum(modules, ("source", "module"), "energy_joules")
+    assert keyed(rows, ("source", "module"), "energy_joules") == approx(expected)
+
+
+def test_power_over_time(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "power_over_time", params(known, host=["h1"]))
+    keys = ("host", "socket", "domain", "gpu")
+    rapl = [p for p in known.where("rapl", host="h1") if p.tags["domain"] in ("package", "dram")]
+    expected = windows([*rapl, *known.where("gpu", host="h1")], keys, "power_watts", mean)
+    assert window_rows(rows, keys, "power_watts") == approx(expected)
+
+
+def test_wall_power(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "wall_power", params(known))
+    expected = windows(known.where("emonpi"), ("host", "node"), "power1_watts", mean)
+    assert window_rows(rows, ("host", "node"), "mean_power1_watts") == approx(expected)
+
+
+def test_rest_of_system(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "rest_of_system", params(known))
+    keys = ("host", "rank", "source")
+    rest = known.where("nrg_energy", scope="rest_of_system")
+    assert rest
+    expected = windows(rest, keys, "mean_power_watts", mean)
+    assert window_rows(rows, keys, "power_watts") == approx(expected)
+
+
+def test_step_time(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "step_time", params(known))
+    steps = known.where("nrg_step", experiment="exp-a", run="r1")
+    expected = {
+        (p.time_ns, p.tags["host"], p.tags["rank"]): p.fields["duration_seconds"] for p in steps
+    }
+    assert keyed(rows, ("time", "host", "rank"), "duration_seconds") == approx(expected)
+
+
+def test_utilization(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "utilization", params(known))
+    points = [*known.where("cpu", cpu="total"), *known.where("gpu")]
+    expected = windows(points, ("host", "gpu"), "utilization_ratio", mean)
+    assert window_rows(rows, ("host", "gpu"), "utilization_ratio") == approx(expected)
+
+
+def test_memory_used(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "memory_used", params(known))
+    ram = windows(known.where("memory"), ("host", "gpu"), "used_bytes", mean)
+    gpu = windows(known.where("gpu"), ("host", "gpu"), "memory_used_bytes", mean)
+    assert window_rows(rows, ("host", "gpu"), "used_bytes") == approx(ram)
+    assert window_rows(rows, ("host", "gpu"), "gpu_memory_used_bytes") == approx(gpu)
+
+
+def test_epoch_starts(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "epoch_starts", params(known))
+    first: dict[tuple[str, ...], Point] = {}
+    for p in known.where("nrg_step", experiment="exp-a", run="r1"):
+        key = (p.tags["epoch"], p.tags["host"], p.tags["rank"])
+        if key not in first or p.time_ns < first[key].time_ns:
+            first[key] = p
+    expected = {(p.time_ns, *k): p.fields["step"] for k, p in first.items()}
+    assert keyed(rows, ("time", "epoch", "host", "rank"), "step") == expected
+
+
+def test_run_events(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "run_events", params(known))
+    runs = known.where("nrg_run", experiment="exp-a", run="r1")
+    expected = {(p.time_ns, p.tags["host"], p.tags["rank"]): p.fields["event"] for p in runs}
+    assert keyed(rows, ("time", "host", "rank"), "event") == expected
+
+
+COMPARE = {"experiment": ["exp-a", "exp-b"], "run": ["r1", "r3", "r4"]}
+COMPARE_TAGS = ("experiment", "run", "source", "host", "rank")
+
+
+def compared(known: KnownRun, measurement: str = "nrg_energy", **match: str) -> list[Point]:
+    return [
+        p
+        for p in known.where(measurement, **match)
+        if p.tags["run"] in COMPARE["run"] and p.tags["experiment"] in COMPARE["experiment"]
+    ]
+
+
+def test_compare_energy_per_epoch(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "compare_energy_per_epoch", params(known, **COMPARE))
+    keys = ("epoch", *COMPARE_TAGS)
+    expected = group_sum(compared(known, scope="step"), keys, "energy_joules")
+    assert {k[2] for k in expected} == {"r1", "r3", "r4"}
+    assert keyed(rows, keys, "energy_joules") == approx(expected)
+
+
+def test_compare_energy_per_step(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "compare_energy_per_step", params(known, **COMPARE))
+    steps = compared(known, scope="step")
+    total = group_sum(steps, COMPARE_TAGS, "energy_joules")
+    count = group_count(steps, COMPARE_TAGS)
+    expected = {k: total[k] / count[k] for k in total}
+    assert keyed(rows, COMPARE_TAGS, "energy_joules") == approx(expected)
+
+
+def test_compare_mean_power(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "compare_mean_power", params(known, **COMPARE))
+    steps = compared(known, scope="step")
+    energy = group_sum(steps, COMPARE_TAGS, "energy_joules")
+    seconds = group_sum(steps, COMPARE_TAGS, "duration_seconds")
+    expected = {k: energy[k] / seconds[k] for k in energy}
+    assert keyed(rows, COMPARE_TAGS, "mean_power_watts") == approx(expected)
+
+
+def test_compare_energy_per_sample(loaded: Influxd, known: KnownRun) -> None:
+    energy_rows, sample_rows = influxql(
+        loaded, "compare_energy_per_sample", params(known, **COMPARE)
+    )
+    energy = keyed(energy_rows, COMPARE_TAGS, "energy_joules")
+    samples = keyed(sample_rows, ("experiment", "run", "host", "rank"), "samples")
+    per_sample = {k: e / samples[(k[0], k[1], k[3], k[4])] for k, e in energy.items()}
+    steps = compared(known, scope="step")
+    want_energy = group_sum(steps, COMPARE_TAGS, "energy_joules")
+    want_samples = group_sum(
+        compared(known, "nrg_step"), ("experiment", "run", "host", "rank"), "samples"
+    )
+    expected = {k: e / want_samples[(k[0], k[1], k[3], k[4])] for k, e in want_energy.items()}
+    assert per_sample == approx(expected)
+
+
+def test_cluster_power_by_host(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "cluster_power_by_host", params(known))
+    expected = windows(run_steps(known), STEP_TAGS, "mean_power_watts", mean)
+    assert window_rows(rows, STEP_TAGS, "power_watts") == approx(expected)
+
+
+def test_cluster_energy_total(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "cluster_energy_total", params(known))
+    expected = group_sum(run_steps(known), ("source",), "energy_joules")
+    assert keyed(rows, ("source",), "energy_joules") == approx(expected)
+
+
+AGENT_TAGS = ("host", "plugin")
+
+
+def test_agent_drops(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "agent_drops", params(known))
+    sinks = known.where("nrg_collect", kind="sink")
+    for field in ("dropped_points", "rejected_points"):
+        expected = windows(sinks, AGENT_TAGS, field, max)
+        assert window_rows(rows, AGENT_TAGS, field) == approx(expected)
+    assert any(v > 0 for v in window_rows(rows, AGENT_TAGS, "dropped_points").values())
+
+
+def test_agent_spool(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "agent_spool", params(known, host=["h1"]))
+    sinks = known.where("nrg_collect", kind="sink", host="h1")
+    for field in ("queue_points", "spool_points"):
+        expected = windows(sinks, AGENT_TAGS, field, max)
+        assert window_rows(rows, AGENT_TAGS, field) == approx(expected)
+
+
+def test_agent_lateness(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "agent_lateness", params(known))
+    collectors = known.where("nrg_collect", kind="collector")
+    for field in ("lateness_max_seconds", "errors"):
+        expected = windows(collectors, AGENT_TAGS, field, max)
+        assert window_rows(rows, AGENT_TAGS, field) == approx(expected)
+
+
+def values(rows: list[dict[str, Any]]) -> set[str]:
+    return {r["value"] for r in rows}
+
+
+def test_var_hosts(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "var_hosts", params(known))
+    assert values(rows) == {p.tags["host"] for p in known.points}
+
+
+def test_var_experiments(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "var_experiments", params(known))
+    assert values(rows) == {p.tags["experiment"] for p in known.where("nrg_step")}
+
+
+def test_var_runs(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "var_runs", params(known, experiment=["exp-b"]))
+    assert values(rows) == {p.tags["run"] for p in known.where("nrg_step", experiment="exp-b")}
+
+
+def test_var_ranks(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "var_ranks", params(known, experiment=["exp-a"], run=["r1"]))
+    steps = known.where("nrg_step", experiment="exp-a", run="r1")
+    assert values(rows) == {p.tags["rank"] for p in steps}
