@@ -47,6 +47,8 @@ class WindowResult:
     end_ns: int
     energy_j: float
     sources: dict[str, float] = field(default_factory=dict)
+    error_j: float | None = None
+    """Mean power × the part of the window no two samples bracket (as in the summary)."""
 
     @property
     def duration_s(self) -> float:
@@ -58,6 +60,7 @@ class WindowResult:
             "start_ns": self.start_ns,
             "duration_s": self.duration_s,
             "energy_j": self.energy_j,
+            "error_j": self.error_j,
             "sources": dict(self.sources),
         }
 
@@ -239,7 +242,8 @@ class Tracker:
         if self._sampler is None:
             return  # an agent's file sink: stop() reads whatever it has
         interval = self.interval_s or self._sampler.interval_s
-        deadline = time.monotonic() + max(3 * interval, 0.2)
+        # Returns as soon as the samples are in; the bound only matters on a starved machine.
+        deadline = time.monotonic() + max(20 * interval, 2.0)
         while time.monotonic() < deadline:
             latest: dict[str, int] = {}
             for p in self._sampler.snapshot():
@@ -257,4 +261,6 @@ class Tracker:
         part = summarize(sources, self.options, window_ns=(start, end))
         per = {s.source: s.energy_j for s in part.energy.sources}
         counted = counted_sources(per)
-        return WindowResult(name, start, end, sum(per[s] for s in counted), per)
+        errors = [s.error_j for s in part.energy.sources if s.source in counted]
+        error = None if any(e is None for e in errors) else sum(e or 0.0 for e in errors)
+        return WindowResult(name, start, end, sum(per[s] for s in counted), per, error)

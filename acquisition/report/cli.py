@@ -32,13 +32,12 @@ from acquisition.report.formats import (
     summaries_text,
 )
 from acquisition.report.recorder import SummaryRecorder, attach_recorder
-from acquisition.report.runs import RunInfo, find_runs, load_run, select_runs
+from acquisition.report.runs import PointSource, RunInfo, find_runs, load_run, select_runs
 from acquisition.store import Store
 from acquisition.summary import RunSummary, SummaryOptions, summarize
 from acquisition.summary_options import add_summary_arguments, add_unit_arguments
 
 __all__ = [
-    "INFLUX_LATER",
     "add_summary_arguments",
     "attach_recorder",
     "compare_main",
@@ -46,10 +45,6 @@ __all__ = [
     "report_main",
 ]
 
-INFLUX_LATER = (
-    "--influx: reading runs back from InfluxDB needs the query library (queries/); "
-    "use the file sink's directory (--data DIR) meanwhile"
-)
 HTML_NEEDS_OUTPUT = "--format html needs -o FILE"
 
 
@@ -137,7 +132,12 @@ def print_run_summary(
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", metavar="FILE", help="agent config (its file sink's dir)")
     p.add_argument("--data", metavar="DIR", help="directory (or file) of .lp/.lp.gz files")
-    p.add_argument("--influx", metavar="URL", help="read from InfluxDB instead of files")
+    p.add_argument(
+        "--influx",
+        metavar="URL",
+        help="read from InfluxDB 1.x/3.x (InfluxQL) instead of files: http://HOST:8086/DATABASE; "
+        "credentials from NRG_INFLUX_USER / NRG_INFLUX_PASSWORD",
+    )
     p.add_argument("--format", choices=("text", "json", "csv", "html"), default="text")
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
     add_unit_arguments(p)
@@ -161,6 +161,17 @@ def data_location(args: argparse.Namespace) -> Path:
     return data_dir()
 
 
+def _source(args: argparse.Namespace) -> tuple[PointSource, str]:
+    """The files (``--data``, the config's file sink, the default data dir) or ``--influx``."""
+    if args.influx:
+        from acquisition.report.influx import InfluxQLStore
+
+        influx = InfluxQLStore(args.influx)
+        return influx, influx.where
+    where = data_location(args)
+    return Store(where), str(where)
+
+
 def _write(args: argparse.Namespace, text: str) -> None:
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -168,7 +179,9 @@ def _write(args: argparse.Namespace, text: str) -> None:
         sys.stdout.write(text)
 
 
-def _summaries(store: Store, infos: Sequence[RunInfo], options: SummaryOptions) -> list[RunSummary]:
+def _summaries(
+    store: PointSource, infos: Sequence[RunInfo], options: SummaryOptions
+) -> list[RunSummary]:
     return [summarize(load_run(store, info), options) for info in infos]
 
 
@@ -199,10 +212,7 @@ def _report(argv: Sequence[str]) -> int:
     p.add_argument("--list", action="store_true", help="list the runs found")
     _common(p)
     args = p.parse_args(argv)
-    if args.influx:
-        raise NrgError(INFLUX_LATER)
-    where = data_location(args)
-    store = Store(where)
+    store, where = _source(args)
     options = summary_options(args)
     runs = find_runs(store)
     if args.list:
@@ -260,10 +270,7 @@ def _compare(argv: Sequence[str]) -> int:
     args = p.parse_args(argv)
     if args.profile:
         return _compare_profiles(args)
-    if args.influx:
-        raise NrgError(INFLUX_LATER)
-    where = data_location(args)
-    store = Store(where)
+    store, where = _source(args)
     options = summary_options(args)
     groups = select_runs(find_runs(store), args.names, str(where))
     summaries = [_summaries(store, group, options) for group in groups]

@@ -43,8 +43,8 @@ class SummaryRecorder:
             if m == "cpu" and point.tags.get("cpu") != "total":
                 self.cores.add(point.tags.get("cpu", ""))
                 return
-            if m in ("process", "gpu_process") and point.tags.get("scope") == "pid":
-                return
+            if m in ("process", "gpu_process") and "pid" in point.tags:
+                return  # per-process detail: the summary uses the tree sums
             self.sampled.append(point)
             if len(self.sampled) > self.max_points:
                 self._thin()

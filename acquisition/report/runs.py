@@ -9,17 +9,18 @@ its window.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from acquisition.errors import NrgError
 from acquisition.point import Point
-from acquisition.store import Store
 
 __all__ = [
     "NO_RUNS",
     "NO_SUCH_RUN",
     "SOURCE_MEASUREMENTS",
+    "PointSource",
     "RunInfo",
     "find_runs",
     "load_run",
@@ -33,6 +34,20 @@ NO_SUCH_RUN = (
 SOURCE_MEASUREMENTS = ("rapl", "gpu", "emonpi")
 RESOURCE_MEASUREMENTS = ("memory", "cpu", "process", "gpu_process")
 _LIST_MEASUREMENTS = (*SOURCE_MEASUREMENTS, "nrg_run", "nrg_step", "nrg_collect", "memory")
+
+
+class PointSource(Protocol):
+    """Where stored points come from: :class:`acquisition.store.Store` (files) or
+    :class:`acquisition.report.influx.InfluxQLStore`."""
+
+    def points(
+        self,
+        measurements: Iterable[str] | None = None,
+        *,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        tags: Mapping[str, str | Collection[str]] | None = None,
+    ) -> Iterator[Point]: ...
 
 
 @dataclass
@@ -66,7 +81,7 @@ def _add(runs: dict[tuple[str, str], RunInfo], p: Point) -> None:
     info.end_ns = max(info.end_ns, p.time_ns)
 
 
-def find_runs(store: Store) -> list[RunInfo]:
+def find_runs(store: PointSource) -> list[RunInfo]:
     """Every run of the store, oldest first, with its power and event points (enough for the
     energy of ``--list``)."""
     runs: dict[tuple[str, str], RunInfo] = {}
@@ -101,7 +116,7 @@ def _window(points: Iterable[Point]) -> tuple[int, int]:
     return (min(starts) if starts else min(times), max(ends) if ends else max(times))
 
 
-def load_run(store: Store, info: RunInfo) -> list[Point]:
+def load_run(store: PointSource, info: RunInfo) -> list[Point]:
     """Every point of one run (see the module docstring)."""
     tags = {"run": info.run}
     if info.experiment:
@@ -121,7 +136,7 @@ def load_run(store: Store, info: RunInfo) -> list[Point]:
 
 
 def _untagged(
-    store: Store, measurements: Sequence[str], start: int, end: int, hosts: set[str]
+    store: PointSource, measurements: Sequence[str], start: int, end: int, hosts: set[str]
 ) -> Iterator[Point]:
     """Points of no run, on the run's hosts, that bracket its window (one sample either side
     kept by widening the window a little: a minute)."""

@@ -3,7 +3,13 @@ gpu_tracker's resource figures, as a typed object, JSON (``nrg.summary/1``) or t
 
 from __future__ import annotations
 
-from acquisition.summary.build import NO_ENERGY, REST_OF_SYSTEM, counted_sources, summarize
+from acquisition.summary.build import (
+    NO_ENERGY,
+    REST_OF_SYSTEM,
+    STEPS_WITHOUT_SOURCE,
+    counted_sources,
+    summarize,
+)
 from acquisition.summary.model import (
     DEFAULT_CARBON_INTENSITY,
     RAM_UNITS,
@@ -25,6 +31,7 @@ __all__ = [
     "RAM_UNITS",
     "REST_OF_SYSTEM",
     "SCHEMA",
+    "STEPS_WITHOUT_SOURCE",
     "TIME_UNITS",
     "EnergySummary",
     "EpochSummary",

@@ -41,10 +41,13 @@ from acquisition.summary.model import (
 )
 from acquisition.summary.resources import resources
 
-__all__ = ["NO_ENERGY", "REST_OF_SYSTEM", "counted_sources", "summarize"]
+__all__ = ["NO_ENERGY", "REST_OF_SYSTEM", "STEPS_WITHOUT_SOURCE", "counted_sources", "summarize"]
 
 REST_OF_SYSTEM = "rest_of_system"
 NO_ENERGY = "No energy was measured: {why}."
+STEPS_WITHOUT_SOURCE = (
+    "{source}: no energy for {missing} of {steps} steps (not bracketed by its samples)"
+)
 NO_SOURCE_POINTS = "no RAPL, GPU or wall-meter readings were recorded for this run"
 _ERROR_FIELDS = ("energy_error_joules", "error_joules")
 _NS = 1e9
@@ -379,11 +382,45 @@ def _window(points: list[Point]) -> tuple[int, int, int | None]:
     return start, max(end, start), code
 
 
+def _first_line(reason: str) -> str:
+    line = reason.strip().splitlines()[0] if reason.strip() else "unavailable"
+    return line.removeprefix("unavailable: ").rstrip(":")
+
+
 def _no_energy_reason(unavailable: Mapping[str, str] | None) -> str:
+    """One sentence: each source's reason, first line only (the how-to that some reasons
+    carry, like granting access to RAPL, goes to the notes)."""
     if unavailable:
-        why = "; ".join(f"{name}: {reason}" for name, reason in sorted(unavailable.items()))
+        why = "; ".join(
+            f"{name}: {_first_line(reason)}" for name, reason in sorted(unavailable.items())
+        )
         return NO_ENERGY.format(why=why)
     return NO_ENERGY.format(why=NO_SOURCE_POINTS)
+
+
+def _guidance(unavailable: Mapping[str, str] | None) -> list[str]:
+    return [
+        f"{name}: {reason.strip()}"
+        for name, reason in sorted((unavailable or {}).items())
+        if len(reason.strip().splitlines()) > 1
+    ]
+
+
+def _coverage_notes(data: _Steps) -> list[str]:
+    """A sentence per source that some steps have no energy from (the source did not
+    bracket them: it started late, stopped early, or its samples are too sparse)."""
+    steps = set(data.steps) | set(data.energy)
+    if not steps:
+        return []
+    per_source: dict[str, int] = defaultdict(int)
+    for per in data.energy.values():
+        for source in per:
+            per_source[source] += 1
+    return [
+        STEPS_WITHOUT_SOURCE.format(source=source, missing=len(steps) - n, steps=len(steps))
+        for source, n in sorted(per_source.items())
+        if n < len(steps)
+    ]
 
 
 def _per_host(
@@ -475,4 +512,5 @@ def summarize(
         start_ns=start,
         end_ns=end,
         flops=next((f for f in flops if f is not None), None),
+        notes=_coverage_notes(steps) + ([] if counted else _guidance(unavailable)),
     )

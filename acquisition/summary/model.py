@@ -36,6 +36,17 @@ from acquisition.summary_options import (
 
 SCHEMA = "nrg.summary/1"
 J_PER_KWH = 3.6e6
+PROVENANCE: dict[str, str] = {
+    "window": "the job's nrg_run start and end events, else the run's first and last point",
+    "energy.sources": "rapl and gpu energy_joules counters differenced; gpu power_watts and "
+    "emonpi power<ch>_watts integrated by trapezoids; interpolated at the window's edges",
+    "energy.total_j": "per host the wall meter if any, else RAPL package + dram + GPUs",
+    "energy.outside_steps_j": "total_j minus the step energies",
+    "epochs, steps": "nrg_step (epoch tag, else field; samples field) and nrg_energy scope=step",
+    "modules": "nrg_energy scope=module summed over steps and phases",
+    "co2e_g": "total_kwh x carbon_intensity_g_per_kwh",
+    "resources": "procfs memory, cpu and process (tree sums) points; nvml gpu and gpu_process",
+}
 
 
 @dataclass(frozen=True)
@@ -152,7 +163,9 @@ class RunSummary:
     """Forward FLOPs of the model per step (``nrg_model``), when the job reported them."""
     notes: list[str] = field(default_factory=list)
     windows: list[dict[str, Any]] = field(default_factory=list)
-    """A Tracker's named windows: name, start_ns, duration_s, energy_j, sources."""
+    """A Tracker's named windows: name, start_ns, duration_s, energy_j, error_j, sources."""
+    provenance: dict[str, str] = field(default_factory=lambda: dict(PROVENANCE))
+    """Where each group of figures comes from."""
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -117,7 +117,7 @@ def _steps(s: RunSummary) -> list[str]:
 
 def format_text(s: RunSummary) -> str:
     """Energy, steps and modules, then resources as gpu_tracker prints them."""
-    out = _header(s) + _energy(s) + _steps(s)
+    out = _header(s) + _energy(s) + _steps(s) + [f"Note: {n}" for n in s.notes]
     res = s.resources
     for key in _RESOURCE_ORDER:
         if key in res:

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +49,17 @@ def _zone(virtual: Path, zone: str, parent: str | None, name: str) -> Path:
     return where
 
 
+def _wait_started(writer: subprocess.Popen[bytes], paths: list[Path], watts: list[float]) -> None:
+    """Until the writer runs, the counters stand at 0: readings then would not be power × time
+    (the writer's interpreter can take 100 ms to start on a loaded machine)."""
+    powered = [p for p, w in zip(paths, watts, strict=True) if w > 0]
+    deadline = time.monotonic() + 60
+    while powered and any(p.read_text().strip() in ("", "0") for p in powered):
+        if writer.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the powercap counter writer did not start")
+        time.sleep(0.005)
+
+
 @contextmanager
 def powercap_tree(watts: Mapping[str, float]) -> Iterator[Path]:
     """A root directory (for ``[[collectors.rapl]] root``) whose zones named in ``watts``
@@ -68,6 +80,7 @@ def powercap_tree(watts: Mapping[str, float]) -> Iterator[Path]:
                 args += [str(where / "energy_uj"), str(watts[name])]
         writer = subprocess.Popen([sys.executable, "-c", _WRITER, *args])
         try:
+            _wait_started(writer, [Path(a) for a in args[0::2]], [float(w) for w in args[1::2]])
             yield root
         finally:
             writer.kill()

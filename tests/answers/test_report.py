@@ -15,12 +15,12 @@ from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 from acquisition.report import SummaryRecorder, compare, find_runs, load_run
 from acquisition.report.cli import (
-    INFLUX_LATER,
     compare_main,
     print_run_summary,
     report_main,
     summary_options,
 )
+from acquisition.report.influx import INFLUX_NO_DATABASE
 from acquisition.report.runs import NO_SUCH_RUN, select_runs
 from acquisition.store import Store
 from acquisition.summary import summarize
@@ -125,8 +125,10 @@ def test_report_main_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert data["run"] == "x"
     assert compare_main(["--data", str(d), "x", "y", "--format", "csv"]) == 0
     assert capsys.readouterr().out.startswith("figure,unit,label,value")
-    assert report_main(["--data", str(d), "--influx", "http://127.0.0.1:1"]) == 2
-    assert INFLUX_LATER in capsys.readouterr().err
+    assert report_main(["--influx", "http://127.0.0.1:1/nrg"]) == 2
+    assert "cannot reach InfluxDB at http://127.0.0.1:1" in capsys.readouterr().err
+    assert report_main(["--influx", "http://127.0.0.1:1"]) == 2
+    assert INFLUX_NO_DATABASE.format(url="http://127.0.0.1:1") in capsys.readouterr().err
     assert report_main(["--data", str(tmp_path / "nothing")]) == 2
 
 

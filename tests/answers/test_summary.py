@@ -18,6 +18,7 @@ from acquisition.summary import (
     NO_ENERGY,
     REST_OF_SYSTEM,
     SCHEMA,
+    STEPS_WITHOUT_SOURCE,
     SummaryOptions,
     format_text,
     summarize,
@@ -153,6 +154,11 @@ def test_no_energy_source_says_why_first() -> None:
     text = format_text(s)
     assert text.splitlines()[0] == s.no_energy_reason
     validate(s.to_dict())
+    # a reason with a how-to: its first line in the sentence, the how-to in the notes
+    howto = "unavailable: energy_uj is readable by root only\n  1. udev rule: ...\n  2. chmod ..."
+    s = summarize(pts, unavailable={"rapl": howto})
+    assert s.no_energy_reason == NO_ENERGY.format(why="rapl: energy_uj is readable by root only")
+    assert s.notes == [f"rapl: {howto}"]
 
 
 def test_resources_from_process_points() -> None:
@@ -201,9 +207,44 @@ def test_json_round_trip_and_schema_id() -> None:
     data = json.loads(s.to_json())
     assert data["schema"] == SCHEMA
     assert data["energy"]["total_j"] == s.energy.total_j
+    assert set(data["provenance"]) >= {"energy.sources", "energy.total_j", "modules", "resources"}
     validate(data)
 
 
 def test_bad_unit() -> None:
     with pytest.raises(ValueError, match="unit"):
         summarize(KnownRun().points(), SummaryOptions(ram_unit="furlongs"))  # type: ignore[arg-type]
+
+
+def test_a_source_that_misses_steps_is_said() -> None:
+    """A wall meter that stopped early: the steps after it have no wall energy, and the
+    summary says how many."""
+    run = KnownRun(wall_w=80.0)
+    cut = run.step_times()[8][2]  # the wall meter's last sample: during the 9th step
+    pts = [p for p in run.source_points() if p.measurement != "emonpi" or p.time_ns <= cut]
+    pts += run.job_points()
+    stored = attributed(sorted(pts, key=lambda p: p.time_ns), run)
+    s = summarize(stored)
+    assert s.notes == [STEPS_WITHOUT_SOURCE.format(source="emonpi:5", missing=4, steps=12)]
+    assert f"Note: {s.notes[0]}" in format_text(s)
+
+
+def attributed(points: list[Point], run: KnownRun) -> list[Point]:
+    from acquisition.api import PluginContext
+    from acquisition.config import build_dataclass
+    from acquisition.processors.attribution import AttributionConfig, EnergyAttribution
+
+    proc = EnergyAttribution(
+        build_dataclass(AttributionConfig, {}, "a"),
+        PluginContext("h1", 0.05, *(3 * [None])),  # type: ignore[arg-type]
+    )
+    out: list[Point] = []
+
+    def emit(p: Point) -> None:
+        out.append(p.with_tags({"host": run.host}))  # as the sinks tag them
+
+    for p in points:
+        out.append(p)
+        proc.process(p, emit)
+    proc.flush(emit)
+    return out

@@ -146,8 +146,16 @@ def test_training_run_summary_report_and_compare(short_tmp: Path, rapl_root: Pat
     assert a["value"] == pytest.approx(runs["a"]["energy"]["total_j"], rel=1e-9)
     assert b["diff"] == pytest.approx(b["value"] - a["value"])
     per_step = next(f for f in cmp["figures"] if f["name"] == "energy per step")
-    # the same job at the same power: per-step energy equal within the error bars
-    assert per_step["values"][1]["significant"] is False
+    mean_a = runs["a"]["steps"]["energy_j"]["mean"]
+    assert per_step["values"][0]["value"] == pytest.approx(mean_a, rel=1e-9)
+    assert per_step["values"][0]["error"] == pytest.approx(
+        runs["a"]["steps"]["energy_j"]["sd"] / runs["a"]["steps"]["count"] ** 0.5, rel=1e-9
+    )
+    # a run against itself: no difference, inside the error bars
+    same = json.loads(nrg("compare", "-c", str(cfg), "a", "a", "--format", "json").stdout)
+    for f in same["figures"]:
+        v = f["values"][1]
+        assert v["diff"] in (None, 0.0) and v["significant"] in (None, False)
     assert "energy per step" in nrg("compare", "-c", str(cfg), "a", "b").stdout
 
 

@@ -49,6 +49,10 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def process_ticks_after(tracker: Tracker, t_ns: int) -> set[int]:
+    return {p.time_ns for p in tracker.points() if p.measurement == "process" and p.time_ns > t_ns}
+
+
 def rapl_config(root: Path) -> str:
     return f"""
 [[collectors.rapl]]
@@ -61,34 +65,37 @@ per_core = true
 
 
 def test_process_tree_memory_and_energy() -> None:
+    """The children start before the tracker: a child being forked briefly shows its parent's
+    whole RSS (vfork/fork before exec), a real peak but not the one this test knows."""
     sizes = (120 * MB, 60 * MB)
     parent_block = bytearray(80 * MB)
     for i in range(0, len(parent_block), 4096):
         parent_block[i] = 1
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in sizes
+    ]
+    for c in children:
+        assert c.stdout is not None and c.stdout.readline() == "ready\n"
     with powercap_tree({"package-0": PACKAGE_W, "dram": DRAM_W}) as root:
         tracker = Tracker(parse_config(rapl_config(root)), interval_s=0.05, ram_unit="megabytes")
         with tracker:
-            children = [
-                subprocess.Popen(
-                    [sys.executable, "-c", _CHILD, str(n)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-                for n in sizes
-            ]
-            for c in children:
-                assert c.stdout is not None and c.stdout.readline() == "ready\n"
-            # the truth, while they hold their memory, then a few ticks of sampling
-            deadline = time.monotonic() + 30
-            while len({p.time_ns for p in tracker.points() if p.measurement == "process"}) < 8:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            # every descendant: the two children and the fixture's counter writer
+            # the truth while they hold their memory (every descendant: the two children and
+            # the fixture's counter writer), then a few ticks of sampling after it
             truth_children = sum(vm_rss(pid) for pid in descendants(os.getpid()))
             truth_main = vm_rss(os.getpid())
-            for c in children:
-                c.communicate("")
+            after = time.time_ns()
+            deadline = time.monotonic() + 60
+            while len(process_ticks_after(tracker, after)) < 3:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        for c in children:
+            c.communicate("")
         s = tracker.summary()
     ram = s.resources["max_ram"]
     assert ram["unit"] == "megabytes"
@@ -120,11 +127,14 @@ def test_windows_nested_and_energy() -> None:
         s = t.summary()
     names = [w["name"] for w in s.windows]
     assert names == ["train/eval", "train", "tail"]
-    for w in s.windows:
+    for w in s.windows:  # within the stale-counter bound and the window's own error bar
         assert w["energy_j"] == pytest.approx(
-            PACKAGE_W * w["duration_s"], abs=2 * PACKAGE_W * STALE_S
+            PACKAGE_W * w["duration_s"], abs=2 * PACKAGE_W * STALE_S + w["error_j"]
         )
-    assert tail.energy_j == pytest.approx(PACKAGE_W * tail.duration_s, abs=2 * PACKAGE_W * STALE_S)
+    assert tail.error_j is not None
+    assert tail.energy_j == pytest.approx(
+        PACKAGE_W * tail.duration_s, abs=2 * PACKAGE_W * STALE_S + tail.error_j
+    )
     assert s.to_dict()["windows"][0]["name"] == "train/eval"
     assert "Max RAM:" in str(s)
 
