@@ -358,6 +358,7 @@ class AgentConfig:
     """Align ticks to wall-clock multiples of the interval (e.g. :00, :01 ...)."""
     flush_interval: float = duration(1.0, "how often sinks are flushed")
     batch_size: int = 5000
+    """Points per write of every sink (a sink table may set its own)."""
     buffer_limit: int = 100_000
     """Points held in memory per sink before spilling to disk (or dropping, counted)."""
     stats_interval: float = duration(10.0, "how often nrg_collect self-stats are emitted")
@@ -370,13 +371,17 @@ class AgentConfig:
     host: str = ""
     """Value of the ``host`` tag (default: this machine's hostname)."""
     experiment: str = ""
+    """Value of the ``experiment`` tag (default: $NRG_EXPERIMENT; none when unset)."""
     run: str = ""
+    """Value of the ``run`` tag (default: $NRG_RUN, else derived from the tracked command)."""
     tags: dict[str, str] = field(default_factory=dict)
+    """Extra tags put on every point, e.g. ``{ lab = "b2" }``."""
     state_dir: str = ""
     """Spools and other state (default: the per-user state dir, e.g. ~/.local/state/nrg)."""
     data_dir: str = ""
     """Default place for the file sink's output (default: ~/.local/share/nrg)."""
     log_level: str = "info"
+    """debug, info, warning or error."""
 
     def validate(self) -> None:
         if self.interval <= 0:

@@ -49,6 +49,7 @@ class FileConfig:
     path: str = ""
     """A single fixed output file instead of dated files in ``dir`` (rotation renames it)."""
     prefix: str = "nrg"
+    """File names are ``<prefix>-<UTC start>.lp``."""
     max_bytes: int = size(64 * 1024 * 1024, "rotate before a file exceeds this size")
     max_files: int = 0
     """Keep the newest N files (the one being written included); 0 keeps all."""
@@ -58,6 +59,7 @@ class FileConfig:
     compress: Literal["", "gzip"] = ""
     """"gzip": compress each rotated file to ``.lp.gz``."""
     fsync: Literal["always", "interval", "never"] = "interval"
+    """always: after every batch; interval: every fsync_interval; never: leave it to the OS."""
     fsync_interval: float = duration(5.0, "with fsync = 'interval'")
 
     def validate(self) -> None:

@@ -31,6 +31,7 @@ class InfluxDBConfig:
     by the core."""
 
     url: str = "http://localhost:8086"
+    """Base URL of the InfluxDB server (http or https)."""
     api: str = ""
     """"v2" (``/api/v2/write``), "v1" (``/write``), or empty: detected from ``/ping``'s
     ``X-Influxdb-Version`` (1.x → v1, anything else → v2)."""
@@ -54,6 +55,7 @@ class InfluxDBConfig:
     """v1 API: read the password from this file instead."""
     timeout: float = duration(10.0, "limit for one HTTP request")
     gzip: bool = False
+    """Compress request bodies with gzip."""
     spool_dir: str = ""
     """Default: ``<state_dir>/spool/influxdb-<hash of the destination>``."""
     spool_max_bytes: int = size(
