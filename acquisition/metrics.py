@@ -290,7 +290,7 @@ METRICS: tuple[Measurement, ...] = (
         (
             *_RUN_TAGS,
             _EPOCH_TAG,
-            Tag("source", "`rapl:<domain>-<socket>`, `gpu:<index>`, `emonpi:<node>`"),
+            Tag("source", "`rapl:<domain>-<socket>`, `nvml:<index>`, `emonpi:<node>`"),
             Tag("scope", "`step`, `module`, `unattributed` or `rest_of_system`"),
             Tag("module", "module path (`scope=module`)"),
             Tag("phase", "`forward` or `backward` (`scope=module`)"),

@@ -36,7 +36,7 @@ class SourceSample:
     """One reading of a power source, as :func:`parse_source` finds it on a point."""
 
     source: str
-    """``rapl:package-0``, ``rapl:dram-0``, ``rapl:package-0-die-1``, ``gpu:0``, ``emonpi:5``."""
+    """``rapl:package-0``, ``rapl:dram-0``, ``rapl:package-0-die-1``, ``nvml:0``, ``emonpi:5``."""
     kind: str
     """``rapl``, ``gpu`` or ``wall``."""
     domain: str
@@ -59,7 +59,7 @@ def parse_source(
             name += f"-die-{tags['die']}"
         return _reading(name, "rapl", domain, fields, "energy_joules", None)
     if m == "gpu":
-        name = f"gpu:{tags.get('gpu', '0')}"
+        name = f"nvml:{tags.get('gpu', '0')}"
         return _reading(name, "gpu", "", fields, "energy_joules", "power_watts")
     if m == "emonpi":
         name = f"emonpi:{tags.get('node', '0')}"

@@ -224,7 +224,7 @@ def compute_energy(
     cpu_scale: float = 1.0,
 ) -> EnergyResult:
     """Energy of every span (see the module docstring). ``window`` defaults to the spans' extent;
-    ``gpu_names`` maps a span's device (CUDA ordinal) to its source name (default ``gpu:<N>``, the
+    ``gpu_names`` maps a span's device (CUDA ordinal) to its source name (default ``nvml:<N>``, the
     NVML index N); ``cpu_scale`` multiplies the CPU sources' energy (the process's CPU share)."""
     out = [EventEnergy() for _ in spans]
     if window is None:

@@ -10,7 +10,7 @@ or read back from a file), with the agent's units:
 - ``emonpi`` (tag ``node``): ``power1_watts`` (W), the wall meter.
 
 Source names are those of the attribution processor (``rapl:package-0``, ``rapl:dram-0``,
-``gpu:0``, ``emonpi:5``). Energy over an interval is the difference of the cumulative series
+``nvml:0``, ``emonpi:5``). Energy over an interval is the difference of the cumulative series
 interpolated linearly at its two edges, so energies of adjacent intervals add up exactly.
 
 Error of an edge: linear interpolation is exact while the power is constant across the sample
@@ -120,7 +120,7 @@ class EnergySeries:
 
 def gpu_source(device: int) -> str:
     """The source name of CUDA device ``device`` (NVML index assumed equal to it)."""
-    return f"gpu:{device}"
+    return f"nvml:{device}"
 
 
 def _bare_uuid(uuid: str) -> str:

@@ -335,7 +335,7 @@ class EnergyProfile(torch.profiler.profile):
         result = self.last_energy
         window_s = None if result is None else (result.window[1] - result.window[0]) / 1e9
         series = self.series()
-        sources = cpu_sources(series) + sorted(n for n in series if n.startswith("gpu:"))
+        sources = cpu_sources(series) + sorted(n for n in series if n.startswith("nvml:"))
         return format_table(rows, row_limit=row_limit, window_s=window_s, sources=sources)
 
     def step_energies(self) -> list[StepEnergy]:
@@ -344,7 +344,7 @@ class EnergyProfile(torch.profiler.profile):
         summed."""
         series = self.series()
         cpu = cpu_sources(series)
-        names = cpu + sorted(n for n in series if n.startswith("gpu:"))
+        names = cpu + sorted(n for n in series if n.startswith("nvml:"))
         scale = self._cpu_scale()
         out = []
         for (step, start), (_, end) in zip(self._step_marks, self._step_marks[1:], strict=False):

@@ -5,7 +5,7 @@ Sources of each figure:
 - energy per source: the collectors' own points (``rapl`` and ``gpu`` cumulative
   ``energy_joules``, differenced, a decrease being a collector restart; ``gpu`` ``power_watts``
   or ``emonpi`` ``power<ch>_watts`` integrated by trapezoids), per host, named as the ``source``
-  tag of ``nrg_energy`` (``rapl:package-0``, ``gpu:0``, ``emonpi:5``); mean power = energy ÷
+  tag of ``nrg_energy`` (``rapl:package-0``, ``nvml:0``, ``emonpi:5``); mean power = energy ÷
   sampled span, peak power = the largest ``power_watts`` reading (or counter delta ÷ interval);
   ``error_j`` = mean power × the part of the run no two samples bracket;
 - rest of system = wall − (RAPL package + dram + GPUs) of the same host;

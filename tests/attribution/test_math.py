@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from acquisition.point import Point
@@ -27,9 +28,9 @@ def test_parse_source_names() -> None:
     die = Point("rapl", {"socket": "1", "domain": "package", "die": "1"}, {"energy_joules": 2}, 1)
     assert parse_source(die) == SourceSample("rapl:package-1-die-1", "rapl", "package", True, 2.0)
     gpu = Point("gpu", {"gpu": "3", "uuid": "GPU-x"}, {"power_watts": 70.5}, 1)
-    assert parse_source(gpu) == SourceSample("gpu:3", "gpu", "", False, 70.5)
+    assert parse_source(gpu) == SourceSample("nvml:3", "gpu", "", False, 70.5)
     gpu_e = Point("gpu", {"gpu": "0"}, {"power_watts": 70.5, "energy_joules": 9.0}, 1)
-    assert parse_source(gpu_e) == SourceSample("gpu:0", "gpu", "", True, 9.0)
+    assert parse_source(gpu_e) == SourceSample("nvml:0", "gpu", "", True, 9.0)
     wall = Point(
         "emonpi",
         {"node": "5", "layout": "emonpi"},
@@ -105,12 +106,15 @@ def test_split_energy_when_times_exceed_the_step() -> None:
     st.floats(min_value=0.0, max_value=100.0, allow_nan=False),
     st.lists(st.floats(min_value=0.0, max_value=10.0, allow_nan=False), max_size=50),
 )
+@example(1.5, 0.0, [5e-324])  # a subnormal time: an oracle that multiplies first rounds
 def test_split_conserves_energy(energy: float, duration: float, times: list[float]) -> None:
     weights = {(f"m{i}", "forward"): t for i, t in enumerate(times)}
     shares, rest = split_energy(energy, duration, weights)
     assert math.isclose(sum(shares.values()) + rest, energy, rel_tol=1e-9, abs_tol=1e-9)
     # Each module: the step's mean power times its time, over the longer of step and module sum.
     denom = max(duration, sum(times))
-    expected = {k: energy * w / denom for k, w in weights.items()} if denom > 0 else {}
+    # Exact rational arithmetic, so the oracle itself cannot round (subnormal times included).
+    exact = {k: Fraction(energy) * Fraction(w) / Fraction(denom) for k, w in weights.items()}
+    expected = {k: float(v) for k, v in exact.items()} if denom > 0 else {}
     assert shares == pytest.approx(expected, rel=1e-12, abs=1e-300)
     assert rest >= -1e-9 * max(energy, 1.0)

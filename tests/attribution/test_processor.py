@@ -226,10 +226,10 @@ def test_gpu_split_by_gpu_time_and_rest_of_system() -> None:
     h.feed([*counter("package", 100.0, 0, 1000), *counter("dram", 20.0, 0, 1000), *gpu, *wall])
     h.feed([*mods, step(0, 200, 800), run_event("end", 1000)])
     rows = h.rows()
-    assert ("gpu:0", "step", "", "", 0, 180.0, 0.6) in rows
-    assert ("gpu:0", "module", "conv", "forward", 0, 90.0, 0.3) in rows
-    assert ("gpu:0", "module", "fc", "forward", 0, 30.0, 0.1) in rows
-    assert ("gpu:0", "unattributed", "", "", 0, 60.0, 0.2) in rows
+    assert ("nvml:0", "step", "", "", 0, 180.0, 0.6) in rows
+    assert ("nvml:0", "module", "conv", "forward", 0, 90.0, 0.3) in rows
+    assert ("nvml:0", "module", "fc", "forward", 0, 30.0, 0.1) in rows
+    assert ("nvml:0", "unattributed", "", "", 0, 60.0, 0.2) in rows
     assert ("rapl:package-0", "module", "conv", "forward", 0, 10.0, 0.1) in rows
     assert ("emonpi:5", "step", "", "", 0, 300.0, 0.6) in rows
     # wall 300 J − package 60 J − dram 12 J − gpu 180 J
@@ -242,8 +242,8 @@ def test_gpu_without_gpu_times_is_all_unattributed() -> None:
     gpu = [Point("gpu", {"gpu": "1"}, {"power_watts": 50.0}, T0 + t * MS) for t in (0, 1000)]
     h.feed([*gpu, *STEP0_MODULES, step(0, 250, 550), run_event("end", 1000)])
     assert h.rows() == [
-        ("gpu:1", "step", "", "", 0, 15.0, 0.3),
-        ("gpu:1", "unattributed", "", "", 0, 15.0, 0.3),
+        ("nvml:1", "step", "", "", 0, 15.0, 0.3),
+        ("nvml:1", "unattributed", "", "", 0, 15.0, 0.3),
     ]
 
 

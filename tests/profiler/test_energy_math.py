@@ -114,7 +114,7 @@ def test_gpu_power_samples_are_integrated_by_trapezoids() -> None:
         for k in range(101)
     ]
     series = build_series(points)
-    assert series["gpu:1"].energy(T0, T0 + 100 * MS) == pytest.approx((15.0, 0.0), abs=1e-9)
+    assert series["nvml:1"].energy(T0, T0 + 100 * MS) == pytest.approx((15.0, 0.0), abs=1e-9)
     (energy,) = compute_energy([kernel(20, 60, device=1)], series).events
     assert energy.total_j == pytest.approx((120 + 160) / 2 * 0.040)
 
@@ -128,7 +128,7 @@ def test_gpu_samples_win_over_the_coarse_energy_counter() -> None:
         for k in range(21)
     ]
     series = build_series(points)
-    assert series["gpu:0"].energy(T0, T0 + 100 * MS)[0] == pytest.approx(25.0)  # type: ignore[index]
+    assert series["nvml:0"].energy(T0, T0 + 100 * MS)[0] == pytest.approx(25.0)  # type: ignore[index]
 
 
 def test_error_estimate_is_zero_at_constant_power_and_covers_a_step() -> None:

@@ -87,7 +87,7 @@ async def test_kernel_energy_from_nvml_samples(tmp_path: Any) -> None:
     samples = [p for p in points if p.measurement == "gpu_sample" and "power_watts" in p.fields]
     assert len(samples) == 21
     series = build_series(points)
-    assert series["gpu:0"].energy(T_US * 1000, T_US * 1000 + 200_000_000)[0] == pytest.approx(  # type: ignore[index]
+    assert series["nvml:0"].energy(T_US * 1000, T_US * 1000 + 200_000_000)[0] == pytest.approx(  # type: ignore[index]
         100 * 0.09 + (100 + 300) / 2 * 0.01 + 300 * 0.1
     )
     tr = trace()
@@ -103,11 +103,11 @@ async def test_kernel_energy_from_nvml_samples(tmp_path: Any) -> None:
     assert "args" not in by_name["cudaLaunchKernel"]
     assert result.unmeasured == 1
     (gpu,) = tr["nrg"]["tracks"]
-    assert gpu["kind"] == "gpu" and gpu["sources"] == ["gpu:0"]
+    assert gpu["kind"] == "gpu" and gpu["sources"] == ["nvml:0"]
     assert gpu["window_energy_j"] == pytest.approx(41.0)
     assert gpu["events_self_energy_j"] == pytest.approx(3.0 + 3.0 + 9.0)
     assert gpu["outside_energy_j"] == pytest.approx(41.0 - 15.0)
-    power = [e for e in tr["traceEvents"] if e.get("name") == "nrg power gpu:0"]
+    power = [e for e in tr["traceEvents"] if e.get("name") == "nrg power nvml:0"]
     assert [e["args"]["W"] for e in power][:9] == pytest.approx([100.0] * 9)
     assert power[-1]["args"]["W"] == pytest.approx(300.0)
 
@@ -117,9 +117,9 @@ async def test_cuda_ordinals_map_to_nvml_gpus_by_uuid(tmp_path: Any) -> None:
     it without NVML's ``GPU-`` prefix)."""
     points = await sampled_points(tmp_path)
     uuids = SeriesBuilder().add(points).uuids
-    assert uuids == {"a100a100-0000-4000-8000-000000000001": "gpu:0"}
+    assert uuids == {"a100a100-0000-4000-8000-000000000001": "nvml:0"}
     names = gpu_names_by_uuid(uuids, {1: "A100A100-0000-4000-8000-000000000001", 2: "other"})
-    assert names == {1: "gpu:0"}
+    assert names == {1: "nvml:0"}
     tr = trace()
     for event in tr["traceEvents"]:
         if event.get("cat") == "kernel":
@@ -132,4 +132,4 @@ async def test_cuda_ordinals_map_to_nvml_gpus_by_uuid(tmp_path: Any) -> None:
         if event.get("cat") == "kernel":
             event["args"]["device"] = 1
     result = add_energy(unmapped, build_series(points))
-    assert result.unmeasured == 4  # no gpu:1 source, and no RAPL for the CPU operator
+    assert result.unmeasured == 4  # no nvml:1 source, and no RAPL for the CPU operator

@@ -23,7 +23,7 @@ T0 = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 STEP_NS = 500_000_000
 EPOCHS = 3
 STEPS_PER_EPOCH = 4
-SOURCES = ("rapl:package-0", "gpu:0")
+SOURCES = ("rapl:package-0", "nvml:0")
 WALL = "emonpi:5:power1"
 MODULES = ("0", "1.conv", "2.fc", "(root)")
 
