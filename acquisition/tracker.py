@@ -10,9 +10,9 @@
 
 Without an agent the collectors run in this process, on a background thread
 (:class:`~acquisition.sampler.Sampler`), from the same TOML config the agent reads (no config:
-every collector that works here). With ``agent_data=DIR`` (or ``NRG_DATA_DIR`` in the
-environment) nothing is opened: the points come from the file sink directory of the agent
-already running here, read back for the tracked span when the tracker stops.
+every collector that works here). With ``agent_data=DIR`` nothing is opened: the points come
+from the file sink directory of the agent already running here, read back for the tracked span
+when the tracker stops.
 """
 
 from __future__ import annotations
@@ -91,8 +91,7 @@ class Tracker:
         self.config = config
         self.interval_s = interval_s
         self.only = only
-        data = agent_data if agent_data is not None else os.environ.get("NRG_DATA_DIR")
-        self.agent_data = Path(data).expanduser() if data else None
+        self.agent_data = Path(agent_data).expanduser() if agent_data is not None else None
         extra: dict[str, Any] = {}
         if carbon_intensity_g_per_kwh is not None:
             extra = {
