@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from acquisition.errors import ConfigError
+from acquisition.summary_options import DEFAULT_CARBON_INTENSITY, DEFAULT_CARBON_SOURCE
 
 __all__ = [
     "BUFFER_RULE",
@@ -442,6 +443,21 @@ class Config:
     sinks: list[PluginSpec]
     processors: list[PluginSpec]
     source: str = "<embedded default>"
+    report: ReportConfig = field(default_factory=lambda: ReportConfig())
+
+
+@dataclass
+class ReportConfig:
+    """``[report]``: settings of the run summary, ``report`` and ``compare``."""
+
+    carbon_intensity_g_per_kwh: float = option(
+        DEFAULT_CARBON_INTENSITY,
+        "grams CO2e per kWh for the summary's CO2e (default: the " + DEFAULT_CARBON_SOURCE + ")",
+    )
+
+    def validate(self) -> None:
+        if not self.carbon_intensity_g_per_kwh >= 0:
+            raise ValueError("carbon_intensity_g_per_kwh must be >= 0")
 
 
 def _collector_keys(spec: PluginSpec, where: str) -> None:
@@ -522,12 +538,12 @@ def parse_config(
 
 
 def _build_config(data: dict[str, Any], source: str, env: Mapping[str, str] | None) -> Config:
-    known = {"agent", "collectors", "sinks", "processors"}
+    known = {"agent", "collectors", "sinks", "processors", "report"}
     for key in data:
         if key not in known:
             raise ConfigError(
                 f"{source}: unknown top-level table or key {key!r}; "
-                "known: [agent], [[collectors.NAME]], [[sinks.NAME]], [[processors.NAME]]"
+                "known: [agent], [report], [[collectors.NAME]], [[sinks.NAME]], [[processors.NAME]]"
             )
     agent_table = expand_env(data.get("agent", {}), "agent", env)
     if not isinstance(agent_table, dict):
@@ -541,7 +557,15 @@ def _build_config(data: dict[str, Any], source: str, env: Mapping[str, str] | No
         sinks=sinks,
         processors=_specs("processors", data.get("processors", {}), env),
         source=source,
+        report=_report(data.get("report", {}), env),
     )
+
+
+def _report(table: Any, env: Mapping[str, str] | None) -> ReportConfig:
+    table = expand_env(table, "report", env)
+    if not isinstance(table, dict):
+        raise ConfigError("[report] must be a table")
+    return build_dataclass(ReportConfig, table, "report")
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:

@@ -20,7 +20,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from acquisition.config import COLLECTOR_KEYS, SINK_KEYS, AgentConfig
+from acquisition.config import COLLECTOR_KEYS, SINK_KEYS, AgentConfig, ReportConfig
 from acquisition.registry import COLLECTORS, PROCESSORS, SINKS, load_class
 
 __all__ = ["plugin_sample", "sample_config", "sample_path", "uncomment"]
@@ -176,6 +176,9 @@ def sample_config() -> str:
         "",
         "[agent]",
         *dataclass_lines(AgentConfig),
+        "",
+        "[report]",
+        *dataclass_lines(ReportConfig),
     ]
     for kind, table in _TABLES.items():
         for name in table:

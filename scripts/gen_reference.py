@@ -23,7 +23,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from acquisition.config import AgentConfig
+from acquisition.config import AgentConfig, ReportConfig
 from acquisition.metrics import METRICS, Measurement
 from acquisition.registry import COLLECTORS, PROCESSORS, SINKS, load_class
 
@@ -157,6 +157,13 @@ def render_config() -> str:
         "",
         *_HEADER,
         *key_rows(AgentConfig),
+        "",
+        "## `[report]`",
+        "",
+        "Settings of the run summary, `nrg-collect report` and `compare`.",
+        "",
+        *_HEADER,
+        *key_rows(ReportConfig),
     ]
     for kind, table in (("collectors", COLLECTORS), ("sinks", SINKS), ("processors", PROCESSORS)):
         out += ["", f"## {kind.capitalize()}"]

@@ -49,21 +49,19 @@ HTML_NEEDS_OUTPUT = "--format html needs -o FILE"
 
 
 def _report_table(config_path: str | None) -> dict[str, Any]:
+    """The ``[report]`` settings the config file sets (validated as the agent does); {} when it
+    sets none, so the summary can say where its carbon intensity came from."""
     if not config_path:
         return {}
     try:
         data = tomllib.loads(Path(config_path).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read {config_path}: {exc}") from exc
-    table = data.get("report", {})
-    if not isinstance(table, dict):
-        raise ConfigError("[report] must be a table")
-    unknown = set(table) - {"carbon_intensity_g_per_kwh"}
-    if unknown:
-        raise ConfigError(
-            f"[report] unknown key {sorted(unknown)[0]!r}; known keys: carbon_intensity_g_per_kwh"
-        )
-    return table
+    table = data.get("report")
+    if not table:
+        return {}
+    report = load_config(config_path).report
+    return {key: getattr(report, key) for key in table}
 
 
 def summary_options(args: argparse.Namespace, tree: str | None = None) -> SummaryOptions:

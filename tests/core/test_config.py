@@ -274,3 +274,15 @@ def test_fuzz_config_loader_raises_only_config_error(
                 build_dataclass(load_class("sinks", spec.name).config_class, spec.options, "s")
         except ConfigError:
             pass
+
+
+def test_report_table_is_part_of_the_config() -> None:
+    from acquisition.config import ReportConfig
+
+    config = parse_config('[report]\ncarbon_intensity_g_per_kwh = 56.0\n[agent]\ninterval = "1s"\n')
+    assert config.report == ReportConfig(carbon_intensity_g_per_kwh=56.0)
+    assert parse_config("").report == ReportConfig()
+    with pytest.raises(ConfigError, match=r"report.*carbon_intensity_g_per_kwh"):
+        parse_config("[report]\ncarbon_intensity_g_per_kwh = -1.0\n")
+    with pytest.raises(ConfigError, match="carbon_intensity"):
+        parse_config("[report]\ncarbon_intensty_g_per_kwh = 1.0\n")
