@@ -107,6 +107,7 @@ def test_split_energy_when_times_exceed_the_step() -> None:
     st.lists(st.floats(min_value=0.0, max_value=10.0, allow_nan=False), max_size=50),
 )
 @example(1.5, 0.0, [5e-324])  # a subnormal time: an oracle that multiplies first rounds
+@example(0.0, 0.0, [0.0])  # no time at all: nothing to split
 def test_split_conserves_energy(energy: float, duration: float, times: list[float]) -> None:
     weights = {(f"m{i}", "forward"): t for i, t in enumerate(times)}
     shares, rest = split_energy(energy, duration, weights)
@@ -114,7 +115,10 @@ def test_split_conserves_energy(energy: float, duration: float, times: list[floa
     # Each module: the step's mean power times its time, over the longer of step and module sum.
     denom = max(duration, sum(times))
     # Exact rational arithmetic, so the oracle itself cannot round (subnormal times included).
-    exact = {k: Fraction(energy) * Fraction(w) / Fraction(denom) for k, w in weights.items()}
-    expected = {k: float(v) for k, v in exact.items()} if denom > 0 else {}
+    expected = (
+        {k: float(Fraction(energy) * Fraction(w) / Fraction(denom)) for k, w in weights.items()}
+        if denom > 0
+        else {}
+    )
     assert shares == pytest.approx(expected, rel=1e-12, abs=1e-300)
     assert rest >= -1e-9 * max(energy, 1.0)
