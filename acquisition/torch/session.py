@@ -330,7 +330,7 @@ class Session:
             self._first_call.remove()
             self._first_call = None
             self._capture(tuple(args), dict(kwargs))
-            self._events.append((module, time.perf_counter_ns(), RETIME))
+            self._events.append((id(module), time.perf_counter_ns(), RETIME))
 
     def _on_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._manual_steps or not self._auto_step or self._paused:
@@ -431,7 +431,8 @@ class Session:
     # --- aggregation: at step boundaries, or on the idle thread -------------------------------
 
     def _names(self) -> dict[Any, str]:
-        return {m: n for n, m in self.model.named_modules()}
+        """``id(module)`` → qualname, as the hooks record modules."""
+        return {id(m): n for n, m in self.model.named_modules()}
 
     def _run(self) -> None:
         """Aggregates when the training thread has not for a flush interval (a job that never
