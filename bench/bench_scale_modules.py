@@ -123,7 +123,7 @@ def main() -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    out = HERE / "scale_modules.png"
+    out = HERE / ("scale_modules_frozen_gc.png" if args.freeze_gc else "scale_modules.png")
     fig.savefig(out, dpi=100)
     print(f"plot: {out.relative_to(HERE.parent)}")
 
