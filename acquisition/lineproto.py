@@ -139,6 +139,8 @@ class _Miss(Exception):
 
 
 Formatter = Callable[[Mapping[str, FieldValue], int, str], str]
+OnError = Callable[[Point, LineProtocolError], None]
+"""Receives each point of a batch that cannot be written, with the reason."""
 
 
 def _compile_formatter(fields: Mapping[str, FieldValue], escaped_keys: list[str]) -> Formatter:
@@ -261,30 +263,39 @@ class LineEncoder:
         """One line, without the trailing newline."""
         return self.encode_many((point,))[:-1]
 
-    def encode_many(self, points: Iterable[Point]) -> str:
+    def encode_many(self, points: Iterable[Point], on_error: OnError | None = None) -> str:
         """Newline-terminated lines for a batch (the hot path).
 
         A point of a series seen before goes through its compiled formatter; the first point of
         a series, and any point its formatter does not fit, through :meth:`_general`.
+
+        A point that cannot be written raises :class:`LineProtocolError`; with ``on_error``, it
+        is handed to ``on_error(point, error)`` instead (to count, log and keep) and the rest of
+        the batch is encoded.
         """
         series = self._series
         out: list[str] = []
         put = out.append
         general = self._general
         for point in points:
-            entry = series((point.measurement, *point.tags.items()))
-            fmt = entry[1]
-            if fmt is not None:
-                try:
-                    put(fmt(point.fields, point.time_ns, entry[0]))
-                    continue
-                except (_Miss, KeyError):
-                    pass
-            elif entry[2] is False:
-                entry[2] = True
-            else:
-                entry[1] = self._formatter(point.fields)
-            put(general(entry[0], point))
+            try:
+                entry = series((point.measurement, *point.tags.items()))
+                fmt = entry[1]
+                if fmt is not None:
+                    try:
+                        put(fmt(point.fields, point.time_ns, entry[0]))
+                        continue
+                    except (_Miss, KeyError):
+                        pass
+                elif entry[2] is False:
+                    entry[2] = True
+                else:
+                    entry[1] = self._formatter(point.fields)
+                put(general(entry[0], point))
+            except LineProtocolError as exc:
+                if on_error is None:
+                    raise
+                on_error(point, exc)
         return "".join(out)
 
     def _general(self, prefix: str, point: Point) -> str:

@@ -252,7 +252,7 @@ def breakdown(model: nn.Module, step: Callable[[], None], step_cpu_s: float) -> 
     events = [*log.drain(), (None, perf_counter_ns(), STEP)]
     calls = sum(1 for e in events if e[2] == 0)
     backward = sum(1 for e in events if e[2] == 2)
-    names = {m: n for n, m in model.named_modules()}
+    names = {id(m): n for n, m in model.named_modules()}
     lines = StepLines({"experiment": "bench", "run": "r"}, 0)
     best = [float("inf")] * 2
     for _ in range(30):

@@ -8,12 +8,13 @@ rounds; the extra CPU per step is fitted against the module count (least squares
 measured points) and the constant per module printed. A plot goes to
 ``bench/scale_modules.png``.
 
-Run: ``.venv/bin/python bench/bench_scale_modules.py [--quick]``.
+Run: ``.venv/bin/python bench/bench_scale_modules.py [--quick] [--freeze-gc]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import tempfile
 import time
@@ -69,6 +70,9 @@ def cpu_per_step(model: nn.Module, steps: int, tmp: str, session: bool) -> float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--freeze-gc", action="store_true", help="gc.freeze() each model: the collector's share"
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
     sizes = [10, 100, 1_000, 10_000]
@@ -81,6 +85,9 @@ def main() -> None:
         for n in sizes:
             torch.manual_seed(0)
             model = model_of(n)
+            if args.freeze_gc:
+                gc.collect()
+                gc.freeze()
             count = sum(1 for _ in model.modules())
             steps = max(5, 20_000 // count)
             cpu_per_step(model, 2, tmp, session=False)
@@ -116,7 +123,7 @@ def main() -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    out = HERE / "scale_modules.png"
+    out = HERE / ("scale_modules_frozen_gc.png" if args.freeze_gc else "scale_modules.png")
     fig.savefig(out, dpi=100)
     print(f"plot: {out.relative_to(HERE.parent)}")
 

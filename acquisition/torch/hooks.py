@@ -57,7 +57,11 @@ RESUME = 7
 """Recording resumes after a pause; a step with no module call yet starts now."""
 
 Event = tuple[Any, ...]
-"""``(module_or_payload, perf_counter_ns, kind)`` or, on CUDA, ``(..., cuda_event)``."""
+"""``(id(module) or payload, perf_counter_ns, kind)`` or, on CUDA, ``(..., cuda_event)``.
+
+A module is recorded by its ``id()``: a tuple of ints is one the garbage collector stops
+tracking, so the events of a step (tens of thousands in a large model) are never promoted to
+the old generations, whose full collections would scan every object of the process."""
 
 
 class EventLog:
@@ -91,16 +95,18 @@ def _make_cpu_hooks(
     from time import perf_counter_ns
 
     # Default arguments turn global look-ups into fast locals: this is the hot path.
-    def bwd_pre(module: Any, grad_output: Any, _a: Any = append, _t: Any = perf_counter_ns) -> None:
-        _a((module, _t(), 2))
+    def bwd_pre(key: int, grad_output: Any, _a: Any = append, _t: Any = perf_counter_ns) -> None:
+        _a((key, _t(), 2))
 
     def bwd_post(
-        module: Any, grad_input: Any, grad_output: Any, _a: Any = append, _t: Any = perf_counter_ns
+        key: int, grad_input: Any, grad_output: Any, _a: Any = append, _t: Any = perf_counter_ns
     ) -> None:
-        _a((module, _t(), 3))
+        _a((key, _t(), 3))
 
-    def fwd_pre(module: Any, args: Any, _a: Any = append, _t: Any = perf_counter_ns) -> None:
-        _a((module, _t(), 0))
+    def fwd_pre(
+        module: Any, args: Any, _a: Any = append, _t: Any = perf_counter_ns, _id: Any = id
+    ) -> None:
+        _a((_id(module), _t(), 0))
 
     def fwd_post(
         module: Any,
@@ -109,8 +115,9 @@ def _make_cpu_hooks(
         _a: Any = append,
         _t: Any = perf_counter_ns,
         _leaves: Any = leaves,
+        _id: Any = id,
     ) -> None:
-        _a((module, _t(), 1))
+        _a((_id(module), _t(), 1))
         node_hooks = _leaves.get(module)
         if node_hooks is not None:
             node = getattr(output, "grad_fn", None)  # None under no_grad and for non-tensors
@@ -119,7 +126,7 @@ def _make_cpu_hooks(
                 node.register_hook(node_hooks[1])
 
     def node_hooks(module: Any) -> tuple[Callable[..., None], Callable[..., None]]:
-        return partial(bwd_pre, module), partial(bwd_post, module)
+        return partial(bwd_pre, id(module)), partial(bwd_post, id(module))
 
     return fwd_pre, fwd_post, node_hooks
 
@@ -137,7 +144,7 @@ def _make_cuda_hooks(
     def _mark(module: Any, kind: int) -> None:
         ev = event_cls(enable_timing=True)
         ev.record()  # on the current stream; read later by the aggregator thread
-        append((module, perf_counter_ns(), kind, ev))
+        append((id(module), perf_counter_ns(), kind, ev))
 
     def fwd_pre(module: Any, args: Any) -> None:
         _mark(module, 0)

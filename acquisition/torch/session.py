@@ -53,6 +53,10 @@ SAMPLES_ERROR = "samples must be a positive integer (the batch size of the step)
 """Raised (formatted) by :meth:`Session.step` and ``instrument(samples_per_step=...)``."""
 
 
+_HANDOVER_BYTES = 32_768
+_HANDOVER_S = 0.25
+"""Step lines wait for the sender until this many bytes or seconds have gathered."""
+
 DETAIL_MODULES = 64
 """``module_detail_every`` by default: every step for a model of up to this many modules, else
 every ⌈modules / 64⌉-th step, so the hook work per step stays about that of a 64-module model."""
@@ -159,6 +163,10 @@ class Session:
         self._process_lock = threading.Lock()
         self._processed_at = 0.0
         self._process_failed = False
+        self._pending_lock = threading.Lock()
+        self._pending: list[str] = []
+        self._pending_bytes = 0
+        self._handed_at = 0.0
         self._cuda = False
         self._thread: threading.Thread | None = None
         self._started = False
@@ -301,6 +309,7 @@ class Session:
                 self._aggregator.unclosed_enters,
             )
         self._send([self._run_point("end", time.time_ns())])
+        self._send_text("", now=True)
         self.sender.close()
 
     def __enter__(self) -> Session:
@@ -321,7 +330,7 @@ class Session:
             self._first_call.remove()
             self._first_call = None
             self._capture(tuple(args), dict(kwargs))
-            self._events.append((module, time.perf_counter_ns(), RETIME))
+            self._events.append((id(module), time.perf_counter_ns(), RETIME))
 
     def _on_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._manual_steps or not self._auto_step or self._paused:
@@ -422,7 +431,8 @@ class Session:
     # --- aggregation: at step boundaries, or on the idle thread -------------------------------
 
     def _names(self) -> dict[Any, str]:
-        return {m: n for n, m in self.model.named_modules()}
+        """``id(module)`` → qualname, as the hooks record modules."""
+        return {id(m): n for n, m in self.model.named_modules()}
 
     def _run(self) -> None:
         """Aggregates when the training thread has not for a flush interval (a job that never
@@ -433,6 +443,7 @@ class Session:
         while not self._stop.wait(interval):
             if time.monotonic() - self._processed_at >= interval:
                 self._process()
+            self._send_text("")  # lines waiting longer than _HANDOVER_S go now
 
     def _process(self) -> None:
         """Aggregate the recorded events and send the finished steps' lines.
@@ -464,9 +475,31 @@ class Session:
             lines = self._step_lines.lines
             self._send_text("".join(lines(r) for r in records))
 
-    def _send_text(self, text: str) -> None:
-        if self._sender is not None:
-            self._sender.send(text)
+    def _send_text(self, text: str, *, now: bool = False) -> None:
+        """Queue lines for the sender thread, in order.
+
+        Lines are handed over in chunks (``_HANDOVER_BYTES`` or ``_HANDOVER_S``, whichever comes
+        first; at once with ``now``): each hand-over wakes the sender thread, whose wish for the
+        interpreter lock costs the training thread more than the hand-over itself."""
+        if self._sender is None:
+            return
+        with self._pending_lock:
+            if text:
+                self._pending.append(text)
+                self._pending_bytes += len(text)
+            if not self._pending:
+                return
+            if (
+                not now
+                and self._pending_bytes < _HANDOVER_BYTES
+                and time.monotonic() - self._handed_at < _HANDOVER_S
+            ):
+                return
+            chunk = "".join(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
+            self._handed_at = time.monotonic()
+            self._sender.send(chunk)
 
     def _send(self, points: list[Point]) -> None:
         if not points or self._sender is None:
@@ -476,7 +509,7 @@ class Session:
         except ValueError as exc:  # LineProtocolError; never let it reach training
             log.error("nrg: cannot encode points: %s", exc)
             return
-        self._sender.send(text)
+        self._send_text(text, now=True)
 
     def _run_point(self, event: str, time_ns: int) -> Point:
         fields: dict[str, str | int] = {

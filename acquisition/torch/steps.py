@@ -90,8 +90,8 @@ _MODULE, _START, _CHILD, _EVENT, _CHILD_EVENTS = range(5)
 class StepAggregator:
     """Turns the event stream into per-step, per-module timings.
 
-    ``names`` maps module objects to qualnames (from ``root.named_modules()``); the session may
-    replace it when modules are added to the model.
+    ``names`` maps the module keys of the events (``id(module)`` from the hooks; any object that
+    compares by equality) to qualnames; the session replaces it when modules are added.
     """
 
     def __init__(
@@ -140,7 +140,7 @@ class StepAggregator:
                 if module not in names:
                     continue
                 stack = stacks[kind]
-                if stack and stack[-1][_MODULE] is module:
+                if stack and stack[-1][_MODULE] == module:
                     frame = stack.pop()
                 else:
                     found = self._unwind(stack, module)
@@ -180,7 +180,7 @@ class StepAggregator:
             self.epoch = int(ev[0])
         elif kind == RETIME:
             stack = self._stacks[FWD_PRE]
-            if stack and stack[-1][_MODULE] is ev[0]:
+            if stack and stack[-1][_MODULE] == ev[0]:
                 stack[-1][_START] = ev[1]
             if not self._stats:
                 self._start_ns = ev[1]
@@ -196,7 +196,7 @@ class StepAggregator:
     def _unwind(self, stack: list[list[Any]], module: Any) -> list[Any] | None:
         """The frame of ``module`` below the top; frames above it never saw their exit."""
         for i in range(len(stack) - 1, -1, -1):
-            if stack[i][_MODULE] is module:
+            if stack[i][_MODULE] == module:
                 self.unclosed_enters += len(stack) - 1 - i
                 frame = stack[i]
                 del stack[i:]

@@ -340,3 +340,24 @@ def test_field_shapes_kept_are_bounded() -> None:
         line = f"m,t={i} f{i}=1.0 {i}\n"
         assert enc.encode_many([p, p, p]) == line * 3
     assert len(enc._shapes) == lineproto._MAX_SHAPES
+
+
+def test_on_error_keeps_the_rest_of_the_batch() -> None:
+    good = [Point("process", {"pid": "1"}, {"rss_bytes": 5}, i) for i in range(3)]
+    bad = [
+        Point("process", {"pid": "1"}, {"rss_bytes": 2**64 - 1}, 3),  # after compiling
+        Point("process", {"pid": "2"}, {"rss_bytes": 1.0 * math.inf}, 4),  # a new series
+        Point("process", {"pid": "1"}, {"rss_bytes": 5}, MAX_TIME_NS + 1),
+        Point("", {}, {"v": 1}, 5),
+    ]
+    refused: list[tuple[Point, str]] = []
+    text = LineEncoder().encode_many(
+        [*good, *bad, good[0]], on_error=lambda p, e: refused.append((p, str(e)))
+    )
+    assert text == "".join(f"process,pid=1 rss_bytes=5i {i}\n" for i in (0, 1, 2, 0))
+    assert [p for p, _ in refused] == bad
+    assert refused[0][1] == INT_RANGE_ERROR.format(
+        key="rss_bytes", measurement="process", value=2**64 - 1
+    )
+    with pytest.raises(LineProtocolError):
+        LineEncoder().encode_many([*good, *bad])

@@ -28,7 +28,7 @@ def trace(model: nn.Module, fn, backward: list[nn.Module] | None = None) -> list
         fn()
     finally:
         hooks.remove_all()
-    names = {m: n for n, m in model.named_modules()}
+    names = {id(m): n for n, m in model.named_modules()}
     return [(KIND[k], names[m]) for m, _, k, *_ in log.drain() if m in names]
 
 

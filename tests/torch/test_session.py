@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -360,3 +361,20 @@ def test_no_event_lost_under_a_10000_module_model(listener: Listener) -> None:
     assert backward == leaves
     assert session.module_detail_every == 157
     assert [p.fields["step"] for p in pts if p.measurement == "nrg_module"].count(1) == 0
+
+
+def test_step_lines_reach_the_agent_while_training_runs(listener: Listener) -> None:
+    """Lines are handed to the sender in chunks, but none waits for close: with no further
+    step, the agent gets them while the session is still open."""
+    model = nn.Linear(2, 2)
+    with instrument(model, run="live", graph=False) as session:
+        for _ in range(3):
+            model(torch.randn(1, 2))
+            session.step()
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            got = [p for p in points(listener.text()) if p.measurement == "nrg_step"]
+            if len(got) == 3:
+                break
+            time.sleep(0.05)
+        assert [p.fields["step"] for p in got] == [0, 1, 2]
