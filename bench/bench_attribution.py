@@ -35,8 +35,8 @@ T0 = 1_763_000_000 * S
 def module_lines(n: int) -> list[bytes]:
     return [
         (
-            f"nrg_module,experiment=bench,module=layer{i % 60}.conv,phase=forward,rank=0,run=r1 "
-            f"step={i // 60}i,epoch=0i,calls=1i,inclusive_seconds=0.00123,"
+            f"nrg_module,epoch=0,experiment=bench,module=layer{i % 60}.conv,phase=forward,rank=0,"
+            f"run=r1 step={i // 60}i,calls=1i,inclusive_seconds=0.00123,"
             f"exclusive_seconds=0.00101 {T0 + i}\n"
         ).encode()
         for i in range(n)
@@ -103,11 +103,16 @@ def bus_stream(seconds: int) -> list[Point]:
     for step in range(seconds * 4):
         start, end = T0 + step * 250 * MS, T0 + (step + 1) * 250 * MS
         for i in range(60):
-            fields = {"step": step, "epoch": 0, "calls": 1, "exclusive_seconds": 0.002}
-            mtags = {**tags, "module": f"layer{i // 2}", "phase": ("forward", "backward")[i % 2]}
+            fields = {"step": step, "calls": 1, "exclusive_seconds": 0.002}
+            mtags = {
+                **tags,
+                "epoch": "0",
+                "module": f"layer{i // 2}",
+                "phase": ("forward", "backward")[i % 2],
+            }
             points.append((end + 1, 2, Point("nrg_module", mtags, fields, end)))
-        sfields = {"step": step, "epoch": 0, "start_time_ns": start, "end_time_ns": end}
-        points.append((end + 1, 3, Point("nrg_step", tags, sfields, end)))
+        sfields = {"step": step, "start_time_ns": start, "end_time_ns": end}
+        points.append((end + 1, 3, Point("nrg_step", {**tags, "epoch": "0"}, sfields, end)))
     points.sort(key=lambda x: (x[0], x[1]))
     return [p for _, _, p in points]
 
