@@ -498,3 +498,31 @@ async def test_job_points_carry_the_peer_pid_and_rank_from_its_environment(
         (str(proc.pid), "3"),  # the environment's rank where the line has none
         (str(proc.pid), "0"),  # the line's own rank wins
     ]
+
+
+async def test_a_flood_of_lines_gives_the_event_loop_back_between_slices(short_tmp: Path) -> None:
+    # A job sending dense garbage (2 bytes a line) must not hold the agent's event loop, and with
+    # it the collectors' ticks, for as long as it keeps the socket's buffer full.
+    collector = HooksCollector(HooksConfig(ingest=False), make_context(short_tmp))
+    reader = asyncio.StreamReader()
+    data = b"x\n" * (512 * 1024)  # 1 MiB, all of it already received
+    reader.feed_data(data)
+    reader.feed_eof()
+    ticks = 0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    other = asyncio.create_task(ticker())
+    await asyncio.sleep(0)  # the ticker is running
+    before = ticks
+    await collector._read(reader, {})
+    done = True
+    await other
+    assert collector.stats()["rejected_syntax"] == 512 * 1024
+    # Control came back at least once for every 128 KiB parsed.
+    assert ticks - before >= len(data) // (128 * 1024), ticks - before
