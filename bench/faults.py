@@ -1,9 +1,10 @@
 """Fault-injection trials, long variant: the installed agent at 10 Hz against real servers.
 
-One line per trial with its figures (see ``tests/influxdb/faults.py`` for what each checks);
+One line per trial with its figures (see ``tests/influxdb/faults.py`` and
+``tests/hooks/faults.py`` for what each checks);
 a trial that cannot run here (no tmpfs without root, no server binary) prints the reason.
-``--scale`` stretches the outages: 1 is the CI variant (``pytest -m faults``), 120 gives a
-10-minute outage.
+``--scale`` stretches the outages (and the hook socket's garbage, line length and connection
+count): 1 is the CI variant (``pytest -m faults``), 120 gives a 10-minute outage.
 
 Run: ``.venv/bin/python bench/faults.py [--scale 12] [--only outage,kill_9_with_a_spool]``
 """
@@ -18,9 +19,12 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(HERE))  # for tests.influxdb.faults (the trials the tests run)
+sys.path.insert(0, str(HERE))  # for tests.*.faults (the trials the tests run)
 
+from tests.hooks.faults import TRIALS as HOOK_TRIALS  # noqa: E402
 from tests.influxdb.faults import TRIALS, describe, skip_reason  # noqa: E402
+
+TRIALS = {**TRIALS, **HOOK_TRIALS}
 
 
 def main() -> int:

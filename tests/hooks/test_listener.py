@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import pwd
 import socket
@@ -11,8 +12,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -498,3 +500,45 @@ async def test_job_points_carry_the_peer_pid_and_rank_from_its_environment(
         (str(proc.pid), "3"),  # the environment's rank where the line has none
         (str(proc.pid), "0"),  # the line's own rank wins
     ]
+
+
+async def test_a_flood_of_lines_gives_the_event_loop_back_between_slices(short_tmp: Path) -> None:
+    # A job sending dense garbage (2 bytes a line) must not hold the agent's event loop, and with
+    # it the collectors' ticks, for as long as it keeps the socket's buffer full.
+    collector = HooksCollector(HooksConfig(ingest=False), make_context(short_tmp))
+    reader = asyncio.StreamReader()
+    reader.feed_data(b"x\n" * (512 * 1024))  # 1 MiB, all of it already received
+    reader.feed_eof()
+    most = await most_rejects_between_turns(collector, collector._read(reader, {}))
+    assert collector.stats()["rejected_syntax"] == 512 * 1024
+    assert most <= 64 * 1024, f"{most} lines (2 bytes each) parsed without a turn of the loop"
+
+
+async def test_ingesting_a_file_of_garbage_gives_the_event_loop_back(short_tmp: Path) -> None:
+    spool = short_tmp / "spool"
+    spool.mkdir()
+    (spool / f"nrg-r1-{dead_pid()}.lp").write_bytes(b"x\n" * (512 * 1024))
+    collector = HooksCollector(HooksConfig(ingest_dir=str(spool)), make_context(short_tmp))
+    most = await most_rejects_between_turns(collector, collector.ingest_fallback_files())
+    assert collector.stats()["rejected_syntax"] == 512 * 1024
+    assert most <= 64 * 1024, f"{most} lines (2 bytes each) parsed without a turn of the loop"
+
+
+async def most_rejects_between_turns(
+    collector: HooksCollector, work: Coroutine[Any, Any, None]
+) -> int:
+    """The most lines ``work`` rejected between two turns of another task."""
+    seen = [0]
+    done = False
+
+    async def ticker() -> None:
+        while not done:
+            await asyncio.sleep(0)
+            seen.append(int(collector.stats()["rejected_syntax"]))
+
+    other = asyncio.create_task(ticker())
+    await asyncio.sleep(0)  # the ticker is running
+    await work
+    done = True
+    await other
+    return max(b - a for a, b in itertools.pairwise(seen))

@@ -36,14 +36,19 @@ Figures = dict[str, Any]
 
 
 class Agent:
-    """One ``nrg-collect`` child at 10 Hz: procfs in, a file sink and one InfluxDB sink out."""
+    """One ``nrg-collect`` child at 10 Hz: procfs in, a file sink and one InfluxDB sink out.
+
+    ``url=None`` leaves the InfluxDB sink out; ``extra`` is TOML appended to the configuration
+    (e.g. another collector's table).
+    """
 
     def __init__(
         self,
         tmp: Path,
-        url: str,
+        url: str | None,
         *,
         influx: dict[str, Any] | None = None,
+        extra: str = "",
         file_dir: Path | None = None,
         verbose: bool = False,
         flush_interval: str = "200ms",
@@ -64,6 +69,7 @@ class Agent:
         }
         options.update(influx or {})
         sink = "\n".join(f"{k} = {_toml(v)}" for k, v in options.items())
+        influx_table = f"[[sinks.influxdb]]\n{sink}\n" if url is not None else ""
         (tmp / "cfg.toml").write_text(
             f"""
 [agent]
@@ -85,8 +91,8 @@ per_core = false
 dir = "{self.file_dir}"
 fsync = "never"
 
-[[sinks.influxdb]]
-{sink}
+{influx_table}
+{extra}
 """
         )
         self.proc: subprocess.Popen[bytes] | None = None
@@ -137,20 +143,27 @@ fsync = "never"
             out.extend(line for line in path.read_text().splitlines() if line)
         return out
 
-    def sink_stats(self) -> list[tuple[int, dict[str, Any]]]:
-        """(time, fields) of the InfluxDB sink's self-stats, oldest first."""
+    def sink_stats(self, plugin: str = "influxdb") -> list[tuple[int, dict[str, Any]]]:
+        """(time, fields) of a plugin's self-stats (the InfluxDB sink's by default), oldest
+        first."""
         out = []
         for line in self.lines():
-            if line.startswith("nrg_collect,") and "plugin=influxdb" in line:
+            if line.startswith("nrg_collect,") and f"plugin={plugin}" in line.split(" ", 1)[0]:
                 point = decode_line(line)
                 out.append((point.time_ns, dict(point.fields)))
         return out
 
-    def wait_stat(self, cond: Callable[[dict[str, Any]], bool], after_ns: int, what: str) -> int:
-        """Time of the first self-stat after ``after_ns`` that satisfies ``cond``."""
+    def wait_stat(
+        self,
+        cond: Callable[[dict[str, Any]], bool],
+        after_ns: int,
+        what: str,
+        plugin: str = "influxdb",
+    ) -> int:
+        """Time of the first self-stat of ``plugin`` after ``after_ns`` that satisfies ``cond``."""
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            for t, fields in self.sink_stats():
+            for t, fields in self.sink_stats(plugin):
                 if t > after_ns and cond(fields):
                     return t
             time.sleep(0.1)
