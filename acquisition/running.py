@@ -301,6 +301,7 @@ class SinkRunner:
         self._wake: asyncio.Event | None = None
         self._failure = FailureLog(log, f"sink {name}")
         self._drop_logged = False
+        self._dropped_before_episode = 0
         self._unencodable_logged = False
         self._stopping = False
         self._aborting = False
@@ -337,9 +338,9 @@ class SinkRunner:
         self._drop(chunk, "in-memory queue full (buffer_limit reached)")
 
     def _drop(self, points: Sequence[Point], why: str) -> None:
-        self.stats.dropped_points += len(points)
         if not self._drop_logged:
             self._drop_logged = True
+            self._dropped_before_episode = self.stats.dropped_points
             log.error(
                 "sink %s: dropped %d point(s): %s (counted in nrg_collect "
                 "dropped_points; logged once per episode)",
@@ -347,6 +348,7 @@ class SinkRunner:
                 len(points),
                 why,
             )
+        self.stats.dropped_points += len(points)
 
     def _without_unencodable(self, points: Sequence[Point]) -> list[Point]:
         """``points`` less those line protocol cannot carry (an integer beyond int64, a NaN, a
@@ -496,7 +498,13 @@ class SinkRunner:
         stats.points_written += len(batch)
         stats.batches_written += 1
         self.state = "ok"
-        self._drop_logged = False
+        if self._drop_logged and not self.queue:  # caught up: the drop episode is over
+            self._drop_logged = False
+            log.warning(
+                "sink %s: caught up; %d point(s) were dropped in that episode",
+                self.name,
+                stats.dropped_points - self._dropped_before_episode,
+            )
         self._failure.ok()
 
     def _count_partial(self, batch: list[Point], exc: WriteError) -> list[Point]:

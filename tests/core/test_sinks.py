@@ -543,3 +543,40 @@ async def test_a_run_task_cancelled_at_the_deadline_keeps_its_batch_for_close() 
     await runner.close(deadline=time.monotonic())
     assert sorted(sink.spilled) == [0, 1, 2, 3, 4]
     assert runner.stats.spilled_points == 5
+
+
+class NoSpoolSink:
+    """Records batches; has no spool, so a full queue drops."""
+
+    name = "nospool"
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+
+    async def write(self, batch: Sequence[Point]) -> None:
+        self.batches.append([int(p.fields["n"]) for p in batch])
+
+
+async def test_a_drop_episode_is_logged_once_until_the_queue_has_caught_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = SinkRunner("t", NoSpoolSink(), batch_size=2, flush_interval_s=10, buffer_limit=4)  # type: ignore[arg-type]
+    points = pts(20)
+    for p in points[:6]:  # 2 dropped
+        runner.offer(p)
+    assert await runner.write(runner.take_batch(), deadline=None)  # written, queue not empty
+    for p in points[6:12]:  # 4 more dropped: the same episode
+        runner.offer(p)
+    while runner.queue:
+        assert await runner.write(runner.take_batch(), deadline=None)
+    for p in points[12:18]:  # a new episode: 2 dropped
+        runner.offer(p)
+    assert runner.stats.dropped_points == 8
+    messages = [r.getMessage() for r in caplog.records]
+    assert [m for m in messages if "dropped 2 point(s): in-memory queue full" in m] == [
+        "sink t: dropped 2 point(s): in-memory queue full (buffer_limit reached) (counted in "
+        "nrg_collect dropped_points; logged once per episode)"
+    ] * 2
+    assert [m for m in messages if "caught up" in m] == [
+        "sink t: caught up; 6 point(s) were dropped in that episode"
+    ]
