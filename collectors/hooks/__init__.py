@@ -63,12 +63,15 @@ from .lines import (
 
 __all__ = [
     "JOB_MEASUREMENTS",
+    "MSG_DIR_OWNER",
+    "MSG_DIR_WRITABLE",
     "REJECT_REASONS",
     "HookLineRejected",
     "HooksCollector",
     "HooksConfig",
     "LineBuffer",
     "check_int64",
+    "check_socket_dir",
     "default_fallback_dir",
     "default_socket_path",
     "fallback_file_pid",
@@ -153,6 +156,27 @@ class _Connection:
     pid: int
 
 
+MSG_DIR_OWNER = (
+    "[collectors.hooks] {dir} belongs to uid {owner}, not to this agent (uid {uid}): another user "
+    "could replace the socket; remove it or set socket_path (or NRG_SOCKET) elsewhere"
+)
+MSG_DIR_WRITABLE = (
+    "[collectors.hooks] {dir} is writable by other users (mode {mode:o}) and not sticky: they "
+    "could replace the socket; chmod go-w it or set socket_path (or NRG_SOCKET) elsewhere"
+)
+
+
+def check_socket_dir(directory: Path) -> None:
+    """ConfigError when someone else could swap the socket in ``directory``: it belongs to another
+    user (root aside), or others may write to it without the sticky bit (as /tmp has)."""
+    st = directory.stat()
+    uid = os.getuid()
+    if st.st_uid not in (uid, 0):
+        raise ConfigError(MSG_DIR_OWNER.format(dir=directory, owner=st.st_uid, uid=uid))
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise ConfigError(MSG_DIR_WRITABLE.format(dir=directory, mode=stat.S_IMODE(st.st_mode)))
+
+
 class HooksCollector:
     """Stream collector: a Unix-socket listener for the training job's ``nrg_*`` lines."""
 
@@ -199,6 +223,7 @@ class HooksCollector:
             )
         if not path.parent.exists():
             path.parent.mkdir(mode=0o700, parents=True)
+        check_socket_dir(path.parent)
         self._remove_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -542,3 +542,30 @@ async def most_rejects_between_turns(
     done = True
     await other
     return max(b - a for a, b in itertools.pairwise(seen))
+
+
+async def test_a_socket_directory_others_could_write_or_own_is_refused(short_tmp: Path) -> None:
+    from collectors.hooks import MSG_DIR_OWNER, MSG_DIR_WRITABLE, HooksCollector, HooksConfig
+
+    shared = short_tmp / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    config = HooksConfig(socket_path=str(shared / "h.sock"), ingest=False)
+    with pytest.raises(ConfigError) as err:
+        await HooksCollector(config, make_context(short_tmp)).open()
+    assert str(err.value) == MSG_DIR_WRITABLE.format(dir=shared, mode=0o777)
+    shared.chmod(0o1777)  # sticky, as /tmp: others cannot remove or replace our socket
+    sticky = HooksCollector(
+        HooksConfig(socket_path=str(shared / "h.sock"), ingest=False), make_context(short_tmp)
+    )
+    await sticky.open()
+    assert (shared / "h.sock").exists()
+    await sticky.aclose()
+    if os.getuid() == 0:
+        theirs = short_tmp / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        config = HooksConfig(socket_path=str(theirs / "h.sock"), ingest=False)
+        with pytest.raises(ConfigError) as err:
+            await HooksCollector(config, make_context(short_tmp)).open()
+        assert str(err.value) == MSG_DIR_OWNER.format(dir=theirs, owner=65534, uid=0)
