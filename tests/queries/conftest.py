@@ -74,10 +74,12 @@ def write_v1(server: Influxd, db: str, points: Sequence[Point], state_dir: Path)
     assert sink.sent_points + sink.replayed_points == len(points)
 
 
-def influxql(server: Influxd, name: str, params: dict[str, Any]) -> list[list[dict[str, Any]]]:
+def influxql(
+    server: Influxd, name: str, params: dict[str, Any], *, db: str = DB
+) -> list[list[dict[str, Any]]]:
     """Run library query ``name``: per statement, its rows as dicts (tags merged in)."""
     text = render(load_query(name, "influxql"), params)
-    data = server.query(text, DB)
+    data = server.query(text, db)
     out = []
     for result in data["results"]:
         rows = []
