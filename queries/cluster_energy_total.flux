@@ -1,4 +1,4 @@
-// Total energy of a distributed run over all its hosts and ranks, per source (joules).
+// Energy in the training steps of a distributed run, over all its hosts and ranks, per source (joules).
 from(bucket: v.defaultBucket)
     |> range(start: v.timeRangeStart, stop: v.timeRangeStop)
     |> filter(fn: (r) => r._measurement == "nrg_energy" and r.scope == "step" and r._field == "energy_joules")

@@ -1,4 +1,4 @@
-// Run summary: energy, steps, step time and mean power of one run, per source, host and rank.
+// Run summary: energy in training steps, steps, step time and mean power of one run, per source, host and rank.
 from(bucket: v.defaultBucket)
     |> range(start: v.timeRangeStart, stop: v.timeRangeStop)
     |> filter(fn: (r) => r._measurement == "nrg_energy" and r.scope == "step")

@@ -165,6 +165,7 @@ def _source(args: argparse.Namespace) -> tuple[PointSource, str]:
         from acquisition.report.influx import InfluxQLStore
 
         influx = InfluxQLStore(args.influx)
+        influx.check_dialect()
         return influx, influx.where
     where = data_location(args)
     return Store(where), str(where)

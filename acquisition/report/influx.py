@@ -4,8 +4,8 @@
 and password come from ``NRG_INFLUX_USER`` / ``NRG_INFLUX_PASSWORD`` (or the URL's
 ``user:password@``). Queries are raw selections (``SELECT * FROM "m" WHERE time … AND "run" = '…'
 GROUP BY *``) through ``GET /query?epoch=ns``; the summary is computed here from the points,
-exactly as from files. InfluxDB 2.x speaks Flux only: its runs are read with the query library
-in ``queries/``.
+exactly as from files. The server's dialect is checked first (``/ping``'s
+``X-Influxdb-Version``): InfluxDB 2.x, a Flux server, is refused with :data:`INFLUX_FLUX_ONLY`.
 
 JSON numbers do not say int or float: a field written as a float whose value is whole comes back
 as an int, which changes no figure of the summary.
@@ -23,12 +23,18 @@ from typing import Any
 
 from acquisition.errors import NrgError
 from acquisition.point import FieldValue, Point
+from acquisition.queries import QueryError, server_dialect
 from acquisition.store import Query, ScanStats
 
-__all__ = ["INFLUX_NO_DATABASE", "InfluxQLStore"]
+__all__ = ["INFLUX_FLUX_ONLY", "INFLUX_NO_DATABASE", "InfluxQLStore"]
 
 INFLUX_NO_DATABASE = (
     "--influx {url}: name the database as the URL's path, e.g. http://host:8086/nrg"
+)
+INFLUX_FLUX_ONLY = (
+    "--influx {url}: this server is InfluxDB 2.x, which is queried with Flux; report and "
+    "compare read runs back with InfluxQL, from InfluxDB 1.x or from InfluxDB 3.x through its "
+    "v1 API. On InfluxDB 2.x, the Flux queries in queries/ serve Grafana and `influx query`"
 )
 
 
@@ -55,6 +61,17 @@ class InfluxQLStore:
         self.timeout_s = timeout_s
         self.where = f"{self.base}/{database}"
         self.stats = ScanStats()
+
+    def check_dialect(self, *, timeout_s: float = 5.0) -> None:
+        """Refuse a Flux server (InfluxDB 2.x) with :data:`INFLUX_FLUX_ONLY`. A server
+        whose version cannot be told is tried with InfluxQL: its answers then say what is
+        wrong (unreachable, no such database, wrong password)."""
+        try:
+            dialect = server_dialect(self.base, timeout=timeout_s)
+        except QueryError:
+            return
+        if dialect == "flux":
+            raise NrgError(INFLUX_FLUX_ONLY.format(url=self.where))
 
     def _get(self, q: str) -> dict[str, Any]:
         params = {"db": self.database, "q": q, "epoch": "ns"}

@@ -1,7 +1,8 @@
 """Every InfluxQL library query, run against a real influxd 1.6 loaded with the known runs.
 
-The known runs are written with ``POST /write?db=`` directly. Each answer is compared with the same
-number computed in Python from the points that were written (``known_run``).
+The known runs are written by the InfluxDB sink on its v1 API (``api = "v1"``, ``POST /write``).
+Each answer is compared with the same number computed in Python from the points that were written
+(``known_run``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -25,6 +26,8 @@ from acquisition.queries import (
     render,
     server_dialect,
 )
+from acquisition.report.cli import compare_main, report_main
+from acquisition.report.influx import INFLUX_FLUX_ONLY
 from tests.servers import Influxd, free_port, have
 
 T = {"timeRangeStart": 1_767_225_600_000_000_000, "timeRangeStop": 1_767_225_660_000_000_000}
@@ -111,12 +114,17 @@ def test_regex_slot_matches_exactly_the_given_values(values: list[str], other: s
 
 
 class _Ping(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with 204 and ``X-Influxdb-Version: version`` (when set); keeps the
+    paths asked for."""
+
     version = ""
+    paths: list[str]
 
     def log_message(self, format: str, *args: object) -> None:
         pass
 
     def do_GET(self) -> None:
+        self.paths.append(self.path.split("?")[0])
         self.send_response(204)
         if self.version:
             self.send_header("X-Influxdb-Version", self.version)
@@ -125,7 +133,7 @@ class _Ping(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def pinger() -> Iterator[tuple[str, type[_Ping]]]:
-    handler = type("Handler", (_Ping,), {})
+    handler = type("Handler", (_Ping,), {"paths": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -161,6 +169,27 @@ def test_no_version_header_is_an_error_that_says_what_to_do(
     url, _ = pinger
     with pytest.raises(QueryError, match="pass the dialect explicitly"):
         server_dialect(url)
+
+
+@pytest.mark.parametrize("main", [report_main, compare_main])
+def test_report_from_a_flux_server_says_what_reads_back(
+    pinger: tuple[str, type[_Ping]], capsys: pytest.CaptureFixture[str], main: Any
+) -> None:
+    url, handler = pinger
+    handler.version = "v2.7.11"
+    assert main(["--influx", f"{url}/nrg", "a", "--format", "json"]) == 2
+    assert capsys.readouterr().err == f"nrg-collect: {INFLUX_FLUX_ONLY.format(url=url + '/nrg')}\n"
+    assert handler.paths == ["/ping"]  # refused before any InfluxQL is sent
+
+
+def test_report_from_an_influxql_server_goes_on_to_query(
+    pinger: tuple[str, type[_Ping]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, handler = pinger
+    handler.version = "1.8.10"
+    assert report_main(["--influx", f"{url}/nrg", "--list"]) == 0  # a database without runs
+    assert INFLUX_FLUX_ONLY.format(url=url + "/nrg") not in capsys.readouterr().err
+    assert handler.paths[0] == "/ping" and "/query" in handler.paths
 
 
 def test_unreachable_server_is_an_error() -> None:
