@@ -267,7 +267,9 @@ class LineEncoder:
         """Newline-terminated lines for a batch (the hot path).
 
         A point of a series seen before goes through its compiled formatter; the first point of
-        a series, and any point its formatter does not fit, through :meth:`_general`.
+        a series, and any point its formatter does not fit, through :meth:`_general`. A point of
+        the same series as the point before it (same measurement, equal tags) reuses that
+        point's cache entry without building the cache key.
 
         A point that cannot be written raises :class:`LineProtocolError`; with ``on_error``, it
         is handed to ``on_error(point, error)`` instead (to count, log and keep) and the rest of
@@ -277,9 +279,20 @@ class LineEncoder:
         out: list[str] = []
         put = out.append
         general = self._general
+        # The previous point's series: a run of points of one series skips the cache's key.
+        # Compared by value (``==``), so equal tags in fresh dicts count as the same series.
+        last_tags: object = None
+        last_measurement: object = None
+        entry: list[Any] = []
         for point in points:
             try:
-                entry = series((point.measurement, *point.tags.items()))
+                tags = point.tags
+                if point.measurement != last_measurement or (
+                    tags is not last_tags and tags != last_tags
+                ):
+                    entry = series((point.measurement, *tags.items()))
+                    last_tags = tags
+                    last_measurement = point.measurement
                 fmt = entry[1]
                 if fmt is not None:
                     try:

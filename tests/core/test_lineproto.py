@@ -361,3 +361,44 @@ def test_on_error_keeps_the_rest_of_the_batch() -> None:
     )
     with pytest.raises(LineProtocolError):
         LineEncoder().encode_many([*good, *bad])
+
+
+# --- runs of one series in a batch -----------------------------------------------------------------
+
+
+def test_one_tag_dict_under_two_measurements_keeps_both_names() -> None:
+    tags = {"cpu": "total"}
+    batch = [Point(m, tags, {"v": i}, i) for i, m in enumerate(["cpu", "cpu", "mem", "mem", "cpu"])]
+    assert LineEncoder().encode_many(batch) == (
+        "cpu,cpu=total v=0i 0\ncpu,cpu=total v=1i 1\nmem,cpu=total v=2i 2\n"
+        "mem,cpu=total v=3i 3\ncpu,cpu=total v=4i 4\n"
+    )
+
+
+_TAG_POOL = [{}, {"t": "a"}, {"t": "b"}, {"t": "a", "u": "x y"}, {"u": "x y", "t": "a"}, {"t": ""}]
+batch_items = st.lists(
+    st.tuples(
+        st.sampled_from(["m", "n"]),
+        st.integers(min_value=0, max_value=len(_TAG_POOL) - 1),
+        st.booleans(),  # the pool's dict itself, or an equal fresh copy
+        st.dictionaries(st.sampled_from(["v", "w", "x y"]), field_values, min_size=1, max_size=3),
+        st.integers(min_value=MIN_TIME_NS, max_value=MAX_TIME_NS),
+    ),
+    max_size=30,
+)
+
+
+@given(batch_items)
+def test_a_batch_writes_what_its_points_write_one_by_one(
+    items: list[tuple[str, int, bool, dict[str, float | int | bool | str], int]],
+) -> None:
+    """Runs of one series (shared or equal tag dicts) take a shortcut inside a batch; one point
+    per call never does. Both encoders see the same points in the same order."""
+    batch = [
+        Point(m, _TAG_POOL[i] if shared else dict(_TAG_POOL[i]), fields, t)
+        for m, i, shared, fields, t in items
+    ]
+    one_by_one = LineEncoder({"host": "h"})
+    assert LineEncoder({"host": "h"}).encode_many(batch) == "".join(
+        one_by_one.encode_many([p]) for p in batch
+    )
