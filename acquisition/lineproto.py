@@ -19,7 +19,9 @@ alike: a server would drop such a point without a word. Tags with an empty value
 The encoder caches the escaped ``measurement,tags`` prefix of each series (least recently used
 first out, at most :data:`SERIES_CACHE_SIZE` series, so a long run whose pids come and go keeps a
 flat memory) and the escaped form of each field key, which is what makes it several times faster
-than building lines from scratch.
+than building lines from scratch. A point of the same series as the point before it in a batch
+reuses that entry at once; a tags dict that a collector keeps for its series finds its entry by
+the dict's identity (an index of at most as many dicts as the series cache holds series).
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ _MAX_CACHE = 65_536
 
 _MAX_SHAPES = 1_024
 """Compiled field formatters an encoder keeps (one per set of field keys and types)."""
+
+_ID_BUDGET = 1_024
+"""Insertions into the by-identity series index an encoder makes beyond the hits it has had."""
+
+_ID_PROBE = 16
+"""Insertions into the by-identity index each batch earns whatever its hits."""
 
 SERIES_CACHE_SIZE = 16_384
 """Series (measurement + tag set) whose escaped prefix an encoder keeps, least recently used out:
@@ -213,6 +221,13 @@ class LineEncoder:
             self._series_entry
         )
         self._field_keys: dict[str, str] = {}
+        # Series entries by the identity of the tags dict (kept alive here, so its id stays its
+        # own), with a copy of its items to notice a dict changed since: collectors that keep
+        # one tags dict per series skip building the cache key. Fresh dicts never hit; each
+        # insertion spends the budget and each hit earns it back, so they stop paying for it.
+        self._by_id: dict[int, list[Any]] = {}  # [tags, measurement, copy, entry, hit]
+        self._by_id_size = series_cache
+        self._id_budget = _ID_BUDGET
         self._shapes: dict[tuple[object, ...], Formatter | None] = {}
 
     @property
@@ -284,15 +299,30 @@ class LineEncoder:
         last_tags: object = None
         last_measurement: object = None
         entry: list[Any] = []
+        by_id = self._by_id
+        use_id = self._id_budget > 0
+        hits = 0
         for point in points:
             try:
                 tags = point.tags
-                if point.measurement != last_measurement or (
-                    tags is not last_tags and tags != last_tags
-                ):
-                    entry = series((point.measurement, *tags.items()))
+                measurement = point.measurement
+                if measurement != last_measurement or (tags is not last_tags and tags != last_tags):
+                    rec = by_id.get(id(tags)) if use_id else None
+                    if (
+                        rec is not None
+                        and rec[0] is tags
+                        and rec[1] == measurement
+                        and tags == rec[2]
+                    ):
+                        entry = rec[3]
+                        rec[4] = True
+                        hits += 1
+                    else:
+                        entry = series((measurement, *tags.items()))
+                        if use_id:
+                            use_id = self._remember(measurement, tags, entry)
                     last_tags = tags
-                    last_measurement = point.measurement
+                    last_measurement = measurement
                 fmt = entry[1]
                 if fmt is not None:
                     try:
@@ -309,7 +339,25 @@ class LineEncoder:
                 if on_error is None:
                     raise
                 on_error(point, exc)
+        # Hits earn insertions back; a few more each batch keep probing after a dry spell.
+        self._id_budget = min(self._id_budget + hits + _ID_PROBE, _ID_BUDGET)
         return "".join(out)
+
+    def _remember(self, measurement: str, tags: Mapping[str, str], entry: list[Any]) -> bool:
+        """Index ``entry`` by the identity of ``tags``; whether the budget allows another."""
+        by_id = self._by_id
+        if len(by_id) >= self._by_id_size:
+            # Full: keep those used since the last time (their series stay cached even where
+            # the series cache, which these hits bypass, has let them go), drop the rest.
+            used = [(k, r) for k, r in by_id.items() if r[4]]
+            by_id.clear()
+            if len(used) < self._by_id_size // 2:
+                for k, r in used:
+                    r[4] = False
+                    by_id[k] = r
+        by_id[id(tags)] = [tags, measurement, dict(tags), entry, False]
+        self._id_budget -= 1
+        return self._id_budget > 0
 
     def _general(self, prefix: str, point: Point) -> str:
         """One line, field by field, with every check and its clear error."""

@@ -400,5 +400,41 @@ def test_a_batch_writes_what_its_points_write_one_by_one(
     ]
     one_by_one = LineEncoder({"host": "h"})
     assert LineEncoder({"host": "h"}).encode_many(batch) == "".join(
-        one_by_one.encode_many([p]) for p in batch
+        one_by_one.encode_many([Point(p.measurement, dict(p.tags), p.fields, p.time_ns)])
+        for p in batch
     )
+
+
+def test_a_tags_dict_changed_in_place_between_batches_is_noticed() -> None:
+    tags = {"pid": "1"}
+    enc = LineEncoder()
+    for _ in range(3):
+        assert enc.encode_many([Point("m", tags, {"v": 1}, 0)]) == "m,pid=1 v=1i 0\n"
+    tags["pid"] = "2"
+    assert enc.encode_many([Point("m", tags, {"v": 1}, 0)]) == "m,pid=2 v=1i 0\n"
+    assert enc.encode_many([Point("n", tags, {"v": 1}, 0)]) == "n,pid=2 v=1i 0\n"
+
+
+@given(st.lists(st.tuples(batch_items, st.sampled_from([None, "a", "b", "x y", ""])), max_size=6))
+def test_batches_over_kept_tag_dicts_write_what_fresh_dicts_write(
+    batches: list[
+        tuple[list[tuple[str, int, bool, dict[str, float | int | bool | str], int]], str | None]
+    ],
+) -> None:
+    """Tag dicts reused across batches (as collectors keep them), some changed in place between
+    batches: the encoder writes what it writes for fresh copies of them, one point per call."""
+    pool = [dict(t) for t in _TAG_POOL]
+    enc = LineEncoder({"host": "h"}, series_cache=4)
+    reference = LineEncoder({"host": "h"})
+    for items, change in batches:
+        # Fields in one order: a series' formatter writes a later point's fields in the order
+        # of the point it was compiled for, and the two encoders compile at different times.
+        batch = [Point(m, pool[i], dict(sorted(f.items())), t) for m, i, _, f, t in items]
+        expected = "".join(
+            reference.encode_many([Point(p.measurement, dict(p.tags), p.fields, p.time_ns)])
+            for p in batch
+        )
+        assert enc.encode_many(batch) == expected
+        if change is not None:
+            pool[1]["t"] = change
+            pool[3]["u"] = change
