@@ -1,18 +1,22 @@
 """The agent beside its peers at the same sampling rate: CPU and memory while they sample.
 
-Side by side, in one run, for ``--seconds`` after a warm-up, at 10 Hz, all watching the same
-tree of 20 sleeping processes:
+Side by side, in one run, for ``--seconds`` after a warm-up, at ``--hz`` (10 by default), all
+watching the same tree of 20 sleeping processes:
 - ``nrg-collect`` (procfs collector, file sink), ``--track`` on the tree;
 - CodeCarbon's ``OfflineEmissionsTracker(measure_power_secs=0.1)``;
 - gpu_tracker's ``Tracker(sleep_time=0.1, process_id=<tree>)`` (it samples in a child process);
 - the baseline: a bare Python loop reading /proc/stat, /proc/meminfo and /proc/self/stat and
-  appending one line per tick.
-CPU is utime + stime of each tool's process and its live descendants (``/proc/<pid>/stat``,
-10 ms clock ticks) over the window, as CPU-seconds per minute; RSS is summed over the same
-processes at the end.
+  appending one line per tick;
+- a bare Python loop reading the files nrg reads at a tick where no process was created:
+  /proc/stat, /proc/meminfo and ``/proc/<pid>/stat`` of each process of the tree (open, read,
+  close), appending one line per tick.
+CPU is the on-CPU time of every thread of each tool's process and its live descendants
+(``/proc/<pid>/task/<tid>/schedstat``, nanoseconds; utime + stime of ``/proc/<pid>/stat`` in
+10 ms clock ticks where schedstat is missing) over the window, as CPU-seconds per minute; RSS
+is summed over the same processes at the end.
 
 Peers come from their own environment: ``bash bench/make_peers_venv.sh`` first.
-Run: ``.venv/bin/python bench/bench_peers.py [--seconds 30]``.
+Run: ``.venv/bin/python bench/bench_peers.py [--seconds 30] [--hz 10]``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 NRG = str(Path(sys.executable).with_name("nrg-collect"))
@@ -34,19 +39,22 @@ TICKS = os.sysconf("SC_CLK_TCK")
 BARE_LOOP = """
 import sys, time
 out = open(sys.argv[1], "a")
+period = float(sys.argv[2])
+paths = ["/proc/stat", "/proc/meminfo"] + sys.argv[3:]
 deadline = time.monotonic()
 while True:
-    for path in ("/proc/stat", "/proc/meminfo", "/proc/self/stat"):
+    for path in paths:
         with open(path, "rb") as f:
             f.read()
     out.write("tick %d\\n" % time.time_ns()); out.flush()
-    deadline += 0.1
+    deadline += period
     time.sleep(max(0.0, deadline - time.monotonic()))
 """
 CODECARBON = """
-import time
+import sys, time
 from codecarbon import OfflineEmissionsTracker
-t = OfflineEmissionsTracker(country_iso_code="USA", measure_power_secs=0.1, save_to_file=False,
+t = OfflineEmissionsTracker(country_iso_code="USA", measure_power_secs=float(sys.argv[1]),
+                            save_to_file=False,
                             log_level="error")
 t.start()
 time.sleep(1e9)
@@ -54,7 +62,7 @@ time.sleep(1e9)
 GPU_TRACKER = """
 import sys, time
 from gpu_tracker import Tracker
-t = Tracker(sleep_time=0.1, process_id=int(sys.argv[1]), disable_logs=True)
+t = Tracker(sleep_time=float(sys.argv[2]), process_id=int(sys.argv[1]), disable_logs=True)
 t.start()
 time.sleep(1e9)
 """
@@ -78,16 +86,41 @@ def tree_of(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
+class Cpu(NamedTuple):
+    """One reading of a process tree's CPU: from ``stat`` (10 ms clock ticks, exited threads
+    included) and from each live thread's ``schedstat`` (ns), with the threads it covered."""
+
+    stat_s: float
+    sched_s: float
+    threads: frozenset[tuple[int, str]]
+
+
+def cpu_reading(pids: list[int]) -> Cpu:
+    stat_ticks, sched_ns, threads = 0, 0, set()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
+            stat_ticks += int(fields[11]) + int(fields[12])
+            tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
-    return total / TICKS
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    sched_ns += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            threads.add((pid, tid))
+    return Cpu(stat_ticks / TICKS, sched_ns / 1e9, frozenset(threads))
+
+
+def cpu_used(start: Cpu, end: Cpu) -> tuple[float, str]:
+    """CPU seconds between two readings: from schedstat (ns) when the same threads lived
+    throughout, else from stat (a tool that starts threads per sample, counted in 10 ms ticks)."""
+    if start.threads and start.threads == end.threads and end.sched_s > 0:
+        return end.sched_s - start.sched_s, "ns"
+    return end.stat_s - start.stat_s, "ticks"
 
 
 def rss_mb(pids: list[int]) -> float:
@@ -105,7 +138,14 @@ def rss_mb(pids: list[int]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--hz", type=float, default=10.0)
+    ap.add_argument(
+        "--also",
+        metavar="DIR",
+        help="also run nrg-collect from another checkout (e.g. git archive of a commit) in DIR",
+    )
     args = ap.parse_args()
+    period = 1.0 / args.hz
     if not PEERS.exists():
         raise SystemExit("no peers environment: run bash bench/make_peers_venv.sh first")
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,21 +153,55 @@ def main() -> None:
             ["sh", "-c", "for i in $(seq 20); do sleep 1000 & done; wait"],
             start_new_session=True,
         )
-        cfg = Path(tmp, "cfg.toml")
-        cfg.write_text(
-            f'[agent]\ninterval = "100ms"\nstate_dir = "{tmp}/state"\nstats_interval = "60s"\n'
-            f'[[collectors.procfs]]\n[[sinks.file]]\ndir = "{tmp}/out"\n'
-        )
+        for _ in range(500):
+            tree = tree_of(job.pid)
+            if len(tree) > 20:
+                break
+            time.sleep(0.01)
+        cfg, cfg2 = Path(tmp, "cfg.toml"), Path(tmp, "cfg2.toml")
+        for path, sub in ((cfg, ""), (cfg2, "2")):
+            path.write_text(
+                f'[agent]\ninterval = "{period * 1000:g}ms"\nstate_dir = "{tmp}/state{sub}"\n'
+                f'stats_interval = "60s"\n'
+                f'[[collectors.procfs]]\n[[sinks.file]]\ndir = "{tmp}/out{sub}"\n'
+            )
         commands = {
             "nrg-collect": [NRG, "--config", str(cfg), "--quiet", "--track", str(job.pid)],
-            "CodeCarbon": [str(PEERS), "-c", CODECARBON],
-            "gpu_tracker": [str(PEERS), "-c", GPU_TRACKER, str(job.pid)],
-            "bare loop": [sys.executable, "-c", BARE_LOOP, f"{tmp}/bare.txt"],
+            "CodeCarbon": [str(PEERS), "-c", CODECARBON, str(period)],
+            "gpu_tracker": [str(PEERS), "-c", GPU_TRACKER, str(job.pid), str(period)],
+            "bare loop": [
+                sys.executable,
+                "-c",
+                BARE_LOOP,
+                f"{tmp}/bare.txt",
+                str(period),
+                "/proc/self/stat",
+            ],
+            "bare, same files": [
+                sys.executable,
+                "-c",
+                BARE_LOOP,
+                f"{tmp}/same.txt",
+                str(period),
+                *[f"/proc/{pid}/stat" for pid in tree],
+            ],
         }
+        envs = {name: None for name in commands}
+        if args.also:
+            commands["nrg (--also)"] = [
+                NRG,
+                "--config",
+                str(cfg2),
+                "--quiet",
+                "--track",
+                str(job.pid),
+            ]
+            envs["nrg (--also)"] = {**os.environ, "PYTHONPATH": args.also}
         procs = {
             name: subprocess.Popen(
                 cmd,
                 cwd=tmp,
+                env=envs.get(name),
                 start_new_session=True,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -136,9 +210,9 @@ def main() -> None:
         }
         try:
             time.sleep(5.0)
-            start = {name: cpu_seconds(tree_of(p.pid)) for name, p in procs.items()}
+            start = {name: cpu_reading(tree_of(p.pid)) for name, p in procs.items()}
             time.sleep(args.seconds)
-            end = {name: cpu_seconds(tree_of(p.pid)) for name, p in procs.items()}
+            end = {name: cpu_reading(tree_of(p.pid)) for name, p in procs.items()}
             rss = {name: rss_mb(tree_of(p.pid)) for name, p in procs.items()}
             alive = {name: p.poll() is None for name, p in procs.items()}
         finally:
@@ -149,16 +223,24 @@ def main() -> None:
                     pass
                 p.wait()
     minutes = args.seconds / 60
-    base = (end["bare loop"] - start["bare loop"]) / minutes
-    print(f"10 Hz, 20-process tree, {args.seconds:g} s window, side by side")
-    print(f"{'tool':14} {'CPU-s/min':>10} {'vs bare loop':>13} {'vs nrg':>8} {'RSS MB':>8}")
-    ours = (end["nrg-collect"] - start["nrg-collect"]) / minutes
+    used = {name: cpu_used(start[name], end[name]) for name in procs}
+    per_min = {name: cpu / minutes for name, (cpu, _how) in used.items()}
+
+    def ratio(x: float, y: float) -> float:
+        return x / y if y > 0 else float("nan")
+
+    base, same, ours = per_min["bare loop"], per_min["bare, same files"], per_min["nrg-collect"]
+    print(f"{args.hz:g} Hz, 20-process tree, {args.seconds:g} s window, side by side")
+    print(
+        f"{'tool':16} {'CPU-s/min':>10} {'vs bare loop':>13} {'vs same files':>14} "
+        f"{'vs nrg':>8} {'RSS MB':>8}  CPU from"
+    )
     for name in procs:
-        cpu = (end[name] - start[name]) / minutes
+        cpu = per_min[name]
         note = "" if alive[name] else "  (exited early)"
         print(
-            f"{name:14} {cpu:10.2f} {cpu / base if base else float('nan'):12.2f}x "
-            f"{cpu / ours if ours else float('nan'):7.2f}x {rss[name]:8.1f}{note}"
+            f"{name:16} {cpu:10.3f} {ratio(cpu, base):12.2f}x {ratio(cpu, same):13.2f}x "
+            f"{ratio(cpu, ours):7.2f}x {rss[name]:8.1f}  {used[name][1]}{note}"
         )
 
 

@@ -96,10 +96,14 @@ def _pread_all(fd: int, size: int) -> bytes:
 class _Handle:
     """Descriptors kept open for one process (procfs on a live /proc only)."""
 
-    __slots__ = ("child_fds", "stat_fd", "tids", "tids_ns", "tids_threads")
+    __slots__ = ("child_fds", "stat_fd", "stat_raw", "stat_st", "tids", "tids_ns", "tids_threads")
 
     def __init__(self) -> None:
         self.stat_fd = -1
+        # The last stat text read and its parse: a process that did not run since the last
+        # tick (most of a tree, most of the time) gives the same bytes, and is not parsed again.
+        self.stat_raw = b""
+        self.stat_st: PidStat | None = None
         self.tids: list[int] | None = None
         self.tids_threads = -1
         self.tids_ns = 0
@@ -214,7 +218,12 @@ class ProcfsSource:
         h = self._handles.get(pid)
         if h is not None and h.stat_fd >= 0:
             try:
-                return parse_pid_stat(os.pread(h.stat_fd, 4096, 0))
+                data = os.pread(h.stat_fd, 4096, 0)
+                if data == h.stat_raw:
+                    return h.stat_st
+                st = h.stat_st = parse_pid_stat(data)
+                h.stat_raw = data
+                return st
             except ProcessLookupError:
                 # The process we held exited (an open fd does not pin a pid); the pid may already
                 # belong to a new process, which the open below finds.
@@ -232,7 +241,10 @@ class ProcfsSource:
                 h = self._handles[pid] = _Handle()
             h.stat_fd = fd
             self._kept += 1
-            return parse_pid_stat(os.pread(fd, 4096, 0))
+            data = os.pread(fd, 4096, 0)
+            st = h.stat_st = parse_pid_stat(data)
+            h.stat_raw = data
+            return st
         except (OSError, ValueError, IndexError) as exc:
             log.debug("pid %d: stat unreadable (%s)", pid, exc)
             self.release(pid)

@@ -16,7 +16,14 @@ PENDING_REWRITE: set[str] = set()
 def scanned_files() -> list[Path]:
     files = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md"]
     for top in SCANNED_DIRS:
-        files += [p for p in (ROOT / top).rglob("*") if p.suffix in SUFFIXES and p.is_file()]
+        files += [
+            p
+            for p in (ROOT / top).rglob("*")
+            if p.suffix in SUFFIXES
+            and p.is_file()
+            # hidden directories hold environments (bench/.venv-peers), not the project's text
+            and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)
+        ]
     here = Path(__file__).resolve()
     return [p for p in files if p.exists() and p.resolve() != here]
 
