@@ -449,11 +449,6 @@ class SinkRunner:
                 # Keep the batch: put it back at the head so the final flush still sees it.
                 self.queue.extendleft(reversed(batch))
                 raise
-            except LineProtocolError:
-                batch = self._without_unencodable(batch)
-                if not batch:
-                    return True
-                continue
             except WriteError as exc:
                 batch = self._count_partial(batch, exc)
                 if not batch:
@@ -470,6 +465,14 @@ class SinkRunner:
                 if exc.retry_after_s is not None:  # at least what the server asked, up to the cap
                     delay = max(delay, min(exc.retry_after_s, SINK_RETRY_MAX_S))
             except Exception as exc:
+                if isinstance(exc, LineProtocolError):
+                    kept = self._without_unencodable(batch)
+                    if len(kept) < len(batch):  # the rest of the batch is written at once
+                        if not kept:
+                            return True
+                        batch = kept
+                        continue
+                    # Every point encodes on its own: the sink failed otherwise, retried as below.
                 stats.write_errors += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"
                 unexpected += 1

@@ -580,3 +580,34 @@ async def test_a_drop_episode_is_logged_once_until_the_queue_has_caught_up(
     assert [m for m in messages if "caught up" in m] == [
         "sink t: caught up; 6 point(s) were dropped in that episode"
     ]
+
+
+class EncodingFailsSink:
+    """Raises LineProtocolError for every batch although each point encodes on its own (as a
+    sink whose own tags cannot be written would)."""
+
+    name = "badtags"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def write(self, batch: Sequence[Point]) -> None:
+        from acquisition.errors import LineProtocolError
+
+        self.calls += 1
+        raise LineProtocolError("tag key of the sink is empty")
+
+
+async def test_an_encoding_failure_of_the_sink_itself_is_bounded_not_a_loop() -> None:
+    sink = EncodingFailsSink()
+    runner = SinkRunner("t", sink, batch_size=5, flush_interval_s=0.01, buffer_limit=100)  # type: ignore[arg-type]
+    runner._pause = _no_pause  # type: ignore[method-assign]
+    for p in pts(5):
+        runner.offer(p)
+    assert await runner.write(runner.take_batch(), deadline=None)
+    assert sink.calls == SinkRunner.MAX_UNEXPECTED_ATTEMPTS
+    assert runner.stats.dropped_points == 5 and runner.stats.unencodable_points == 0
+
+
+async def _no_pause(delay: float) -> None:
+    return None
