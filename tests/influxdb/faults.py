@@ -500,3 +500,18 @@ def skip_reason(exc: BaseException) -> str | None:
     if type(exc).__name__ == "Skipped":  # pytest.skip from small_disk
         return str(exc)
     return None
+
+
+def run_trial_in_pytest(trial: Callable[[Path, float], Figures], name: str, tmp: Path) -> None:
+    """Run one trial at scale 1 under pytest: a trial that cannot run here is skipped with its
+    reason, any other failure fails the test; the figures line is printed."""
+    import pytest
+
+    try:
+        figures = trial(tmp, 1.0)
+    except Exception as exc:
+        reason = skip_reason(exc)
+        if reason is None:
+            raise
+        pytest.skip(reason)
+    print(describe(name, figures))

@@ -9,18 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.influxdb.faults import TRIALS, describe, skip_reason
+from tests.influxdb.faults import TRIALS, run_trial_in_pytest
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.server]
 
 
 @pytest.mark.parametrize("name", sorted(TRIALS))
 def test_fault_trial(name: str, tmp_path: Path) -> None:
-    try:
-        figures = TRIALS[name](tmp_path, 1.0)
-    except Exception as exc:
-        reason = skip_reason(exc)
-        if reason is None:
-            raise
-        pytest.skip(reason)
-    print(describe(name, figures))
+    run_trial_in_pytest(TRIALS[name], name, tmp_path)
