@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import stat, table, timeseries
@@ -26,6 +26,8 @@ from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
+
+PanelT = TypeVar("PanelT", timeseries.Panel, table.Panel, stat.Panel)
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERIES = ROOT / "queries"
@@ -91,19 +93,21 @@ class Board:
     def target(self, name: str, *, table_format: bool = False, ref: str = "A") -> Target:
         return Target(InfluxQuery(self.d, name, ref, table_format))
 
+    def _panel(
+        self, panel: PanelT, title: str, query: str, *, table_format: bool = False
+    ) -> PanelT:
+        """What every panel has: title, the query's description, the datasource and the query."""
+        return (
+            panel.title(title)
+            .description(_description(self.d.query(query)))
+            .datasource(self.d.ref)
+            .with_target(self.target(query, table_format=table_format))
+        )
+
     def timeseries(
         self, title: str, query: str, unit: str, *, stacked: bool = False, width: int = 12
     ) -> None:
-        panel = (
-            timeseries.Panel()
-            .title(title)
-            .description(_description(self.d.query(query)))
-            .datasource(self.d.ref)
-            .with_target(self.target(query))
-            .unit(unit)
-            .height(8)
-            .span(width)
-        )
+        panel = self._panel(timeseries.Panel(), title, query).unit(unit).height(8).span(width)
         if stacked:
             panel = panel.stacking(StackingConfig().mode(common.StackingMode.NORMAL)).fill_opacity(
                 40
@@ -113,11 +117,7 @@ class Board:
     def points(self, title: str, query: str, unit: str, *, width: int = 12) -> None:
         """A time series drawn as points: one value per training step."""
         panel = (
-            timeseries.Panel()
-            .title(title)
-            .description(_description(self.d.query(query)))
-            .datasource(self.d.ref)
-            .with_target(self.target(query))
+            self._panel(timeseries.Panel(), title, query)
             .unit(unit)
             .draw_style(common.GraphDrawStyle.POINTS)
             .height(8)
@@ -135,11 +135,7 @@ class Board:
         transformations: list[model.DataTransformerConfig] | None = None,
     ) -> None:
         panel = (
-            table.Panel()
-            .title(title)
-            .description(_description(self.d.query(query)))
-            .datasource(self.d.ref)
-            .with_target(self.target(query, table_format=True))
+            self._panel(table.Panel(), title, query, table_format=True)
             .unit(unit)
             .height(8)
             .span(width)
@@ -150,11 +146,7 @@ class Board:
 
     def stat(self, title: str, query: str, unit: str, *, width: int = 6) -> None:
         panel = (
-            stat.Panel()
-            .title(title)
-            .description(_description(self.d.query(query)))
-            .datasource(self.d.ref)
-            .with_target(self.target(query, table_format=True))
+            self._panel(stat.Panel(), title, query, table_format=True)
             .unit(unit)
             .height(8)
             .span(width)
