@@ -134,6 +134,14 @@ class Agent:
             )
         return None
 
+    def files_dir(self) -> Path | None:
+        """The directory the agent's (first) file sink writes to; None without one."""
+        for runner in self.sinks:
+            where = getattr(runner.sink, "dir", None)
+            if getattr(runner.sink, "name", "") == "file" and isinstance(where, Path):
+                return where
+        return None
+
     async def open_sinks(self) -> None:
         agent = self.config.agent
         for spec in self.config.sinks:

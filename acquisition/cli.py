@@ -39,6 +39,7 @@ from acquisition.errors import ConfigError, NoData
 from acquisition.job import Job, JobNotStartable, check_command, default_run_name
 from acquisition.lineproto import LineEncoder
 from acquisition.live import live_line_wanted
+from acquisition.paths import ENV_AGENT_DATA
 from acquisition.point import Point
 
 __all__ = ["SUBCOMMANDS", "RunOutcome", "Subcommand", "after_run", "main"]
@@ -434,12 +435,15 @@ def _announce(message: str) -> None:
 
 
 def _job_env(agent: Agent, socket_path: str) -> dict[str, str]:
-    """The job's environment: the run's tags and its own hooks socket."""
+    """The job's environment: the run's tags, its own hooks socket and, where the agent writes
+    files, their directory (a ``Tracker`` in the job reads it instead of sampling again)."""
     env = dict(os.environ)
     for tag in ("experiment", "run"):
         if tag in agent.tags:
             env[f"NRG_{tag.upper()}"] = agent.tags[tag]
     env["NRG_SOCKET"] = socket_path
+    if (files := agent.files_dir()) is not None:
+        env[ENV_AGENT_DATA] = str(files)
     return env
 
 

@@ -15,7 +15,11 @@ from pathlib import Path
 
 import platformdirs
 
+ENV_AGENT_DATA = "NRG_AGENT_DATA"
+"""Set by ``nrg-collect -- CMD`` in the job's environment: the agent's file sink directory."""
+
 __all__ = [
+    "ENV_AGENT_DATA",
     "data_dir",
     "default_fallback_dir",
     "default_socket_path",

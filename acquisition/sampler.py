@@ -8,6 +8,9 @@ point they emit in memory, in arrival order, with the config's global tags (``ho
 works on this machine. The ``hooks`` collector is never run in-process (it is the agent's socket
 for training jobs); processors run only when asked (``processors=True``).
 
+:class:`AgentSampler` has the same interface over an nrg agent already running on this machine:
+it opens no source and reads back the points the agent's file sink writes.
+
 Points use the agent's units (``energy_joules`` cumulative since the collector opened,
 ``power_watts``, ``memory_bytes``...); timestamps are Unix-epoch nanoseconds.
 """
@@ -18,9 +21,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,14 @@ from acquisition.point import Point
 from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin
 from acquisition.running import CollectorRunner, StreamRunner, SystemClock
 
-__all__ = ["NOT_IN_PROCESS", "NOT_STARTED", "UNKNOWN_COLLECTOR", "Sampler"]
+__all__ = [
+    "NOT_IN_PROCESS",
+    "NOT_STARTED",
+    "POWER_MEASUREMENTS",
+    "UNKNOWN_COLLECTOR",
+    "AgentSampler",
+    "Sampler",
+]
 
 log = logging.getLogger("nrg.sampler")
 
@@ -43,6 +54,10 @@ NOT_IN_PROCESS = frozenset({"hooks"})
 NOT_STARTED = "the sampler was not started"
 UNKNOWN_COLLECTOR = "unknown collector {name!r}; known collectors: {known}"
 _PRECISE_BELOW_S = 0.05
+_NS = 1_000_000_000
+
+POWER_MEASUREMENTS = ("rapl", "gpu", "gpu_sample", "emonpi")
+"""The measurements that carry power and energy readings."""
 
 
 class Sampler:
@@ -262,3 +277,49 @@ def _processor_specs(config: Config) -> list[PluginSpec]:
     return list(config.processors) or [
         PluginSpec("processors", name, {}, explicit=False) for name in PROCESSORS
     ]
+
+
+class AgentSampler:
+    """The sampler interface over an nrg agent already running on this machine: the points its
+    file sink writes (``.lp`` files under ``data_dir``), read back with
+    :class:`acquisition.store.Store`; nothing is opened in this process.
+
+    ``measurements``: what to read (default: the power readings; None: everything);
+    ``margin_s``: readings this long before ``start()`` are read too (they bracket the first
+    events); ``latency_s``: how long a caller may wait at the end for the agent's readings after
+    the last event to reach the file (its interval plus its flush interval).
+
+    The agent samples at its own interval (1 s by default): for energy per operator, run it with
+    a short interval (``[agent] interval = "10ms"`` and a short ``flush_interval``)."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        measurements: Iterable[str] | None = POWER_MEASUREMENTS,
+        margin_s: float = 5.0,
+        latency_s: float = 3.0,
+    ) -> None:
+        self.data_dir = Path(data_dir).expanduser()
+        self.measurements = tuple(measurements) if measurements is not None else None
+        self.margin_s = margin_s
+        self.latency_s = latency_s
+        self.interval_s = latency_s / 30
+        """How often a caller waiting for readings looks again."""
+        self.start_ns = 0
+        self.stop_ns: int | None = None
+
+    def start(self) -> None:
+        self.start_ns = time.time_ns()
+        self.stop_ns = None
+
+    def snapshot(self) -> list[Point]:
+        from acquisition.store import Store
+
+        start = self.start_ns - int(self.margin_s * _NS)
+        end = None if self.stop_ns is None else self.stop_ns + int(self.margin_s * _NS)
+        return list(Store(self.data_dir).points(self.measurements, start_ns=start, end_ns=end))
+
+    def stop(self) -> list[Point]:
+        self.stop_ns = time.time_ns()
+        return self.snapshot()

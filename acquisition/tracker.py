@@ -10,9 +10,11 @@
 
 Without an agent the collectors run in this process, on a background thread
 (:class:`~acquisition.sampler.Sampler`), from the same TOML config the agent reads (no config:
-every collector that works here). With ``agent_data=DIR`` nothing is opened: the points come
-from the file sink directory of the agent already running here, read back for the tracked span
-when the tracker stops.
+every collector that works here). Where an agent already measures this machine, nothing is
+opened twice: the points come from that agent's file sink directory
+(:class:`~acquisition.sampler.AgentSampler`), read back for the tracked span. That happens by
+itself inside a job that ``nrg-collect -- CMD`` runs (the agent puts its file sink directory in
+``NRG_AGENT_DATA``), or with ``agent_data=DIR``; ``agent_data=False`` always samples in-process.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, Literal
 
 from acquisition.config import Config, load_config
 from acquisition.errors import NrgError
+from acquisition.paths import ENV_AGENT_DATA
 from acquisition.point import Point
 from acquisition.summary import RunSummary, SummaryOptions, counted_sources, summarize
 
@@ -69,8 +72,10 @@ class Tracker:
     """Tracks this process tree's energy and resources (see the module docstring).
 
     ``config``: a path to the agent's TOML, or a parsed :class:`Config`; ``interval_s`` and
-    ``only`` as for :class:`~acquisition.sampler.Sampler`; the unit and carbon options as
-    gpu_tracker's (``ram_unit``, ``gpu_ram_unit``, ``time_unit``)."""
+    ``only`` as for :class:`~acquisition.sampler.Sampler`; ``agent_data``: an agent's file sink
+    directory to read instead of sampling (default: ``NRG_AGENT_DATA`` when set; False: always
+    sample here; True: an agent must be named); the unit and carbon options as gpu_tracker's
+    (``ram_unit``, ``gpu_ram_unit``, ``time_unit``)."""
 
     def __init__(
         self,
@@ -78,7 +83,7 @@ class Tracker:
         *,
         interval_s: float | None = None,
         only: Collection[str] | None = None,
-        agent_data: str | os.PathLike[str] | None = None,
+        agent_data: str | os.PathLike[str] | bool | None = None,
         ram_unit: Literal[
             "bytes", "kilobytes", "megabytes", "gigabytes", "terabytes"
         ] = "gigabytes",
@@ -91,7 +96,7 @@ class Tracker:
         self.config = config
         self.interval_s = interval_s
         self.only = only
-        self.agent_data = Path(agent_data).expanduser() if agent_data is not None else None
+        self.agent_data = _agent_dir(agent_data)
         extra: dict[str, Any] = {}
         if carbon_intensity_g_per_kwh is not None:
             extra = {
@@ -122,21 +127,25 @@ class Tracker:
 
     @property
     def available(self) -> list[str]:
-        return list(self._sampler.available) if self._sampler is not None else []
+        """Collectors opened in this process (none where an agent's data is read)."""
+        return list(getattr(self._sampler, "available", []))
 
     @property
     def unavailable(self) -> dict[str, str]:
-        return dict(self._sampler.unavailable) if self._sampler is not None else {}
+        return dict(getattr(self._sampler, "unavailable", {}))
 
     def start(self) -> Tracker:
         if self.running:
             raise NrgError("the tracker is already running")
         self._points, self.stop_ns, self.windows = None, 0, []
-        if self.agent_data is None:
-            from acquisition.sampler import Sampler
+        from acquisition.sampler import AgentSampler, Sampler
 
+        if self.agent_data is None:
             self._sampler = Sampler(self.config, interval_s=self.interval_s, only=self.only)
-            self._sampler.start()
+        else:
+            # Resources too, not only power: the summary's memory and CPU figures.
+            self._sampler = AgentSampler(self.agent_data, measurements=None, margin_s=60.0)
+        self._sampler.start()
         self.start_ns = time.time_ns()
         return self
 
@@ -147,10 +156,7 @@ class Tracker:
             self.end_window(name)
         self.stop_ns = time.time_ns()
         self._wait_for_sample_after(self.stop_ns)
-        if self._sampler is not None:
-            self._points = self._sampler.stop()
-        else:
-            self._points = self._agent_points()
+        self._points = self._own(self._sampler.stop())
 
     def __enter__(self) -> Tracker:
         return self.start()
@@ -217,41 +223,34 @@ class Tracker:
     def _current_points(self) -> list[Point]:
         if self._points is not None:
             return self._points
-        if self._sampler is not None:
-            return list(self._sampler.snapshot())
-        return self._agent_points()
+        if self._sampler is None:
+            raise NrgError(NOT_STARTED)
+        return self._own(self._sampler.snapshot())
 
-    def _agent_points(self) -> list[Point]:
-        from acquisition.store import Store
-
-        assert self.agent_data is not None
-        end = self.stop_ns or time.time_ns()
-        margin = 60 * _NS
-        return [
-            p
-            for p in Store(self.agent_data).points(
-                start_ns=self.start_ns - margin, end_ns=end + margin
-            )
-            if p.measurement != "process" or p.tags.get("scope") != "pid"
-        ]
+    def _own(self, points: list[Point]) -> list[Point]:
+        """An agent's points without its per-pid process points (the summary reads the tree
+        totals); the in-process sampler's as they are."""
+        if self.agent_data is None:
+            return points
+        return [p for p in points if p.measurement != "process" or p.tags.get("scope") != "pid"]
 
     def _wait_for_sample_after(self, t_ns: int) -> None:
-        """Wait (at most a few intervals) until every power source has a sample at or after
-        ``t_ns``, so the energy up to ``t_ns`` is bracketed rather than extrapolated."""
-        if self._sampler is None:
-            return  # an agent's file sink: stop() reads whatever it has
+        """Wait (at most a few intervals, or an agent's flush latency) until every power source
+        has a sample at or after ``t_ns``, so the energy up to ``t_ns`` is bracketed rather
+        than extrapolated."""
         interval = self.interval_s or self._sampler.interval_s
+        latency = float(getattr(self._sampler, "latency_s", 0.0))
         # Returns as soon as the samples are in; the bound only matters on a starved machine.
-        deadline = time.monotonic() + max(20 * interval, 2.0)
+        deadline = time.monotonic() + max(20 * interval, 2.0, latency)
         while time.monotonic() < deadline:
             latest: dict[str, int] = {}
             for p in self._sampler.snapshot():
                 if p.measurement in _SOURCES:
                     key = p.measurement + str(sorted(p.tags.items()))
                     latest[key] = max(latest.get(key, 0), p.time_ns)
-            if not latest or all(t >= t_ns for t in latest.values()):
+            if not latest or min(latest.values()) >= t_ns:
                 return
-            time.sleep(min(interval / 4, 0.05))
+            time.sleep(min(interval / 4, 0.05) if latency == 0 else interval)
 
     def _window_result(self, name: str, start: int, end: int, points: list[Point]) -> WindowResult:
         sources = [p for p in points if p.measurement in _SOURCES]
@@ -263,3 +262,18 @@ class Tracker:
         errors = [s.error_j for s in part.energy.sources if s.source in counted]
         error = None if any(e is None for e in errors) else sum(e or 0.0 for e in errors)
         return WindowResult(name, start, end, sum(per[s] for s in counted), per, error)
+
+
+def _agent_dir(agent_data: str | os.PathLike[str] | bool | None) -> Path | None:
+    """The agent data directory to read from: the one given, else (None) the one
+    ``nrg-collect -- CMD`` names in ``NRG_AGENT_DATA``; False or nothing: sample here."""
+    if agent_data is False:
+        return None
+    if agent_data is None or agent_data is True:
+        env = os.environ.get(ENV_AGENT_DATA, "")
+        if not env:
+            if agent_data is True:
+                raise NrgError(f"agent_data=True: no agent names its data here ({ENV_AGENT_DATA})")
+            return None
+        return Path(env).expanduser()
+    return Path(agent_data).expanduser()

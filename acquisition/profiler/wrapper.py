@@ -119,7 +119,7 @@ class EnergyProfile(torch.profiler.profile):
     - ``interval_s``: sampling interval (default 10 ms);
     - ``agent_data``: the data directory of an nrg agent running here (its file sink): its
       readings are used instead of opening the sources in this process
-      (:class:`acquisition.profiler.agent.AgentSampler`);
+      (:class:`acquisition.sampler.AgentSampler`);
     - ``sampler``: an object with ``start()``, ``stop()`` and ``snapshot()`` returning nrg
       points, used instead of the in-process collectors (e.g. points replayed from a file);
     - ``session``: an :func:`acquisition.torch.instrument` session: ``step()`` marks its step
@@ -142,7 +142,7 @@ class EnergyProfile(torch.profiler.profile):
         super().__init__(*args, **kwargs)
         self.interval_s = interval_s
         if sampler is None and agent_data is not None:
-            from acquisition.profiler.agent import AgentSampler
+            from acquisition.sampler import AgentSampler
 
             sampler = AgentSampler(agent_data)
         self.sampler: PointSampler = sampler or _default_sampler(config, interval_s)

@@ -191,3 +191,31 @@ def test_no_energy_source_is_said_first(short_tmp: Path) -> None:
     summary = proc.stderr[proc.stderr.index("No energy was measured") :]
     assert summary.startswith(NO_ENERGY.split("{")[0])
     assert "rapl" in summary.splitlines()[0]
+
+
+TRACKER_JOB = """
+import json, sys, time
+from acquisition import Tracker
+t = Tracker()
+with t:
+    time.sleep(0.6)
+    with t.window("eval"):
+        time.sleep(0.3)
+s = t.summary()
+print(json.dumps({"available": t.available, "agent_data": str(t.agent_data),
+                  "total_j": s.energy.total_j, "duration_s": s.duration_s,
+                  "eval_j": t.windows[0].energy_j, "eval_s": t.windows[0].duration_s}))
+"""
+
+
+def test_a_tracker_inside_a_tracked_job_reads_the_agent(short_tmp: Path, rapl_root: Path) -> None:
+    cfg = config(short_tmp, rapl_root)
+    proc = nrg("-c", str(cfg), "--quiet", "--summary", "none", "--", sys.executable, "-c",
+               TRACKER_JOB)  # fmt: skip
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert data["available"] == []  # nothing opened in the job: the agent's files were read
+    assert data["agent_data"] == str(short_tmp / "out")
+    watts = PACKAGE_W + DRAM_W
+    bound = 2 * watts * STALE_S
+    assert data["total_j"] == pytest.approx(watts * data["duration_s"], abs=bound)
+    assert data["eval_j"] == pytest.approx(watts * data["eval_s"], abs=bound)

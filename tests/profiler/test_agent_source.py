@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from acquisition.profiler import profile
-from acquisition.profiler.agent import AgentSampler
+from acquisition.sampler import AgentSampler
 from acquisition.store import Store
 from tests.profiler.power import energy_between, powercap_tree
 
