@@ -133,8 +133,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--influx",
         metavar="URL",
-        help="read from InfluxDB 1.x/3.x (InfluxQL) instead of files: http://HOST:8086/DATABASE; "
-        "credentials from NRG_INFLUX_USER / NRG_INFLUX_PASSWORD",
+        nargs="?",
+        const="",
+        help="read from InfluxDB instead of files, with the query library (Flux for InfluxDB "
+        "2.x, InfluxQL for 1.x and 3.x, chosen by the server's version): "
+        "http://HOST:8086/DATABASE (or /BUCKET); credentials from NRG_INFLUX_USER and "
+        "NRG_INFLUX_PASSWORD (1.x), NRG_INFLUX_TOKEN and NRG_INFLUX_ORG (2.x; a token alone "
+        "for 3.x). Without URL: the [[sinks.influxdb]] of the config given with -c",
     )
     p.add_argument("--format", choices=("text", "json", "csv", "html"), default="text")
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
@@ -159,13 +164,27 @@ def data_location(args: argparse.Namespace) -> Path:
     return data_dir()
 
 
-def _source(args: argparse.Namespace) -> tuple[PointSource, str]:
-    """The files (``--data``, the config's file sink, the default data dir) or ``--influx``."""
-    if args.influx:
-        from acquisition.report.influx import InfluxQLStore
+def influx_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with a bare ``--influx`` written ``--influx=``, so that the run name after it
+    is not taken for its optional URL (a URL has a scheme: ``http://`` or ``https://``)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg == "--influx" and (i + 1 == len(out) or "://" not in out[i + 1]):
+            out[i] = "--influx="
+    return out
 
-        influx = InfluxQLStore(args.influx)
-        influx.check_dialect()
+
+def _source(args: argparse.Namespace) -> tuple[PointSource, str]:
+    """The files (``--data``, the config's file sink, the default data dir) or ``--influx``
+    (its URL, else the config's ``[[sinks.influxdb]]``)."""
+    if args.influx is not None:
+        from acquisition.report.influx import open_influx
+        from acquisition.report.influx_target import target_from_config, target_from_url
+
+        url, config = args.influx, args.config
+        influx = open_influx(target_from_url(url) if url else target_from_config(config))
         return influx, influx.where
     where = data_location(args)
     return Store(where), str(where)
@@ -210,7 +229,7 @@ def _report(argv: Sequence[str]) -> int:
     p.add_argument("names", nargs="*", metavar="RUN|EXPERIMENT", help="default: the newest run")
     p.add_argument("--list", action="store_true", help="list the runs found")
     _common(p)
-    args = p.parse_args(argv)
+    args = p.parse_args(influx_argv(argv))
     store, where = _source(args)
     options = summary_options(args)
     runs = find_runs(store)
@@ -266,7 +285,7 @@ def _compare(argv: Sequence[str]) -> int:
         "operator",
     )
     _common(p)
-    args = p.parse_args(argv)
+    args = p.parse_args(influx_argv(argv))
     if args.profile:
         return _compare_profiles(args)
     store, where = _source(args)

@@ -1,104 +1,160 @@
-"""Reading a run's points back from InfluxDB through InfluxQL (InfluxDB 1.x, and 3.x's v1 API).
+"""Reading a run's points back from InfluxDB with the query library (``queries/``).
 
-``nrg-collect report --influx http://HOST:8086/DATABASE``: the database is the URL's path; user
-and password come from ``NRG_INFLUX_USER`` / ``NRG_INFLUX_PASSWORD`` (or the URL's
-``user:password@``). Queries are raw selections (``SELECT * FROM "m" WHERE time … AND "run" = '…'
-GROUP BY *``) through ``GET /query?epoch=ns``; the summary is computed here from the points,
-exactly as from files. The server's dialect is checked first (``/ping``'s
-``X-Influxdb-Version``): InfluxDB 2.x, a Flux server, is refused with :data:`INFLUX_FLUX_ONLY`.
+``nrg-collect report --influx``: :func:`open_influx` asks the server's ``/ping`` which dialect
+it speaks (:func:`acquisition.queries.server_dialect`): InfluxDB 1.x and 3.x are read with
+InfluxQL here (:class:`InfluxQLStore`, ``GET /query?epoch=ns``), InfluxDB 2.x with Flux
+(:class:`acquisition.report.flux.FluxStore`). Both send the library's ``points`` query (every
+point of the chosen measurements in a time range) or ``run_points`` (the same, of one run),
+rendered by :func:`acquisition.queries.render`; other tag filters are applied here, and the
+summary is computed from the points exactly as from files.
 
-JSON numbers do not say int or float: a field written as a float whose value is whole comes back
-as an int, which changes no figure of the summary.
+JSON numbers do not say int or float: through InfluxQL, a field written as a float whose
+value is whole comes back as an int, which changes no figure of the summary.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final, Protocol
 
 from acquisition.errors import NrgError
 from acquisition.point import FieldValue, Point
-from acquisition.queries import QueryError, server_dialect
+from acquisition.queries import ALL, ParamValue, QueryError, load_query, render, server_dialect
+from acquisition.report.influx_target import InfluxTarget
 from acquisition.store import Query, ScanStats
 
-__all__ = ["INFLUX_FLUX_ONLY", "INFLUX_NO_DATABASE", "InfluxQLStore"]
+__all__ = [
+    "MAX_TIME_NS",
+    "InfluxQLStore",
+    "InfluxStore",
+    "influx_error",
+    "library_query",
+    "open_influx",
+]
 
-INFLUX_NO_DATABASE = (
-    "--influx {url}: name the database as the URL's path, e.g. http://host:8086/nrg"
-)
-INFLUX_FLUX_ONLY = (
-    "--influx {url}: this server is InfluxDB 2.x, which is queried with Flux; report and "
-    "compare read runs back with InfluxQL, from InfluxDB 1.x or from InfluxDB 3.x through its "
-    "v1 API. On InfluxDB 2.x, the Flux queries in queries/ serve Grafana and `influx query`"
-)
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+MAX_TIME_NS: Final = 2**63 - 2
+"""InfluxDB's latest storable time: the end of a query with no end."""
+_CUT: Final = 300
 
 
-def _literal(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+class InfluxStore(Protocol):
+    """What :func:`open_influx` returns: a point source with a ``where`` for messages."""
+
+    where: str
+    stats: ScanStats
+
+    def points(
+        self,
+        measurements: Iterable[str] | None = None,
+        *,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        tags: Mapping[str, str | Collection[str]] | None = None,
+    ) -> Iterator[Point]: ...
+
+
+def open_influx(target: InfluxTarget, *, timeout_s: float = 5.0) -> InfluxStore:
+    """The store for ``target``'s server: Flux for InfluxDB 2.x, else InfluxQL. A server whose
+    version cannot be told (or that does not answer) is tried with InfluxQL, whose answer then
+    says what is wrong."""
+    try:
+        dialect = server_dialect(target.base, timeout=timeout_s)
+    except QueryError:
+        dialect = "influxql"
+    if dialect == "flux":
+        from acquisition.report.flux import FluxStore
+
+        return FluxStore(target)
+    return InfluxQLStore(target)
+
+
+def library_query(query: Query, dialect: str, *, bucket: str = "") -> str | None:
+    """The rendered library query that selects ``query``'s points (a superset: the tags other
+    than one ``run`` are left to :meth:`Query.matches`); None when nothing can match."""
+    if query.measurements is not None and not query.measurements:
+        return None
+    start = max(0, query.start_ns or 0)
+    stop = MAX_TIME_NS if query.end_ns is None else query.end_ns
+    if dialect == "influxql" and query.end_ns is not None:
+        stop -= 1  # $timeFilter's end is inclusive, Flux's range(stop:) is not
+    if stop < start or (stop == start and dialect == "flux"):
+        return None
+    params: dict[str, ParamValue] = {
+        "measurement": ALL if query.measurements is None else sorted(query.measurements),
+        "timeRangeStart": start,
+        "timeRangeStop": stop,
+    }
+    if bucket:
+        params["bucket"] = bucket
+    runs = query.tags.get("run")
+    name = "points"
+    if runs is not None and len(runs) == 1:
+        name, params["run"] = "run_points", next(iter(runs))
+    return render(load_query(name, dialect), params, dialect=dialect)
+
+
+def influx_error(target: InfluxTarget, dialect: str, status: int, said: str) -> NrgError:
+    """One line for an HTTP error status, naming the setting to fix; secrets redacted."""
+    said = target.redact(said.strip())[:_CUT] or "no message"
+    s = target.settings
+    where = f"InfluxDB at {target.base} answered {status} ({said})"
+    if status == 401:
+        fix = s["token"] if dialect == "flux" else s["credentials"]
+        return NrgError(f"{where}: the credentials were rejected; set {fix}")
+    if status == 403:
+        what = f"bucket {target.bucket!r}" if dialect == "flux" else f"{target.database!r}"
+        fix = s["token"] if dialect == "flux" else s["credentials"]
+        return NrgError(f"{where}: not allowed to read {what}; grant read access or change {fix}")
+    if status == 404 and dialect == "flux":
+        if "organization" in said.lower() and "bucket" not in said.lower():
+            return NrgError(f"{where}: no organization {target.org!r}; fix {s['org']}")
+        return NrgError(f"{where}: no bucket {target.bucket!r}; fix {s['bucket']}")
+    return NrgError(f"{where}; check {s['url']}")
 
 
 class InfluxQLStore:
-    """Points from an InfluxDB 1.x database, with the interface of :class:`~acquisition.store.Store`."""
+    """Points from an InfluxDB 1.x/3.x database, with the interface of
+    :class:`~acquisition.store.Store`."""
 
-    def __init__(self, url: str, *, timeout_s: float = 60.0) -> None:
-        parts = urllib.parse.urlsplit(url)
-        database = parts.path.strip("/")
-        if not database:
-            raise NrgError(INFLUX_NO_DATABASE.format(url=url))
-        self.database = database
-        self.base = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-        self.user = os.environ.get("NRG_INFLUX_USER", parts.username or "")
-        self.password = os.environ.get("NRG_INFLUX_PASSWORD", parts.password or "")
-        self.timeout_s = timeout_s
-        self.where = f"{self.base}/{database}"
+    def __init__(self, target: InfluxTarget) -> None:
+        self.target = target
+        self.base = target.base
+        self.where = target.where("influxql")
         self.stats = ScanStats()
 
-    def check_dialect(self, *, timeout_s: float = 5.0) -> None:
-        """Refuse a Flux server (InfluxDB 2.x) with :data:`INFLUX_FLUX_ONLY`. A server
-        whose version cannot be told is tried with InfluxQL: its answers then say what is
-        wrong (unreachable, no such database, wrong password)."""
-        try:
-            dialect = server_dialect(self.base, timeout=timeout_s)
-        except QueryError:
-            return
-        if dialect == "flux":
-            raise NrgError(INFLUX_FLUX_ONLY.format(url=self.where))
-
     def _get(self, q: str) -> dict[str, Any]:
-        params = {"db": self.database, "q": q, "epoch": "ns"}
-        if self.user:
-            params.update(u=self.user, p=self.password)
+        t = self.target
+        params = {"db": t.database, "q": q, "epoch": "ns"}
+        if t.retention_policy:
+            params["rp"] = t.retention_policy
+        headers = {}
+        if t.username or t.password:
+            params.update(u=t.username, p=t.password)
+        elif t.token:  # InfluxDB 3.x (and 2.x's v1 API) take a token this way
+            headers["Authorization"] = f"Token {t.token}"
         url = f"{self.base}/query?{urllib.parse.urlencode(params)}"
+        request = urllib.request.Request(url, headers=headers)
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
+            with urllib.request.urlopen(request, timeout=t.timeout_s) as resp:
                 data: dict[str, Any] = json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
-            body = exc.read().decode("utf-8", "replace")[:300]
-            raise NrgError(f"InfluxDB at {self.base} answered {exc.code}: {body}") from exc
+            body = exc.read().decode("utf-8", "replace")
+            raise influx_error(t, "influxql", exc.code, body) from None
         except OSError as exc:
-            raise NrgError(f"cannot reach InfluxDB at {self.base}: {exc}") from exc
-        for result in data.get("results", []):
-            if "error" in result:
-                raise NrgError(f"InfluxDB at {self.base}: {result['error']}")
+            reason = t.redact(str(getattr(exc, "reason", exc)))
+            raise NrgError(f"cannot reach InfluxDB at {self.base}: {reason}") from None
+        errors = [r["error"] for r in data.get("results", []) if "error" in r]
         if "error" in data:
-            raise NrgError(f"InfluxDB at {self.base}: {data['error']}")
+            errors.append(data["error"])
+        if errors:
+            said = t.redact(str(errors[0]))[:_CUT]
+            fix = t.settings["database"] if "database not found" in said else t.settings["url"]
+            raise NrgError(f"InfluxDB at {self.base}: {said}; check {fix}")
         return data
-
-    def _measurements(self) -> list[str]:
-        data = self._get("SHOW MEASUREMENTS")
-        out: list[str] = []
-        for series in data.get("results", [{}])[0].get("series", []):
-            out.extend(str(v[0]) for v in series.get("values", []))
-        return out
 
     def points(
         self,
@@ -111,21 +167,9 @@ class InfluxQLStore:
         return self.query(Query.of(measurements, start_ns=start_ns, end_ns=end_ns, tags=tags))
 
     def query(self, query: Query) -> Iterator[Point]:
-        names = sorted(query.measurements) if query.measurements is not None else None
-        if names is None:
-            names = self._measurements()
-        if not names:
+        q = library_query(query, "influxql")
+        if q is None:
             return
-        conditions = []
-        if query.start_ns is not None:
-            conditions.append(f"time >= {int(query.start_ns)}")
-        if query.end_ns is not None:
-            conditions.append(f"time < {int(query.end_ns)}")
-        for key, values in sorted(query.tags.items()):
-            alts = " OR ".join(f"{_ident(key)} = {_literal(v)}" for v in sorted(values))
-            conditions.append(f"({alts})")
-        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        q = f"SELECT * FROM {', '.join(_ident(n) for n in names)}{where} GROUP BY *"
         data = self._get(q)
         points: list[Point] = []
         for series in data.get("results", [{}])[0].get("series", []):

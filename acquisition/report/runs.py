@@ -38,7 +38,8 @@ _LIST_MEASUREMENTS = (*SOURCE_MEASUREMENTS, "nrg_run", "nrg_step", "nrg_collect"
 
 class PointSource(Protocol):
     """Where stored points come from: :class:`acquisition.store.Store` (files) or
-    :class:`acquisition.report.influx.InfluxQLStore`."""
+    :class:`acquisition.report.influx.InfluxQLStore` and
+    :class:`acquisition.report.flux.FluxStore` (InfluxDB)."""
 
     def points(
         self,

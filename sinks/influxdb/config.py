@@ -3,13 +3,12 @@ name which setting to fix when the server refuses a write."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from acquisition.config import duration, size
 from acquisition.errors import ConfigError
+from acquisition.secrets import Redactor, basic_auth, read_secret
 
 __all__ = ["API_V1", "API_V2", "InfluxDBConfig", "Secrets", "settings_hint", "spool_ident"]
 
@@ -17,6 +16,8 @@ API_V1 = "v1"
 """``POST /write?db=&rp=&precision=ns``: InfluxDB 1.x (and 3.x's v1 compatibility endpoint)."""
 API_V2 = "v2"
 """``POST /api/v2/write``: InfluxDB 2.x, 3.x, 1.8+ (compatibility endpoint), VictoriaMetrics."""
+
+TABLE = "[[sinks.influxdb]]"
 
 NO_V2_ENDPOINT = (
     "the server at {url} has no /api/v2/write{version}: it speaks the InfluxDB 1.x API; set "
@@ -99,48 +100,25 @@ class InfluxDBConfig:
             )
 
 
-def _read_secret(value: str, file: str, key: str) -> str:
-    if value and file:
-        raise ConfigError(f"[[sinks.influxdb]]: set {key} or {key}_file, not both")
-    if file:
-        path = Path(file).expanduser()
-        try:
-            return path.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"[[sinks.influxdb]] {key}_file: cannot read {path}: {exc.strerror}"
-            ) from None
-    return value
-
-
 class Secrets:
     """The token and password, and every form in which they could come back in a server's
     answer (an echoed ``Authorization`` header shows basic auth in base64)."""
 
     def __init__(self, config: InfluxDBConfig) -> None:
-        self.token = _read_secret(config.token, config.token_file, "token")
-        self.password = _read_secret(config.password, config.password_file, "password")
+        self.token = read_secret(config.token, config.token_file, "token", TABLE)
+        self.password = read_secret(config.password, config.password_file, "password", TABLE)
         self.username = config.username
         if not self.username and not self.password and ":" in self.token:
             # A 1.8 "user:password" token: the same credentials on the v1 API.
             self.username, _, self.password = self.token.partition(":")
-        forms = [self.token, self.password]
-        if self.username or self.password:
-            forms.append(self.basic_auth())
-        if ":" in self.token:  # 1.8 "user:password" tokens: the password alone too
-            forms.append(self.token.partition(":")[2])
-        self._forms = sorted({f for f in forms if len(f) >= 3}, key=len, reverse=True)
+        self._redactor = Redactor(self.token, username=self.username, password=self.password)
 
     def basic_auth(self) -> str:
-        raw = f"{self.username}:{self.password}".encode()
-        return base64.b64encode(raw).decode()
+        return basic_auth(self.username, self.password)
 
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``<token>`` (call before cutting ``text``)."""
-        for secret in self._forms:
-            if secret in text:
-                text = text.replace(secret, "<token>")
-        return text
+        return self._redactor.redact(text)
 
 
 def spool_ident(config: InfluxDBConfig) -> str:

@@ -55,6 +55,7 @@ def test_rendered_flux_type_checks_on_its_own(node: str) -> None:
         "run": "r1",
         "host": ["h1.lab", "h/2"],
         "rank": ALL,
+        "measurement": ["gpu", "nrg_step"],
         "timeRangeStart": 1_767_225_600_000_000_000,
         "timeRangeStop": 1_767_229_200_123_456_789,
         "windowPeriod": "10s",

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from acquisition.point import Point
-from acquisition.queries import ALL, available
-from tests.queries.conftest import influxql
+from acquisition.queries import ALL, available, load_query, render
+from tests.queries.conftest import DB, influxql
 from tests.queries.known_run import KnownRun, group_count, group_sum
 from tests.servers import Influxd
 
@@ -324,3 +324,57 @@ def test_var_ranks(loaded: Influxd, known: KnownRun) -> None:
     (rows,) = influxql(loaded, "var_ranks", params(known, experiment=["exp-a"], run=["r1"]))
     steps = known.where("nrg_step", experiment="exp-a", run="r1")
     assert values(rows) == {p.tags["rank"] for p in steps}
+
+
+def stored_points(rows_of: dict[str, Any]) -> set[tuple[Any, ...]]:
+    """(measurement, tags, time, fields) of a raw ``SELECT * … GROUP BY *`` answer; a tag that
+    reads "" is one the point does not have."""
+    out = set()
+    for series in rows_of["results"][0].get("series", []):
+        tags = frozenset((k, v) for k, v in series["tags"].items() if v)
+        for row in series["values"]:
+            record = dict(zip(series["columns"], row, strict=True))
+            time_ns = record.pop("time")
+            fields = frozenset((k, v) for k, v in record.items() if v is not None)
+            out.add((series["name"], tags, time_ns, fields))
+    return out
+
+
+def as_stored(points: Iterable[Point]) -> set[tuple[Any, ...]]:
+    return {
+        (p.measurement, frozenset(p.tags.items()), p.time_ns, frozenset(p.fields.items()))
+        for p in points
+    }
+
+
+def raw(server: Influxd, name: str, params: dict[str, Any]) -> dict[str, Any]:
+    return server.query(render(load_query(name, "influxql"), params), DB)
+
+
+def test_points(loaded: Influxd, known: KnownRun) -> None:
+    start, stop = known.start_ns + 3 * 10**9, known.stop_ns - 3 * 10**9
+    wanted = ("gpu", "nrg_run", "nrg_step")
+    p = {"measurement": list(wanted), "timeRangeStart": start, "timeRangeStop": stop}
+    expected = [q for q in known.points if q.measurement in wanted and start <= q.time_ns <= stop]
+    assert {q.measurement for q in expected} == set(wanted)
+    assert len(expected) < len([q for q in known.points if q.measurement in wanted])
+    assert stored_points(raw(loaded, "points", p)) == as_stored(expected)
+    everything = {**p, "measurement": ALL}
+    in_range = [q for q in known.points if start <= q.time_ns <= stop]
+    assert stored_points(raw(loaded, "points", everything)) == as_stored(in_range)
+
+
+def test_run_points(loaded: Influxd, known: KnownRun) -> None:
+    p = {
+        "measurement": ALL,
+        "run": "r4",
+        "timeRangeStart": known.start_ns,
+        "timeRangeStop": known.stop_ns,
+    }
+    expected = [q for q in known.points if q.tags.get("run") == "r4"]
+    assert len({q.measurement for q in expected}) >= 3
+    assert stored_points(raw(loaded, "run_points", p)) == as_stored(expected)
+    steps = {**p, "measurement": ["nrg_step"]}
+    assert stored_points(raw(loaded, "run_points", steps)) == as_stored(
+        q for q in expected if q.measurement == "nrg_step"
+    )

@@ -27,7 +27,8 @@ from acquisition.queries import (
     server_dialect,
 )
 from acquisition.report.cli import compare_main, report_main
-from acquisition.report.influx import INFLUX_FLUX_ONLY
+from acquisition.report.flux import INFLUX_NEEDS_ORG
+from acquisition.report.influx_target import ENV_ORG
 from tests.servers import Influxd, free_port, have
 
 T = {"timeRangeStart": 1_767_225_600_000_000_000, "timeRangeStop": 1_767_225_660_000_000_000}
@@ -172,14 +173,19 @@ def test_no_version_header_is_an_error_that_says_what_to_do(
 
 
 @pytest.mark.parametrize("main", [report_main, compare_main])
-def test_report_from_a_flux_server_says_what_reads_back(
-    pinger: tuple[str, type[_Ping]], capsys: pytest.CaptureFixture[str], main: Any
+def test_report_from_a_flux_server_reads_with_flux_and_needs_the_org(
+    pinger: tuple[str, type[_Ping]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    main: Any,
 ) -> None:
     url, handler = pinger
     handler.version = "v2.7.11"
+    monkeypatch.delenv(ENV_ORG, raising=False)
     assert main(["--influx", f"{url}/nrg", "a", "--format", "json"]) == 2
-    assert capsys.readouterr().err == f"nrg-collect: {INFLUX_FLUX_ONLY.format(url=url + '/nrg')}\n"
-    assert handler.paths == ["/ping"]  # refused before any InfluxQL is sent
+    expected = INFLUX_NEEDS_ORG.format(url=url, setting=ENV_ORG)
+    assert capsys.readouterr().err == f"nrg-collect: {expected}\n"
+    assert handler.paths == ["/ping"]  # no InfluxQL sent to a Flux server
 
 
 def test_report_from_an_influxql_server_goes_on_to_query(
@@ -188,7 +194,7 @@ def test_report_from_an_influxql_server_goes_on_to_query(
     url, handler = pinger
     handler.version = "1.8.10"
     assert report_main(["--influx", f"{url}/nrg", "--list"]) == 0  # a database without runs
-    assert INFLUX_FLUX_ONLY.format(url=url + "/nrg") not in capsys.readouterr().err
+    assert capsys.readouterr().err == ""
     assert handler.paths[0] == "/ping" and "/query" in handler.paths
 
 
