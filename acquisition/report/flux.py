@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from acquisition.errors import NrgError
 from acquisition.point import FieldValue, Point
-from acquisition.report.influx import influx_error, library_query
+from acquisition.report.influx import LibraryStore, influx_error
 from acquisition.report.influx_target import InfluxTarget
-from acquisition.store import Query, ScanStats
+from acquisition.store import ScanStats
 
 __all__ = [
     "INFLUX_NEEDS_EXTRA",
@@ -147,7 +147,7 @@ def regroup(records: Iterable[Record]) -> list[Point]:
     return points
 
 
-class FluxStore:
+class FluxStore(LibraryStore):
     """Points from an InfluxDB 2.x bucket, with the interface of
     :class:`~acquisition.store.Store`."""
 
@@ -156,29 +156,12 @@ class FluxStore:
             setting = target.settings["org"]
             raise NrgError(INFLUX_NEEDS_ORG.format(url=target.base, setting=setting))
         self.target = target
+        self.dialect = "flux"
+        self.bucket = target.bucket
         self.where = target.where("flux")
         self.stats = ScanStats()
 
-    def points(
-        self,
-        measurements: Iterable[str] | None = None,
-        *,
-        start_ns: int | None = None,
-        end_ns: int | None = None,
-        tags: Mapping[str, str | Collection[str]] | None = None,
-    ) -> Iterator[Point]:
-        return self.query(Query.of(measurements, start_ns=start_ns, end_ns=end_ns, tags=tags))
-
-    def query(self, query: Query) -> Iterator[Point]:
-        text = library_query(query, "flux", bucket=self.target.bucket)
-        if text is None:
-            return
-        for p in self._points(text):
-            if query.matches(p):
-                self.stats.points += 1
-                yield p
-
-    def _points(self, text: str) -> list[Point]:
+    def _fetch(self, text: str) -> list[Point]:
         try:
             from influxdb_client.client.influxdb_client import InfluxDBClient
             from influxdb_client.rest import ApiException

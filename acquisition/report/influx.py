@@ -31,6 +31,7 @@ __all__ = [
     "MAX_TIME_NS",
     "InfluxQLStore",
     "InfluxStore",
+    "LibraryStore",
     "influx_error",
     "library_query",
     "open_influx",
@@ -116,7 +117,38 @@ def influx_error(target: InfluxTarget, dialect: str, status: int, said: str) -> 
     return NrgError(f"{where}; check {s['url']}")
 
 
-class InfluxQLStore:
+class LibraryStore:
+    """A store that reads InfluxDB with the library's ``points``/``run_points`` query in its
+    ``dialect``; subclasses fetch a rendered query's points (:meth:`_fetch`)."""
+
+    dialect: str = "influxql"
+    stats: ScanStats
+    bucket: str = ""
+
+    def points(
+        self,
+        measurements: Iterable[str] | None = None,
+        *,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        tags: Mapping[str, str | Collection[str]] | None = None,
+    ) -> Iterator[Point]:
+        return self.query(Query.of(measurements, start_ns=start_ns, end_ns=end_ns, tags=tags))
+
+    def query(self, query: Query) -> Iterator[Point]:
+        text = library_query(query, self.dialect, bucket=self.bucket)
+        if text is None:
+            return
+        for p in self._fetch(text):
+            if query.matches(p):
+                self.stats.points += 1
+                yield p
+
+    def _fetch(self, text: str) -> list[Point]:
+        raise NotImplementedError
+
+
+class InfluxQLStore(LibraryStore):
     """Points from an InfluxDB 1.x/3.x database, with the interface of
     :class:`~acquisition.store.Store`."""
 
@@ -156,29 +188,13 @@ class InfluxQLStore:
             raise NrgError(f"InfluxDB at {self.base}: {said}; check {fix}")
         return data
 
-    def points(
-        self,
-        measurements: Iterable[str] | None = None,
-        *,
-        start_ns: int | None = None,
-        end_ns: int | None = None,
-        tags: Mapping[str, str | Collection[str]] | None = None,
-    ) -> Iterator[Point]:
-        return self.query(Query.of(measurements, start_ns=start_ns, end_ns=end_ns, tags=tags))
-
-    def query(self, query: Query) -> Iterator[Point]:
-        q = library_query(query, "influxql")
-        if q is None:
-            return
-        data = self._get(q)
+    def _fetch(self, text: str) -> list[Point]:
+        data = self._get(text)
         points: list[Point] = []
         for series in data.get("results", [{}])[0].get("series", []):
             points.extend(_series_points(series))
         points.sort(key=lambda p: p.time_ns)
-        for p in points:
-            if query.matches(p):
-                self.stats.points += 1
-                yield p
+        return points
 
 
 def _series_points(series: Mapping[str, Any]) -> Iterator[Point]:
