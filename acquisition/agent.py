@@ -98,6 +98,9 @@ class Agent:
         self._sink_tasks: list[asyncio.Task[None]] = []
         self._open_collectors: list[Any] = []
         self._last_stats: dict[str, dict[str, float | int | bool | str]] = {}
+        self._stats_due: float | None = None
+        """Monotonic time (s) the next self-stats are due; None while they are not published."""
+        self._stats_timer: asyncio.TimerHandle | None = None
         self.socket_clash_fatal = False
         """True for a running agent: a hooks socket already in use is an error (``list`` only
         reports it)."""
@@ -191,6 +194,7 @@ class Agent:
                     timeout_s=spec.timeout,
                     align=agent.align,
                     clock=self._clock_for(spec.interval or agent.interval),
+                    after_tick=self._after_tick,
                 )
             self.collectors.append(_Collected(label, runner, instance))
 
@@ -249,7 +253,7 @@ class Agent:
             self._sink_tasks.append(asyncio.create_task(runner.run(), name=f"sink {runner.name}"))
         for c in self.collectors:
             self._tasks.append(asyncio.create_task(c.runner.run(), name=f"collector {c.label}"))
-        self._tasks.append(asyncio.create_task(self._stats_loop(), name="self-stats"))
+        self._start_stats()
         where = ", ".join(f"{r.name}" for r in self.sinks)
         log.info(
             "collecting from %s into %s",
@@ -259,13 +263,52 @@ class Agent:
 
     # -- running ------------------------------------------------------------------------------
 
-    async def _stats_loop(self) -> None:
+    def _start_stats(self) -> None:
+        """Self-stats every ``stats_interval``: published by the collector tick that finds them
+        due (no wake-up of their own), or by a fallback timer when no tick comes."""
         interval = self.config.agent.stats_interval
         if interval <= 0:
             return
-        while True:
-            await asyncio.sleep(interval)
-            self.emit_self_stats()
+        self._stats_due = time.monotonic() + interval
+        self._arm_stats_timer()
+
+    def _arm_stats_timer(self) -> None:
+        if self._stats_due is None:
+            return
+        interval = self.config.agent.stats_interval
+        grace = min(interval / 2, STATS_GRACE_S)
+        loop = asyncio.get_running_loop()
+        self._stats_timer = loop.call_at(self._stats_due + grace, self._publish_stats)
+
+    def _stop_stats(self) -> None:
+        self._stats_due = None
+        if self._stats_timer is not None:
+            self._stats_timer.cancel()
+            self._stats_timer = None
+
+    def _publish_stats(self) -> None:
+        if self._stats_due is None:
+            return
+        if self._stats_timer is not None:
+            self._stats_timer.cancel()
+        interval = self.config.agent.stats_interval
+        now = time.monotonic()
+        self._stats_due += interval  # on a grid, so ticks keep finding them due in step
+        if self._stats_due <= now:
+            self._stats_due = now + interval
+        self._arm_stats_timer()
+        self.emit_self_stats()
+
+    def _after_tick(self, interval_s: float) -> None:
+        """A collector's tick is over: self-stats when due (give or take half a tick), then
+        each sink flushes when due, all in the wake-up of that tick."""
+        due = self._stats_due
+        if due is not None:
+            slack = min(interval_s, self.config.agent.stats_interval) / 2
+            if time.monotonic() >= due - slack:
+                self._publish_stats()
+        for r in self.sinks:
+            r.tick_ended(interval_s)
 
     def self_stats(self, now_ns: int | None = None) -> list[Point]:
         """``nrg_collect`` points: one per collector, sink, processor, and one for the bus."""
@@ -356,6 +399,7 @@ class Agent:
         goes to the sink's spool where it has one, else it is counted as dropped, and it is said.
         """
         deadline = time.monotonic() + self.config.agent.shutdown_timeout
+        self._stop_stats()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -467,6 +511,8 @@ class Agent:
 
 CLOSE_GRACE_S = 1.0
 """How long a sink's ``aclose()`` may still take once the final flush was cut short."""
+STATS_GRACE_S = 0.25
+"""How long past their due time self-stats wait for a collector's tick to publish them."""
 SINK_CLOSE_CUT_SHORT = (
     "sink %s: closing cut short; a write still in flight is abandoned and may be lost"
 )

@@ -207,7 +207,9 @@ class LineEncoder:
     A series seen a second time also gets a compiled formatter for its fields' keys and types
     (shared by every series of that shape): one call writes the line, the same text the general
     path writes, except that a later point holding the same fields in another order gets them in
-    the first point's order (the same point to any reader).
+    the order of the formatter its series last used (the same point to any reader). A series
+    whose fields change shape (a field present on some ticks only) switches to the formatter of
+    the new shape.
     """
 
     def __init__(
@@ -329,7 +331,16 @@ class LineEncoder:
                         put(fmt(point.fields, point.time_ns, entry[0]))
                         continue
                     except (_Miss, KeyError):
-                        pass
+                        # Another shape of fields (a field present only on some ticks): the
+                        # formatter of this shape, if it has one, serves the series from now on.
+                        other = self._formatter(point.fields)
+                        if other is not None and other is not fmt:
+                            entry[1] = other
+                            try:
+                                put(other(point.fields, point.time_ns, entry[0]))
+                                continue
+                            except (_Miss, KeyError):
+                                pass
                 elif entry[2] is False:
                     entry[2] = True
                 else:

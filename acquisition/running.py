@@ -8,6 +8,8 @@
   exponential backoff and jitter, spilling overflow to the sink's disk spool when it has one, and
   the final flush.
 - :class:`FailureLog` logs once when a source starts failing and once when it recovers.
+
+The clocks the runners sleep on are in :mod:`acquisition.clock` (re-exported here).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from acquisition.api import Collector, Emit, Sink, StreamCollector
+from acquisition.clock import Clock, SystemClock
 from acquisition.errors import LineProtocolError, PartialWriteError, WriteError
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
@@ -46,48 +48,8 @@ that a disk with room again or a server that answers again is found within secon
 
 log = logging.getLogger("nrg.running")
 
-_PRECISE_WINDOW_NS = 2_000_000
-"""Below this much remaining sleep, finish with a precise ``time.sleep`` (asyncio's epoll selector
-rounds timeouts up to whole milliseconds, which makes plain ``asyncio.sleep`` 1–2 ms late)."""
-
-
-class Clock(Protocol):
-    """Time source of the runners; tests substitute a fake one."""
-
-    def monotonic_ns(self) -> int: ...
-
-    def time_ns(self) -> int: ...
-
-    async def sleep_until(self, deadline_ns: int) -> None:
-        """Return at or just after monotonic ``deadline_ns``."""
-
-
-class SystemClock:
-    """The real clocks. With ``precise`` the last ≤ 2 ms of a sleep are a blocking ``time.sleep``
-    (no CPU spent), which keeps ticks well under 1 ms late."""
-
-    def __init__(self, precise: bool = True) -> None:
-        self.precise = precise
-
-    def monotonic_ns(self) -> int:
-        return time.monotonic_ns()
-
-    def time_ns(self) -> int:
-        return time.time_ns()
-
-    async def sleep_until(self, deadline_ns: int) -> None:
-        while True:
-            remaining = deadline_ns - time.monotonic_ns()
-            if remaining <= 0:
-                return
-            if not self.precise:
-                await asyncio.sleep(remaining / 1e9)
-                continue
-            if remaining > _PRECISE_WINDOW_NS:
-                await asyncio.sleep((remaining - _PRECISE_WINDOW_NS + 500_000) / 1e9)
-                continue
-            time.sleep(remaining / 1e9)
-            return
+_FLUSH_GRACE_S = 0.25
+"""How long past a due flush the fallback timer waits for a collector's tick to do it."""
 
 
 def backoff_delay(attempt: int, base: float = 0.5, cap: float = 30.0) -> float:
@@ -155,9 +117,15 @@ class CollectorRunner:
         timeout_s: float | None = None,
         align: bool = False,
         clock: Clock | None = None,
+        after_tick: Callable[[float], None] | None = None,
     ) -> None:
+        """``after_tick(interval_s)`` is called once each tick's points are emitted: the agent
+        flushes its sinks and publishes self-stats there when they are due, in the same
+        wake-up."""
         self.name = name
         self.collector = collector
+        self.interval_s = interval_s
+        self.after_tick = after_tick
         self.interval_ns = max(1, round(interval_s * 1e9))
         self.timeout_s = timeout_s if timeout_s is not None else interval_s * 5
         self.align = align
@@ -213,6 +181,8 @@ class CollectorRunner:
             if late > stats.lateness_ns_max:
                 stats.lateness_ns_max = late
             await self.tick()
+            if self.after_tick is not None:
+                self.after_tick(self.interval_s)
             done = self.clock.monotonic_ns()
             deadline += interval
             if done >= deadline:  # the collect overran: skip the ticks that fell inside it
@@ -307,6 +277,11 @@ class SinkRunner:
         self._aborting = False
         self._flushed_once = False
         self._stopped = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._last_flush = 0.0
+        """Monotonic time (s) the last flush began."""
+        self._timer: asyncio.TimerHandle | None = None
+        """The fallback flush, armed while points wait and no collector tick has flushed them."""
 
     # -- bus side -----------------------------------------------------------------------------
 
@@ -321,6 +296,8 @@ class SinkRunner:
             self.stats.queue_max = n
         if (n >= self.batch_size or not self._flushed_once) and self._wake is not None:
             self._wake.set()  # a full batch, or the very first point: flush at once
+        elif self._timer is None and self._loop is not None:
+            self._arm_timer()
 
     def _overflow(self) -> None:
         chunk = [self.queue.popleft() for _ in range(min(self.batch_size, len(self.queue)))]
@@ -388,29 +365,66 @@ class SinkRunner:
         queue = self.queue
         return [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
 
-    async def run(self) -> None:
-        """Flush every ``flush_interval`` or as soon as a batch is full, until ``stop()``. The
-        first points are written at once (a new file or dashboard shows data right away)."""
-        self._wake = asyncio.Event()
-        if self.queue:
+    def tick_ended(self, interval_s: float) -> None:
+        """A collector's tick is over (its points are in the queue): flush now when the next
+        flush is due, give or take half a tick (``interval_s``), so that a tick's points are
+        written in the wake-up that collected them, without a flush timer of its own."""
+        if not self.queue or self._wake is None or self._stopping:
+            return
+        slack = min(interval_s, self.flush_interval_s) / 2
+        if time.monotonic() >= self._last_flush + self.flush_interval_s - slack:
             self._wake.set()
-        while not self._stopping:
-            if len(self.queue) < self.batch_size:
-                try:
-                    async with asyncio.timeout(self.flush_interval_s):
-                        await self._wake.wait()
-                except TimeoutError:
-                    pass
-                if not self._flushed_once:
-                    await asyncio.sleep(0)  # the rest of the first tick joins the first batch
-            self._wake.clear()
-            if self.queue:
-                self._flushed_once = True
-            while self.queue and not self._stopping:
-                batch = self.take_batch()
-                await self.write(batch, deadline=None)
+
+    def _arm_timer(self) -> None:
+        """The fallback for points no collector tick flushes (a stream's, or ticks that stopped):
+        a flush ``flush_interval`` after the last one, plus a margin that lets a tick falling
+        due at about the same time flush first (then this timer is cancelled, never woken)."""
+        assert self._loop is not None
+        grace = min(self.flush_interval_s / 2, _FLUSH_GRACE_S)
+        when = max(self._last_flush + self.flush_interval_s + grace, self._loop.time())
+        self._timer = self._loop.call_at(when, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        if self._wake is not None:
+            self._wake.set()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def run(self) -> None:
+        """Flush when a collector's tick finds the flush due (:meth:`tick_ended`), as soon as a
+        batch is full, or else ``flush_interval`` after the last flush, until ``stop()``. The
+        first points are written at once (a new file or dashboard shows data right away)."""
+        self._loop = asyncio.get_running_loop()
+        self._wake = wake = asyncio.Event()
+        self._last_flush = time.monotonic()
+        if self.queue:
+            wake.set()
+        try:
+            while not self._stopping:
                 if len(self.queue) < self.batch_size:
-                    break
+                    if self.queue and self._timer is None:
+                        self._arm_timer()
+                    await wake.wait()
+                    if not self._flushed_once:
+                        await asyncio.sleep(0)  # the rest of the first tick joins the first batch
+                wake.clear()
+                self._cancel_timer()
+                if not self.queue:
+                    continue
+                self._flushed_once = True
+                self._last_flush = time.monotonic()
+                while self.queue and not self._stopping:
+                    batch = self.take_batch()
+                    await self.write(batch, deadline=None)
+                    if len(self.queue) < self.batch_size:
+                        break
+        finally:
+            self._cancel_timer()
+            self._loop = None
 
     def stop(self) -> None:
         """Ask ``run`` to return after the write in progress (never cancel a write: a file or

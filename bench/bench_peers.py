@@ -144,6 +144,13 @@ def main() -> None:
         metavar="DIR",
         help="also run nrg-collect from another checkout (e.g. git archive of a commit) in DIR",
     )
+    ap.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="leave a peer out (CodeCarbon, gpu_tracker), e.g. to spare a loaded machine",
+    )
     args = ap.parse_args()
     period = 1.0 / args.hz
     if not PEERS.exists():
@@ -186,6 +193,8 @@ def main() -> None:
                 *[f"/proc/{pid}/stat" for pid in tree],
             ],
         }
+        for name in args.skip:
+            commands.pop(name, None)
         envs = {name: None for name in commands}
         if args.also:
             commands["nrg (--also)"] = [

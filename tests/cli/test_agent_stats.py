@@ -70,3 +70,45 @@ path = "{tmp_path}/nrg.lp"
     ]
     assert len(final) == 1
     assert final[0].fields["reads"] == last_read
+
+
+async def test_self_stats_ride_on_a_collector_tick_when_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Self-stats due are published at the end of a collector's tick (no timer of their own
+    wakes the agent), in the same wake-up as the tick's points."""
+    monkeypatch.setitem(registry.COLLECTORS, "resetting", f"{__name__}:ResettingCollector")
+    cfg = default_config(
+        parse_config(
+            f"""
+[agent]
+interval = "20ms"
+stats_interval = "1h"
+state_dir = "{tmp_path}/state"
+[[collectors.resetting]]
+[[sinks.file]]
+path = "{tmp_path}/nrg.lp"
+"""
+        )
+    )
+    agent = Agent(cfg)
+    seen: list[str] = []
+    tick_after_stats = asyncio.Event()
+
+    def record(point: Point) -> None:
+        seen.append(point.measurement)
+        if point.measurement == "resetting" and "nrg_collect" in seen:
+            tick_after_stats.set()
+
+    agent.bus.add_sink(record)
+    await agent.start()
+    await agent.collectors[0].instance.five_reads.wait()
+    assert "nrg_collect" not in seen  # an hour away
+    assert agent._stats_due is not None
+    agent._stats_due -= 3600  # due now: the next tick publishes them
+    await asyncio.wait_for(tick_after_stats.wait(), 5)
+    await agent.shutdown()
+    first = seen.index("nrg_collect")
+    # Right after a tick's point, and before the next tick's.
+    assert seen[first - 1] == "resetting"
+    assert "resetting" in seen[first:]

@@ -438,3 +438,27 @@ def test_batches_over_kept_tag_dicts_write_what_fresh_dicts_write(
         if change is not None:
             pool[1]["t"] = change
             pool[3]["u"] = change
+
+
+def test_a_series_whose_fields_change_shape_keeps_a_formatter_for_each_shape() -> None:
+    """A field present on some ticks only (a ratio that needs a busy machine) gives a series two
+    shapes: each is written by its own compiled formatter, as the general path writes it."""
+    enc = LineEncoder({"host": "h"})
+    general_calls: list[str] = []
+    general = enc._general
+
+    def counting(prefix: str, point: Point) -> str:
+        general_calls.append(prefix)
+        return general(prefix, point)
+
+    enc._general = counting  # type: ignore[method-assign]
+    busy = {"cpu_seconds": 1.5, "busy_share_ratio": 0.25, "threads": 3}
+    idle = {"cpu_seconds": 1.5, "threads": 3}
+    shapes = [busy, busy, idle, busy, idle, idle, busy, idle, busy]
+    batch = [Point("process", {"scope": "main"}, f, 1_000 + i) for i, f in enumerate(shapes)]
+    lines = [enc.encode(p) for p in batch]
+    assert lines == [LineEncoder({"host": "h"}).encode(p) for p in batch]
+    assert len(general_calls) == 2  # the series' first sighting, then its second (it compiles)
+    general_calls.clear()
+    assert enc.encode_many(batch) == "".join(line + "\n" for line in lines)
+    assert general_calls == []

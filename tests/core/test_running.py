@@ -133,3 +133,23 @@ def test_failure_log_quiet_between_first_failure_and_recovery(
         "thing failing: down",
         "thing recovered after 5 failure(s) over 0.0 s",
     ]
+
+
+async def test_after_tick_follows_each_tick_once_its_points_are_emitted() -> None:
+    clock = FakeClock()
+    rec = Recorder(clock, busy_ns=2 * MS, fail_on={2})
+    out: list[Point] = []
+    seen: list[tuple[int, float]] = []  # (points emitted when called, interval given)
+    runner = CollectorRunner(
+        "rec",
+        rec,  # type: ignore[arg-type]
+        out.append,
+        interval_s=0.01,
+        clock=clock,  # type: ignore[arg-type]
+        after_tick=lambda interval: seen.append((len(out), interval)),
+    )
+    task = asyncio.create_task(runner.run())
+    await clock.run_until(clock.mono + 45 * MS)
+    task.cancel()
+    # Ticks at 0, 10, 20, 30, 40 ms; the third failed (no point) and is followed all the same.
+    assert seen == [(1, 0.01), (2, 0.01), (2, 0.01), (3, 0.01), (4, 0.01)]

@@ -11,6 +11,7 @@ import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from acquisition.errors import PartialWriteError, WriteError
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
 from acquisition.running import SinkRunner
-from sinks.file import AUTO_TOTAL_FRACTION, FileConfig, FileSink
+from sinks.file import AUTO_TOTAL_FRACTION, DIRECT_WRITE_MAX, FileConfig, FileSink
 from sinks.stdout import StdoutConfig, StdoutSink
 
 
@@ -164,7 +165,16 @@ async def test_file_sink_writes_replayable_line_protocol_and_rotates(tmp_path: P
     assert decode_line(lines[0]).tags == {"host": "h1", "k": "v"}
 
 
-async def test_file_sink_write_is_all_or_nothing_when_the_disk_is_full(tmp_path: Path) -> None:
+# Appends up to DIRECT_WRITE_MAX bytes are made from the loop, larger ones from a thread: the
+# disk-full guarantees hold on both paths (0 sends every write through the thread).
+write_paths = pytest.mark.parametrize("direct_max", [DIRECT_WRITE_MAX, 0], ids=["direct", "thread"])
+
+
+@write_paths
+async def test_file_sink_write_is_all_or_nothing_when_the_disk_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct_max: int
+) -> None:
+    monkeypatch.setattr("sinks.file.DIRECT_WRITE_MAX", direct_max)
     sink = FileSink(FileConfig(path=str(tmp_path / "out.lp")), ctx(tmp_path))
     await sink.open()
     await sink.write(pts(3))
@@ -392,9 +402,11 @@ async def test_unexpected_errors_are_not_retried_forever() -> None:
 # --- file sink: disk full, bounds, compression ----------------------------------------------------
 
 
+@write_paths
 async def test_file_sink_writes_what_fits_on_whole_lines_when_the_disk_fills(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct_max: int
 ) -> None:
+    monkeypatch.setattr("sinks.file.DIRECT_WRITE_MAX", direct_max)
     from tests.influxdb.helpers import fill, small_disk
 
     with small_disk(tmp_path / "disk", 512 * 1024) as disk:
@@ -611,3 +623,102 @@ async def test_an_encoding_failure_of_the_sink_itself_is_bounded_not_a_loop() ->
 
 async def _no_pause(delay: float) -> None:
     return None
+
+
+# --- flushing in the wake-up of a collector's tick; small writes without a thread ---------------
+
+
+async def test_a_tick_flushes_its_points_when_the_flush_is_due_and_not_before() -> None:
+    sink = FlakySink()
+    runner = SinkRunner("t", sink, batch_size=100, flush_interval_s=3600, buffer_limit=1000)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(0)
+    runner.offer(pts(1)[0])  # the first point is written at once
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sink.batches == [[0]]
+    for p in pts(2, start=1):
+        runner.offer(p)
+    runner.tick_ended(1.0)  # a tick long before the flush is due: nothing written
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sink.batches == [[0]]
+    assert runner._timer is not None  # the fallback flush waits for them meanwhile
+    runner._last_flush -= 3600 - 0.4  # the flush falls due within half a tick of now
+    runner.tick_ended(1.0)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sink.batches == [[0], [1, 2]]
+    assert runner._timer is None  # flushed by the tick: the fallback timer never fires
+    runner.stop()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_points_no_tick_flushes_are_written_by_the_fallback_timer() -> None:
+    class Counting(FlakySink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.four = asyncio.Event()
+
+        async def write(self, batch: Sequence[Point]) -> None:
+            await super().write(batch)
+            if sum(map(len, self.batches)) >= 4:
+                self.four.set()
+
+    sink = Counting()
+    runner = SinkRunner("t", sink, batch_size=100, flush_interval_s=0.01, buffer_limit=1000)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.run())
+    for p in pts(3):
+        runner.offer(p)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sink.batches == [[0, 1, 2]]  # the first points, at once
+    runner.offer(pts(1, start=3)[0])  # no tick_ended() ever comes
+    await asyncio.wait_for(sink.four.wait(), 5)
+    assert sink.batches == [[0, 1, 2], [3]]
+    runner.stop()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_file_sink_appends_a_small_batch_without_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = FileSink(FileConfig(path=str(tmp_path / "out.lp"), fsync="never"), ctx(tmp_path))
+    await sink.open()
+
+    def no_thread(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a small append went through a thread")
+
+    # asyncio.to_thread and aiofiles both hand their work to the loop's executor.
+    monkeypatch.setattr(asyncio.get_running_loop(), "run_in_executor", no_thread)
+    await sink.write(pts(3))
+    monkeypatch.undo()
+    await sink.aclose()
+    values = [decode_line(ln).fields["n"] for ln in (tmp_path / "out.lp").read_text().splitlines()]
+    assert values == [0, 1, 2]
+
+
+async def test_file_sink_writes_a_large_batch_through_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sinks.file
+
+    monkeypatch.setattr(sinks.file, "DIRECT_WRITE_MAX", 64)
+    sink = FileSink(FileConfig(path=str(tmp_path / "out.lp"), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    threaded: list[object] = []
+    to_thread = asyncio.to_thread
+
+    async def counting(func: Any, /, *args: object) -> object:
+        threaded.append(func)
+        return await to_thread(func, *args)
+
+    monkeypatch.setattr(sinks.file.asyncio, "to_thread", counting)
+    await sink.write(pts(1))  # one short line: direct
+    assert threaded == []
+    await sink.write(pts(50, start=1))  # over DIRECT_WRITE_MAX: from a thread
+    assert threaded == [os.write]
+    monkeypatch.undo()
+    await sink.aclose()
+    values = [decode_line(ln).fields["n"] for ln in (tmp_path / "out.lp").read_text().splitlines()]
+    assert values == list(range(51))
