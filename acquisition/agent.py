@@ -24,6 +24,7 @@ from acquisition.paths import data_dir, runtime_dir, state_dir
 from acquisition.point import Point
 from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin, quick_unavailable
 from acquisition.running import Clock, CollectorRunner, SinkRunner, StreamRunner, SystemClock
+from acquisition.selfstats import cumulative_stats, plugin_stats
 
 __all__ = [
     "FLUSH_CUT_SHORT",
@@ -326,7 +327,7 @@ class Agent:
                 "duration_max_seconds": s.duration_ns_max / 1e9,
                 "lateness_max_seconds": s.lateness_ns_max / 1e9,
             }
-            fields.update(_cumulative(self._last_stats.get(c.label, {}), c.instance))
+            fields.update(cumulative_stats(self._last_stats.get(c.label, {}), c.instance))
             points.append(
                 Point("nrg_collect", {"plugin": c.label, "kind": "collector"}, fields, now)
             )
@@ -347,11 +348,11 @@ class Agent:
                 if ss.batches_written
                 else 0.0,
             }
-            fields.update(_plugin_stats(r.sink))
+            fields.update(plugin_stats(r.sink))
             points.append(Point("nrg_collect", {"plugin": r.name, "kind": "sink"}, fields, now))
         for label, ps, proc in self.processors:
             fields = {"points_in": ps.points_in, "points_out": ps.points_out, "errors": ps.errors}
-            fields.update(_plugin_stats(proc))
+            fields.update(plugin_stats(proc))
             points.append(Point("nrg_collect", {"plugin": label, "kind": "processor"}, fields, now))
         dropped = sum(r.stats.dropped_points for r in self.sinks)
         points.append(
@@ -439,7 +440,7 @@ class Agent:
         """``aclose()`` every collector; counters a plugin resets on close keep their last value
         in the final self-stats (counters are cumulative for the agent's life)."""
         for c in self.collectors:
-            self._last_stats[c.label] = _plugin_stats(c.instance)
+            self._last_stats[c.label] = plugin_stats(c.instance)
         for inst in self._open_collectors:
             try:
                 await inst.aclose()
@@ -525,17 +526,6 @@ FLUSH_CUT_SHORT = (
 _EXTRAS = {"influxdb": "influx", "nvml": "nvml", "emonpi": "serial"}
 
 
-def _plugin_stats(instance: Any) -> dict[str, float | int | bool | str]:
-    stats = getattr(instance, "stats", None)
-    if not callable(stats):
-        return {}
-    try:
-        values = stats()
-    except Exception:
-        return {}
-    return {str(k): v for k, v in dict(values).items() if isinstance(v, int | float | bool | str)}
-
-
 async def _unless_aborted(coro: Coroutine[Any, Any, None], abort: asyncio.Event | None) -> bool:
     """Run ``coro`` to the end, or cancel it when ``abort`` is set first (then True)."""
     task = asyncio.ensure_future(coro)
@@ -575,25 +565,6 @@ SOCKET_IN_USE = (
     "([[collectors.hooks]] socket_path, or NRG_SOCKET), or track the job with "
     "'nrg-collect -- COMMAND', which uses a socket of its own"
 )
-
-
-def _cumulative(
-    before_close: dict[str, float | int | bool | str], instance: Any
-) -> dict[str, float | int | bool | str]:
-    """The plugin's stats now, where a counter that went down (reset by ``aclose()``) keeps the
-    value it had before the close."""
-    now = _plugin_stats(instance)
-    for key, old in before_close.items():
-        new = now.get(key)
-        if new is None or (
-            isinstance(old, int | float)
-            and isinstance(new, int | float)
-            and not isinstance(old, bool)
-            and not isinstance(new, bool)
-            and new < old
-        ):
-            now[key] = old
-    return now
 
 
 def _where(sink: Any) -> str:
