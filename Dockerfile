@@ -6,6 +6,7 @@ COPY pyproject.toml README.md ./
 COPY acquisition ./acquisition
 COPY collectors ./collectors
 COPY sinks ./sinks
+COPY queries ./queries
 RUN pip install --no-cache-dir '.[influx,nvml,serial]'
 # The config docker-compose.yml runs with (it mounts the same file from deploy/).
 COPY deploy/nrg-docker.toml /etc/nrg/nrg.toml

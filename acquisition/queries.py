@@ -81,7 +81,8 @@ _TIME_KEYS = ("timeRangeStart", "timeRangeStop")
 
 
 def queries_dir() -> Path:
-    """The library's folder: ``$NRG_QUERIES_DIR``, else ``queries/`` of the source checkout."""
+    """The library's folder: ``$NRG_QUERIES_DIR``, else the ``queries`` package installed beside
+    :mod:`acquisition` (in a source checkout: its ``queries/``)."""
     env = os.environ.get(ENV_QUERIES_DIR)
     where = Path(env) if env else Path(__file__).resolve().parent.parent / "queries"
     if not where.is_dir():

@@ -71,7 +71,9 @@ def test_every_query_has_both_twins_and_a_description() -> None:
     flux = {p.stem for p in where.glob("*.flux")}
     influxql = {p.stem for p in where.glob("*.influxql")}
     assert flux == influxql
-    for path in where.iterdir():
+    files = [p for p in where.iterdir() if p.name not in ("__init__.py", "__pycache__")]
+    assert {p.suffix for p in files} == {".flux", ".influxql"}
+    for path in files:
         first = path.read_text(encoding="utf-8").splitlines()[0]
         prefix = "// " if path.suffix == ".flux" else "-- "
         assert first.startswith(prefix) and len(first) > 20, path.name
