@@ -238,9 +238,10 @@ class LineEncoder:
         return self._series.cache_info().currsize  # type: ignore[attr-defined, no-any-return]
 
     def _series_entry(self, series: tuple[object, ...]) -> list[Any]:
-        """``[prefix, formatter or None, seen]`` for a ``(measurement, *tags.items())`` key."""
+        """``[prefix, formatter or None, seen, the formatter's number of fields]`` for a
+        ``(measurement, *tags.items())`` key."""
         measurement: str = series[0]  # type: ignore[assignment]
-        return [self._prefix(measurement, dict(series[1:])), None, False]  # type: ignore[arg-type]
+        return [self._prefix(measurement, dict(series[1:])), None, False, -1]  # type: ignore[arg-type]
 
     def _formatter(self, fields: Mapping[str, FieldValue]) -> Formatter | None:
         """The compiled formatter of this shape of fields (None: the general path)."""
@@ -327,24 +328,31 @@ class LineEncoder:
                     last_measurement = measurement
                 fmt = entry[1]
                 if fmt is not None:
-                    try:
-                        put(fmt(point.fields, point.time_ns, entry[0]))
-                        continue
-                    except (_Miss, KeyError):
-                        # Another shape of fields (a field present only on some ticks): the
-                        # formatter of this shape, if it has one, serves the series from now on.
-                        other = self._formatter(point.fields)
-                        if other is not None and other is not fmt:
-                            entry[1] = other
-                            try:
-                                put(other(point.fields, point.time_ns, entry[0]))
-                                continue
-                            except (_Miss, KeyError):
-                                pass
+                    fields = point.fields
+                    # Another number of fields would only raise _Miss in the formatter: go
+                    # straight to the formatter of this shape (no exception raised and caught).
+                    if len(fields) == entry[3]:
+                        try:
+                            put(fmt(fields, point.time_ns, entry[0]))
+                            continue
+                        except (_Miss, KeyError):
+                            pass
+                    # Another shape of fields (a field present only on some ticks): the
+                    # formatter of this shape, if it has one, serves the series from now on.
+                    other = self._formatter(fields)
+                    if other is not None and other is not fmt:
+                        entry[1] = other
+                        entry[3] = len(fields)
+                        try:
+                            put(other(fields, point.time_ns, entry[0]))
+                            continue
+                        except (_Miss, KeyError):
+                            pass
                 elif entry[2] is False:
                     entry[2] = True
                 else:
                     entry[1] = self._formatter(point.fields)
+                    entry[3] = len(point.fields)
                 put(general(entry[0], point))
             except LineProtocolError as exc:
                 if on_error is None:

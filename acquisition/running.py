@@ -9,22 +9,24 @@
   the final flush.
 - :class:`FailureLog` logs once when a source starts failing and once when it recovers.
 
-The clocks the runners sleep on are in :mod:`acquisition.clock` (re-exported here).
+The clocks the runners sleep on are in :mod:`acquisition.clock`, the retry and logging helpers
+in :mod:`acquisition.flow` (both re-exported here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import CoroutineType
 
 from acquisition.api import Collector, Emit, Sink, StreamCollector
 from acquisition.clock import Clock, SystemClock
 from acquisition.errors import LineProtocolError, PartialWriteError, WriteError
+from acquisition.flow import FailureLog, Resumed, backoff_delay
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 
@@ -50,41 +52,6 @@ log = logging.getLogger("nrg.running")
 
 _FLUSH_GRACE_S = 0.25
 """How long past a due flush the fallback timer waits for a collector's tick to do it."""
-
-
-def backoff_delay(attempt: int, base: float = 0.5, cap: float = 30.0) -> float:
-    """Exponential backoff with full jitter in [base/2, min(cap, base·2^attempt)]."""
-    ceiling = min(cap, base * (2 ** min(attempt, 30)))
-    return random.uniform(min(base / 2, ceiling), ceiling)
-
-
-class FailureLog:
-    """Logs the first failure of an outage and the recovery, nothing in between."""
-
-    def __init__(self, logger: logging.Logger, what: str) -> None:
-        self._log = logger
-        self._what = what
-        self.failing = False
-        self.failures = 0
-        self._since = 0.0
-
-    def failed(self, reason: object) -> None:
-        self.failures += 1
-        if not self.failing:
-            self.failing = True
-            self._since = time.monotonic()
-            self._log.warning("%s failing: %s (logged once until it recovers)", self._what, reason)
-
-    def ok(self) -> None:
-        if self.failing:
-            self._log.warning(
-                "%s recovered after %d failure(s) over %.1f s",
-                self._what,
-                self.failures,
-                time.monotonic() - self._since,
-            )
-            self.failing = False
-            self.failures = 0
 
 
 @dataclass
@@ -150,8 +117,7 @@ class CollectorRunner:
         stats = self.stats
         start = self.clock.monotonic_ns()
         try:
-            async with asyncio.timeout(self.timeout_s):
-                await self.collector.collect(self._emit, self.clock.time_ns())
+            await self._collect()
         except TimeoutError:
             stats.timeouts += 1
             stats.last_error = f"timed out after {self.timeout_s:g} s"
@@ -168,6 +134,24 @@ class CollectorRunner:
         stats.runs += 1
         stats.duration_ns_total += elapsed
         stats.duration_ns_max = max(stats.duration_ns_max, elapsed)
+
+    async def _collect(self) -> None:
+        """``collect`` under the timeout. A collect that returns without suspending (reading
+        files, as most do) cannot be interrupted by a timeout anyway: it is run to its end
+        directly, and only one that suspends gets the timeout context, from the point where it
+        suspended, with the deadline counted from the start of the collect."""
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        coro = self.collector.collect(self._emit, self.clock.time_ns())
+        if type(coro) is not CoroutineType:  # some other awaitable: the general way
+            async with asyncio.timeout_at(deadline):
+                await coro
+            return
+        try:
+            first = coro.send(None)
+        except StopIteration:
+            return
+        async with asyncio.timeout_at(deadline):
+            await Resumed(coro, first)
 
     async def run(self) -> None:
         """Tick until cancelled. Deadlines are ``first + k·interval``; missed ones are skipped."""

@@ -7,9 +7,12 @@ watching the same tree of 20 sleeping processes:
 - gpu_tracker's ``Tracker(sleep_time=0.1, process_id=<tree>)`` (it samples in a child process);
 - the baseline: a bare Python loop reading /proc/stat, /proc/meminfo and /proc/self/stat and
   appending one line per tick;
-- a bare Python loop reading the files nrg reads at a tick where no process was created:
-  /proc/stat, /proc/meminfo and ``/proc/<pid>/stat`` of each process of the tree (open, read,
-  close), appending one line per tick.
+- a bare Python loop reading the files nrg reads, at nrg's cadence (open, read, close; one line
+  appended per tick): each tick /proc/stat, /proc/meminfo, its own /proc/self/stat and
+  ``/proc/<pid>/stat`` of each process of the tree (nrg tracks its own process too); the
+  ``task/<tid>/children`` files of the tree and of itself at a tick where /proc/stat's
+  ``processes`` counter moved (a task was created somewhere: nrg walks its trees then); and
+  ``smaps_rollup`` of each of those processes every 5 s (nrg's ``memory_detail_interval``).
 CPU is the on-CPU time of every thread of each tool's process and its live descendants
 (``/proc/<pid>/task/<tid>/schedstat``, nanoseconds; utime + stime of ``/proc/<pid>/stat`` in
 10 ms clock ticks where schedstat is missing) over the window, as CPU-seconds per minute; RSS
@@ -46,6 +49,37 @@ while True:
     for path in paths:
         with open(path, "rb") as f:
             f.read()
+    out.write("tick %d\\n" % time.time_ns()); out.flush()
+    deadline += period
+    time.sleep(max(0.0, deadline - time.monotonic()))
+"""
+SAME_FILES_LOOP = """
+import os, sys, time
+out = open(sys.argv[1], "a")
+period, detail_s = float(sys.argv[2]), float(sys.argv[3])
+pids = ["self"] + sys.argv[4:]
+paths = ["/proc/meminfo"] + ["/proc/%s/stat" % p for p in pids]
+forks = None
+deadline = detail_due = time.monotonic()
+while True:
+    with open("/proc/stat", "rb") as f:
+        data = f.read()
+    i = data.find(b"\\nprocesses ")
+    count = data[i : data.find(b"\\n", i + 1)]
+    moved, forks = count != forks, count
+    for path in paths:
+        with open(path, "rb") as f:
+            f.read()
+    if moved:
+        for p in pids:
+            for tid in os.listdir("/proc/%s/task" % p):
+                with open("/proc/%s/task/%s/children" % (p, tid), "rb") as f:
+                    f.read()
+    if time.monotonic() >= detail_due:
+        detail_due += detail_s
+        for p in pids:
+            with open("/proc/%s/smaps_rollup" % p, "rb") as f:
+                f.read()
     out.write("tick %d\\n" % time.time_ns()); out.flush()
     deadline += period
     time.sleep(max(0.0, deadline - time.monotonic()))
@@ -187,10 +221,11 @@ def main() -> None:
             "bare, same files": [
                 sys.executable,
                 "-c",
-                BARE_LOOP,
+                SAME_FILES_LOOP,
                 f"{tmp}/same.txt",
                 str(period),
-                *[f"/proc/{pid}/stat" for pid in tree],
+                "5",
+                *[str(pid) for pid in tree],
             ],
         }
         for name in args.skip:

@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Generator
+from typing import Any
 
 import pytest
 
 from acquisition.api import Emit
+from acquisition.flow import Resumed
 from acquisition.point import Point
 from acquisition.running import CollectorRunner, FailureLog, backoff_delay
 from tests.core.fakeclock import FakeClock
@@ -153,3 +157,122 @@ async def test_after_tick_follows_each_tick_once_its_points_are_emitted() -> Non
     task.cancel()
     # Ticks at 0, 10, 20, 30, 40 ms; the third failed (no point) and is followed all the same.
     assert seen == [(1, 0.01), (2, 0.01), (2, 0.01), (3, 0.01), (4, 0.01)]
+
+
+class Suspending:
+    """A collect that suspends on futures the test resolves, with what ``await`` gives back."""
+
+    name = "suspending"
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future[int]] = []
+        self.added = asyncio.Event()
+        self.finished = False
+
+    async def next_future(self) -> asyncio.Future[int]:
+        await self.added.wait()
+        self.added.clear()
+        return self.futures[-1]
+
+    async def collect(self, emit: Emit, now_ns: int) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)
+        try:
+            for _ in range(2):
+                fut: asyncio.Future[int] = loop.create_future()
+                self.futures.append(fut)
+                self.added.set()
+                try:
+                    value = await fut
+                except ValueError as exc:  # thrown in at the suspension, handled here
+                    value = len(str(exc))
+                emit(Point("m", {}, {"v": value}, now_ns))
+        finally:
+            self.finished = True
+
+
+async def test_a_collect_that_suspends_gets_sent_values_and_thrown_errors() -> None:
+    out: list[Point] = []
+    col = Suspending()
+    runner = CollectorRunner("s", col, out.append, interval_s=1.0, timeout_s=5.0)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.tick())
+    (await col.next_future()).set_result(41)
+    (await col.next_future()).set_exception(ValueError("four"))
+    await task
+    assert [p.fields["v"] for p in out] == [41, 4]
+    assert runner.stats.points == 2 and runner.stats.errors == 0 and runner.stats.timeouts == 0
+
+
+async def test_an_error_after_a_suspension_is_counted() -> None:
+    class Late:
+        name = "late"
+
+        async def collect(self, emit: Emit, now_ns: int) -> None:
+            await asyncio.sleep(0)
+            raise OSError(5, "Input/output error")
+
+    runner = CollectorRunner("late", Late(), lambda p: None, interval_s=1.0)  # type: ignore[arg-type]
+    await runner.tick()
+    assert runner.stats.errors == 1 and "Input/output error" in runner.stats.last_error
+
+
+async def test_the_timeout_counts_from_the_start_of_the_collect() -> None:
+    reached: list[bool] = []
+
+    class SlowThenHung:
+        name = "slow"
+
+        async def collect(self, emit: Emit, now_ns: int) -> None:
+            time.sleep(0.25)  # longer than the whole timeout, before the first suspension
+            await asyncio.sleep(0)  # the deadline has passed: cancelled here
+            reached.append(True)
+            await asyncio.sleep(3600)
+
+    runner = CollectorRunner("slow", SlowThenHung(), lambda p: None, interval_s=1.0, timeout_s=0.2)  # type: ignore[arg-type]
+    await runner.tick()
+    assert runner.stats.timeouts == 1
+    assert not reached  # not a fresh 0.2 s counted from the first suspension
+
+
+async def test_cancelling_the_runner_reaches_a_suspended_collect() -> None:
+    col = Suspending()
+    runner = CollectorRunner("s", col, lambda p: None, interval_s=1.0, timeout_s=5.0)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.tick())
+    await col.next_future()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert col.finished and runner.stats.timeouts == 0
+
+
+async def test_a_collect_returning_another_awaitable_runs_under_the_timeout() -> None:
+    class Awaitable:
+        def __await__(self) -> Generator[Any, None, None]:
+            yield from asyncio.sleep(3600).__await__()
+
+    class Plain:
+        name = "plain"
+
+        def collect(self, emit: Emit, now_ns: int) -> Awaitable:
+            return Awaitable()
+
+    runner = CollectorRunner("plain", Plain(), lambda p: None, interval_s=0.01, timeout_s=0.02)  # type: ignore[arg-type]
+    await runner.tick()
+    assert runner.stats.timeouts == 1
+
+
+def test_resumed_closes_the_coroutine_when_closed() -> None:
+    closed: list[bool] = []
+
+    async def job() -> None:
+        try:
+            await asyncio.sleep(0)
+        finally:
+            closed.append(True)
+
+    coro = job()
+    first = coro.send(None)
+    waiter = Resumed(coro, first).__await__()
+    assert next(waiter) is first
+    waiter.close()
+    assert closed == [True]
