@@ -19,7 +19,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from acquisition.errors import NrgError
 from acquisition.point import FieldValue, Point
@@ -30,7 +30,6 @@ from acquisition.store import Query, ScanStats
 __all__ = [
     "MAX_TIME_NS",
     "InfluxQLStore",
-    "InfluxStore",
     "LibraryStore",
     "influx_error",
     "library_query",
@@ -42,23 +41,7 @@ MAX_TIME_NS: Final = 2**63 - 2
 _CUT: Final = 300
 
 
-class InfluxStore(Protocol):
-    """What :func:`open_influx` returns: a point source with a ``where`` for messages."""
-
-    where: str
-    stats: ScanStats
-
-    def points(
-        self,
-        measurements: Iterable[str] | None = None,
-        *,
-        start_ns: int | None = None,
-        end_ns: int | None = None,
-        tags: Mapping[str, str | Collection[str]] | None = None,
-    ) -> Iterator[Point]: ...
-
-
-def open_influx(target: InfluxTarget, *, timeout_s: float = 5.0) -> InfluxStore:
+def open_influx(target: InfluxTarget, *, timeout_s: float = 5.0) -> LibraryStore:
     """The store for ``target``'s server: Flux for InfluxDB 2.x, else InfluxQL. A server whose
     version cannot be told (or that does not answer) is tried with InfluxQL, whose answer then
     says what is wrong."""
@@ -122,6 +105,8 @@ class LibraryStore:
     ``dialect``; subclasses fetch a rendered query's points (:meth:`_fetch`)."""
 
     dialect: str = "influxql"
+    where: str
+    """The server and database or bucket, for messages (no secret)."""
     stats: ScanStats
     bucket: str = ""
 
