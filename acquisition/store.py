@@ -34,6 +34,7 @@ __all__ = [
     "NO_FILES",
     "FastDecoder",
     "Query",
+    "QueryStore",
     "ScanStats",
     "Store",
     "lp_files",
@@ -319,7 +320,26 @@ def _scan_file(path: Path, scanner: _Scanner, chunk_bytes: int) -> Iterator[Poin
         stats.torn_lines += 1
 
 
-class Store:
+class QueryStore:
+    """Where stored points are read with a :class:`Query`: ``points(...)`` builds the query and
+    hands it to the subclass's :meth:`query`."""
+
+    def points(
+        self,
+        measurements: Iterable[str] | None = None,
+        *,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        tags: Mapping[str, str | Collection[str]] | None = None,
+    ) -> Iterator[Point]:
+        """The points of ``measurements`` (None: all) in [start_ns, end_ns) whose tags match."""
+        return self.query(Query.of(measurements, start_ns=start_ns, end_ns=end_ns, tags=tags))
+
+    def query(self, query: Query) -> Iterator[Point]:
+        raise NotImplementedError
+
+
+class Store(QueryStore):
     """Points of a directory of ``.lp`` files (or of the files given)."""
 
     def __init__(
@@ -335,18 +355,8 @@ class Store:
     def files(self) -> list[Path]:
         return lp_files(self.where)
 
-    def points(
-        self,
-        measurements: Iterable[str] | None = None,
-        *,
-        start_ns: int | None = None,
-        end_ns: int | None = None,
-        tags: Mapping[str, str | Collection[str]] | None = None,
-    ) -> Iterator[Point]:
-        """Decoded points that match, file by file in time order, lines in file order."""
-        return self.query(Query.of(measurements, start_ns=start_ns, end_ns=end_ns, tags=tags))
-
     def query(self, query: Query) -> Iterator[Point]:
+        """Decoded points that match, file by file in time order, lines in file order."""
         scanner = _Scanner(query, self.stats)
         for path in self.files():
             self.stats.files += 1

@@ -18,14 +18,14 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from acquisition.errors import NrgError
 from acquisition.point import FieldValue, Point
 from acquisition.queries import ALL, ParamValue, QueryError, load_query, render, server_dialect
 from acquisition.report.influx_target import InfluxTarget
-from acquisition.store import Query, ScanStats
+from acquisition.store import Query, QueryStore, ScanStats
 
 __all__ = [
     "MAX_TIME_NS",
@@ -100,7 +100,7 @@ def influx_error(target: InfluxTarget, dialect: str, status: int, said: str) -> 
     return NrgError(f"{where}; check {s['url']}")
 
 
-class LibraryStore:
+class LibraryStore(QueryStore):
     """A store that reads InfluxDB with the library's ``points``/``run_points`` query in its
     ``dialect``; subclasses fetch a rendered query's points (:meth:`_fetch`)."""
 
@@ -109,16 +109,6 @@ class LibraryStore:
     """The server and database or bucket, for messages (no secret)."""
     stats: ScanStats
     bucket: str = ""
-
-    def points(
-        self,
-        measurements: Iterable[str] | None = None,
-        *,
-        start_ns: int | None = None,
-        end_ns: int | None = None,
-        tags: Mapping[str, str | Collection[str]] | None = None,
-    ) -> Iterator[Point]:
-        return self.query(Query.of(measurements, start_ns=start_ns, end_ns=end_ns, tags=tags))
 
     def query(self, query: Query) -> Iterator[Point]:
         text = library_query(query, self.dialect, bucket=self.bucket)
