@@ -14,7 +14,7 @@ from typing import Final
 
 from acquisition.errors import ConfigError
 
-__all__ = ["REDACTED", "Redactor", "basic_auth", "read_secret"]
+__all__ = ["REDACTED", "Redactor", "basic_auth", "read_secret", "v1_credentials"]
 
 REDACTED: Final = "<token>"
 _MIN_LEN: Final = 3  # shorter "secrets" would blank out ordinary words
@@ -32,6 +32,14 @@ def read_secret(value: str, file: str, key: str, table: str) -> str:
         except OSError as exc:
             raise ConfigError(f"{table} {key}_file: cannot read {path}: {exc.strerror}") from None
     return value
+
+
+def v1_credentials(token: str, username: str, password: str) -> tuple[str, str]:
+    """The user and password for InfluxDB's v1 API: those given, else the two halves of an
+    InfluxDB 1.8 ``"user:password"`` token."""
+    if not username and not password and ":" in token:
+        username, _, password = token.partition(":")
+    return username, password
 
 
 def basic_auth(username: str, password: str) -> str:

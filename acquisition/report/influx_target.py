@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from acquisition.config import load_config, parse_duration
 from acquisition.errors import ConfigError, NrgError
-from acquisition.secrets import Redactor, read_secret
+from acquisition.secrets import Redactor, read_secret, v1_credentials
 
 __all__ = [
     "ENV_ORG",
@@ -159,9 +159,7 @@ def target_from_config(path: str | None) -> InfluxTarget:
     rp = _text(o, "retention_policy") or bucket.partition("/")[2]
     token = read_secret(_text(o, "token"), _text(o, "token_file"), "token", TABLE)
     password = read_secret(_text(o, "password"), _text(o, "password_file"), "password", TABLE)
-    username = _text(o, "username")
-    if not username and not password and ":" in token:  # InfluxDB 1.8 "user:password" token
-        username, _, password = token.partition(":")
+    username, password = v1_credentials(token, _text(o, "username"), password)
     timeout = parse_duration(o["timeout"], f"{TABLE} timeout") if "timeout" in o else 60.0
     at = f"{TABLE} of {path}"
     return InfluxTarget(

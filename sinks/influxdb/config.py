@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from acquisition.config import duration, size
 from acquisition.errors import ConfigError
-from acquisition.secrets import Redactor, basic_auth, read_secret
+from acquisition.secrets import Redactor, basic_auth, read_secret, v1_credentials
 
 __all__ = ["API_V1", "API_V2", "InfluxDBConfig", "Secrets", "settings_hint", "spool_ident"]
 
@@ -107,10 +107,8 @@ class Secrets:
     def __init__(self, config: InfluxDBConfig) -> None:
         self.token = read_secret(config.token, config.token_file, "token", TABLE)
         self.password = read_secret(config.password, config.password_file, "password", TABLE)
-        self.username = config.username
-        if not self.username and not self.password and ":" in self.token:
-            # A 1.8 "user:password" token: the same credentials on the v1 API.
-            self.username, _, self.password = self.token.partition(":")
+        # A 1.8 "user:password" token: the same credentials on the v1 API.
+        self.username, self.password = v1_credentials(self.token, config.username, self.password)
         self._redactor = Redactor(self.token, username=self.username, password=self.password)
 
     def basic_auth(self) -> str:
