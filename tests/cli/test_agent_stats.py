@@ -41,13 +41,11 @@ class ResettingCollector:
         return {"reads": self.reads}
 
 
-async def test_final_self_stats_keep_counters_a_plugin_resets_on_close(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def resetting_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str = "") -> Agent:
+    """An agent ticking the resetting collector every 20 ms into a file, self-stats an hour
+    apart; ``extra`` is more config."""
     monkeypatch.setitem(registry.COLLECTORS, "resetting", f"{__name__}:ResettingCollector")
-    cfg = default_config(
-        parse_config(
-            f"""
+    text = f"""
 [agent]
 interval = "20ms"
 stats_interval = "1h"
@@ -55,11 +53,14 @@ state_dir = "{tmp_path}/state"
 [[collectors.resetting]]
 [[sinks.file]]
 path = "{tmp_path}/nrg.lp"
-[[processors.attribution]]
 """
-        )
-    )
-    agent = Agent(cfg)
+    return Agent(default_config(parse_config(text + extra)))
+
+
+async def test_final_self_stats_keep_counters_a_plugin_resets_on_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = resetting_agent(tmp_path, monkeypatch, "[[processors.attribution]]\n")
     await agent.start()
     await agent.collectors[0].instance.five_reads.wait()
     await agent.shutdown()
@@ -77,21 +78,7 @@ async def test_self_stats_ride_on_a_collector_tick_when_due(
 ) -> None:
     """Self-stats due are published at the end of a collector's tick (no timer of their own
     wakes the agent), in the same wake-up as the tick's points."""
-    monkeypatch.setitem(registry.COLLECTORS, "resetting", f"{__name__}:ResettingCollector")
-    cfg = default_config(
-        parse_config(
-            f"""
-[agent]
-interval = "20ms"
-stats_interval = "1h"
-state_dir = "{tmp_path}/state"
-[[collectors.resetting]]
-[[sinks.file]]
-path = "{tmp_path}/nrg.lp"
-"""
-        )
-    )
-    agent = Agent(cfg)
+    agent = resetting_agent(tmp_path, monkeypatch)
     seen: list[str] = []
     tick_after_stats = asyncio.Event()
 
