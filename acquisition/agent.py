@@ -23,8 +23,9 @@ from acquisition.errors import ConfigError, NoData
 from acquisition.paths import data_dir, runtime_dir, state_dir
 from acquisition.point import Point
 from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin, quick_unavailable
-from acquisition.running import Clock, CollectorRunner, SinkRunner, StreamRunner, SystemClock
+from acquisition.running import Clock, CollectorRunner, StreamRunner, SystemClock
 from acquisition.selfstats import cumulative_stats, plugin_stats
+from acquisition.sinking import SinkRunner
 
 __all__ = [
     "FLUSH_CUT_SHORT",

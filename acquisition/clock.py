@@ -1,20 +1,28 @@
-"""The runners' clocks: monotonic deadlines, wall-clock timestamps, and sleeping until a deadline.
+"""The runners' clocks: monotonic deadlines, wall-clock timestamps, sleeping until a deadline and
+calling back at one.
 
-:class:`SystemClock` is the real one (``time.monotonic_ns``, ``time.time_ns``, asyncio sleeps);
-tests substitute a fake :class:`Clock` whose time moves only when they move it.
+:class:`SystemClock` is the real one (``time.monotonic_ns``, ``time.time_ns``, the event loop's
+sleeps and timers); tests substitute a fake :class:`Clock` whose time moves only when they move it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["Clock", "SystemClock"]
+__all__ = ["Clock", "SystemClock", "Timer"]
 
 _PRECISE_WINDOW_NS = 2_000_000
 """Below this much remaining sleep, finish with a precise ``time.sleep`` (asyncio's epoll selector
 rounds timeouts up to whole milliseconds, which makes plain ``asyncio.sleep`` 1–2 ms late)."""
+
+
+class Timer(Protocol):
+    """A pending :meth:`Clock.call_at`."""
+
+    def cancel(self) -> None: ...
 
 
 class Clock(Protocol):
@@ -26,6 +34,10 @@ class Clock(Protocol):
 
     async def sleep_until(self, deadline_ns: int) -> None:
         """Return at or just after monotonic ``deadline_ns``."""
+
+    def call_at(self, deadline_ns: int, callback: Callable[[], None]) -> Timer:
+        """Call ``callback`` from the running event loop at or just after monotonic
+        ``deadline_ns`` (a timer: no task is woken, no future is made)."""
 
 
 class SystemClock:
@@ -54,3 +66,18 @@ class SystemClock:
                 continue
             time.sleep(remaining / 1e9)
             return
+
+    def call_at(self, deadline_ns: int, callback: Callable[[], None]) -> Timer:
+        loop = asyncio.get_running_loop()
+        remaining = deadline_ns - time.monotonic_ns()
+        if not self.precise:
+            return loop.call_later(max(remaining, 0) / 1e9, callback)
+
+        def finish_precisely() -> None:
+            rest = deadline_ns - time.monotonic_ns()
+            if rest > 0:
+                time.sleep(rest / 1e9)
+            callback()
+
+        early = max(remaining - _PRECISE_WINDOW_NS + 500_000, 0)
+        return loop.call_later(early / 1e9, finish_precisely)

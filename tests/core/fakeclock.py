@@ -5,13 +5,23 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections.abc import Callable
+
+
+class FakeTimer:
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
 
 class FakeClock:
     def __init__(self, wall_start_ns: int = 1_700_000_000_000_000_000) -> None:
         self.mono = 10_000_000_000
         self.wall_offset = wall_start_ns - self.mono
-        self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._sleepers: list[tuple[int, int, asyncio.Future[None] | FakeTimer]] = []
         self._ids = itertools.count()
 
     def monotonic_ns(self) -> int:
@@ -27,15 +37,24 @@ class FakeClock:
         heapq.heappush(self._sleepers, (deadline_ns, next(self._ids), fut))
         await fut
 
+    def call_at(self, deadline_ns: int, callback: Callable[[], None]) -> FakeTimer:
+        timer = FakeTimer(callback)
+        heapq.heappush(self._sleepers, (deadline_ns, next(self._ids), timer))
+        return timer
+
     async def run_until(self, t_ns: int) -> None:
-        """Advance to ``t_ns``, waking each sleeper exactly at its deadline, in order."""
+        """Advance to ``t_ns``, waking each sleeper and calling each timer exactly at its
+        deadline, in order."""
         while True:
             for _ in range(5):
                 await asyncio.sleep(0)
             if not self._sleepers or self._sleepers[0][0] > t_ns:
                 break
-            deadline, _, fut = heapq.heappop(self._sleepers)
+            deadline, _, waiter = heapq.heappop(self._sleepers)
             self.mono = max(self.mono, deadline)
-            if not fut.done():
-                fut.set_result(None)
+            if isinstance(waiter, FakeTimer):
+                if not waiter.cancelled:
+                    waiter.callback()
+            elif not waiter.done():
+                waiter.set_result(None)
         self.mono = max(self.mono, t_ns)

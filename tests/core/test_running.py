@@ -11,7 +11,7 @@ import pytest
 from acquisition.api import Emit
 from acquisition.flow import Resumed
 from acquisition.point import Point
-from acquisition.running import CollectorRunner, FailureLog, backoff_delay
+from acquisition.running import CollectorRunner, FailureLog, SystemClock, backoff_delay
 from tests.core.fakeclock import FakeClock
 
 MS = 1_000_000
@@ -276,3 +276,69 @@ def test_resumed_closes_the_coroutine_when_closed() -> None:
     assert next(waiter) is first
     waiter.close()
     assert closed == [True]
+
+
+async def test_a_tick_whose_collect_suspends_is_finished_before_the_next_is_timed() -> None:
+    clock = FakeClock()
+    col = Suspending()
+    seen: list[int] = []
+    runner = CollectorRunner(
+        "s",
+        col,  # type: ignore[arg-type]
+        lambda p: None,
+        interval_s=0.01,
+        timeout_s=5.0,
+        clock=clock,  # type: ignore[arg-type]
+        after_tick=lambda interval: seen.append(clock.mono),
+    )
+    t0 = clock.mono
+    task = asyncio.create_task(runner.run())
+    await clock.run_until(t0)
+    (await col.next_future()).set_result(1)
+    clock.mono = t0 + 25 * MS  # the collect ends 25 ms in: ticks at 10 and 20 ms are missed
+    (await col.next_future()).set_result(2)
+    await clock.run_until(t0 + 30 * MS)
+    assert seen == [t0 + 25 * MS]  # after_tick once, after the suspended collect ended
+    assert runner.stats.runs == 1 and runner.stats.skipped_ticks == 2
+    await col.next_future()  # the tick at 30 ms started a new collect
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert col.finished  # the cancellation reached the suspended collect
+
+
+async def test_an_error_escaping_a_tick_ends_run_with_it() -> None:
+    clock = FakeClock()
+
+    def broken_after_tick(interval: float) -> None:
+        raise RuntimeError("after_tick bug")
+
+    runner = _runner(clock, Recorder(clock), 0.01, after_tick=broken_after_tick)
+    task = asyncio.create_task(runner.run())
+    await clock.run_until(clock.mono + 5 * MS)
+    with pytest.raises(RuntimeError, match="after_tick bug"):
+        await task
+
+
+@pytest.mark.parametrize("precise", [False, True])
+async def test_ticks_on_the_system_clock_come_at_their_deadlines(precise: bool) -> None:
+    """The real timer path: each tick at or after its deadline, on the grid."""
+    rec = Recorder(FakeClock())  # its clock only counts; the runner's is the system clock
+    starts: list[int] = []
+    runner = CollectorRunner(
+        "rec",
+        rec,  # type: ignore[arg-type]
+        lambda p: starts.append(time.monotonic_ns()),
+        interval_s=0.02,
+        clock=SystemClock(precise=precise),
+    )
+    first = runner.first_deadline()
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(0.11)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(starts) >= 4
+    deadlines = [first + k * 20 * MS for k in range(len(starts))]
+    assert all(s >= d for s, d in zip(starts, deadlines, strict=True))
+    assert runner.stats.lateness_ns_max < 20 * MS

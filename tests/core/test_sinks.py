@@ -20,7 +20,7 @@ from acquisition.bus import Bus
 from acquisition.errors import PartialWriteError, WriteError
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
-from acquisition.running import SinkRunner
+from acquisition.sinking import SinkRunner
 from sinks.file import AUTO_TOTAL_FRACTION, DIRECT_WRITE_MAX, FileConfig, FileSink
 from sinks.stdout import StdoutConfig, StdoutSink
 
@@ -323,7 +323,7 @@ async def test_a_partial_write_is_never_written_twice() -> None:
 def test_sink_retries_are_capped_and_retry_after_is_clamped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from acquisition import running
+    from acquisition import sinking
 
     delays: list[float] = []
 
@@ -347,7 +347,7 @@ def test_sink_retries_are_capped_and_retry_after_is_clamped(
         runner.offer(p)
     assert asyncio.run(runner.write(runner.take_batch(), deadline=None))
     assert len(delays) == 29
-    assert max(delays) == running.SINK_RETRY_MAX_S
+    assert max(delays) == sinking.SINK_RETRY_MAX_S
 
 
 async def test_abort_flush_stops_retrying_and_keeps_the_rest_in_the_spool(

@@ -234,7 +234,7 @@ async def test_an_unreadable_spool_record_is_given_up_after_a_few_tries_and_coun
 async def test_the_runner_cuts_closing_short_at_the_shutdown_deadline(
     context: PluginContext,
 ) -> None:
-    from acquisition.running import SinkRunner
+    from acquisition.sinking import SinkRunner
 
     with ScriptedServer(hang) as server:
         sink = make_sink(context, server.url, timeout=3600.0, drain_timeout=3600.0)
