@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acquisition.api import PluginContext
 from acquisition.bus import Bus
@@ -36,6 +36,9 @@ from acquisition.paths import data_dir, runtime_dir, state_dir
 from acquisition.point import Point
 from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin
 from acquisition.running import CollectorRunner, StreamRunner, SystemClock
+
+if TYPE_CHECKING:
+    from acquisition.follow import Follower
 
 __all__ = [
     "NOT_IN_PROCESS",
@@ -281,8 +284,10 @@ def _processor_specs(config: Config) -> list[PluginSpec]:
 
 class AgentSampler:
     """The sampler interface over an nrg agent already running on this machine: the points its
-    file sink writes (``.lp`` files under ``data_dir``), read back with
-    :class:`acquisition.store.Store`; nothing is opened in this process.
+    file sink writes (``.lp`` files under ``data_dir``), followed with
+    :class:`acquisition.follow.Follower` (each look reads only what the agent appended since the
+    last, and never a file last changed well before ``start()``); nothing is opened in this
+    process.
 
     ``measurements``: what to read (default: the power readings; None: everything);
     ``margin_s``: readings this long before ``start()`` are read too (they bracket the first
@@ -308,17 +313,27 @@ class AgentSampler:
         """How often a caller waiting for readings looks again."""
         self.start_ns = 0
         self.stop_ns: int | None = None
+        self._follower: Follower | None = None
 
     def start(self) -> None:
         self.start_ns = time.time_ns()
         self.stop_ns = None
+        self._follower = None
 
     def snapshot(self) -> list[Point]:
-        from acquisition.store import Store
+        """The agent's readings since ``start()`` (less the margin): each call reads only what
+        the agent appended since the last one."""
+        if self._follower is None:
+            from acquisition.follow import Follower
+            from acquisition.store import Query
 
-        start = self.start_ns - int(self.margin_s * _NS)
-        end = None if self.stop_ns is None else self.stop_ns + int(self.margin_s * _NS)
-        return list(Store(self.data_dir).points(self.measurements, start_ns=start, end_ns=end))
+            start = self.start_ns - int(self.margin_s * _NS)
+            self._follower = Follower(self.data_dir, Query.of(self.measurements, start_ns=start))
+        points = self._follower.points()
+        if self.stop_ns is None:
+            return points
+        end = self.stop_ns + int(self.margin_s * _NS)
+        return [p for p in points if p.time_ns < end]
 
     def stop(self) -> list[Point]:
         self.stop_ns = time.time_ns()

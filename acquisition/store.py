@@ -32,11 +32,15 @@ from acquisition.point import FieldValue, Point
 __all__ = [
     "CHUNK_BYTES",
     "NO_FILES",
+    "SUFFIXES",
     "FastDecoder",
     "Query",
     "QueryStore",
     "ScanStats",
+    "Scanner",
     "Store",
+    "first_stamp",
+    "gzip_chunks",
     "lp_files",
     "read_points",
 ]
@@ -45,7 +49,7 @@ log = logging.getLogger("nrg.store")
 
 CHUNK_BYTES = 8 * 1024 * 1024
 NO_FILES = "no line-protocol files (*.lp, *.lp.gz) in {where}"
-_SUFFIXES = (".lp", ".lp.gz")
+SUFFIXES = (".lp", ".lp.gz")
 _SPECIAL = frozenset(' ,=\\"')
 _NUMBER_START = frozenset("0123456789-+.")
 
@@ -98,7 +102,7 @@ class ScanStats:
 
 
 def _is_lp(path: Path) -> bool:
-    return path.name.endswith(_SUFFIXES) and path.is_file()
+    return path.name.endswith(SUFFIXES) and path.is_file()
 
 
 def _first_time(path: Path) -> int:
@@ -107,7 +111,7 @@ def _first_time(path: Path) -> int:
         with path.open("rb") as f:
             head = b""
             chunks = (
-                _gzip_chunks(f, 65536, path) if path.name.endswith(".gz") else iter([f.read(65536)])
+                gzip_chunks(f, 65536, path) if path.name.endswith(".gz") else iter([f.read(65536)])
             )
             for data in chunks:
                 head += data
@@ -115,6 +119,11 @@ def _first_time(path: Path) -> int:
                     break
     except OSError:
         return 2**63
+    return first_stamp(head)
+
+
+def first_stamp(head: bytes) -> int:
+    """The timestamp of the first complete line of ``head`` that has one (else 2**63)."""
     for raw in head.split(b"\n")[:-1]:
         stamp = raw.rstrip().rpartition(b" ")[2]
         if stamp.isdigit():
@@ -151,7 +160,7 @@ def _tag_needles(tags: Mapping[str, frozenset[str]]) -> list[tuple[bytes, ...]]:
     return out
 
 
-class _Scanner:
+class Scanner:
     """Finds and decodes the wanted lines of one buffer that starts with a newline."""
 
     def __init__(self, query: Query, stats: ScanStats) -> None:
@@ -272,7 +281,7 @@ def _plain_chunks(f: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
         yield data
 
 
-def _gzip_chunks(f: BinaryIO, chunk_bytes: int, path: Path) -> Iterator[bytes]:
+def gzip_chunks(f: BinaryIO, chunk_bytes: int, path: Path) -> Iterator[bytes]:
     """Decompressed data as it comes: a file cut short (still being compressed, or torn) yields
     everything before the cut; concatenated gzip members are read one after the other."""
     d = zlib.decompressobj(wbits=31)
@@ -292,7 +301,7 @@ def _gzip_chunks(f: BinaryIO, chunk_bytes: int, path: Path) -> Iterator[bytes]:
         yield tail
 
 
-def _scan_file(path: Path, scanner: _Scanner, chunk_bytes: int) -> Iterator[Point]:
+def _scan_file(path: Path, scanner: Scanner, chunk_bytes: int) -> Iterator[Point]:
     stats = scanner.stats
     scanner.where = str(path)
     scanner.bad_logged = False
@@ -303,7 +312,7 @@ def _scan_file(path: Path, scanner: _Scanner, chunk_bytes: int) -> Iterator[Poin
         raise NrgError(f"cannot read {path}: {exc.strerror or exc}") from exc
     with f:
         chunks = (
-            _gzip_chunks(f, chunk_bytes, path)
+            gzip_chunks(f, chunk_bytes, path)
             if path.name.endswith(".gz")
             else _plain_chunks(f, chunk_bytes)
         )
@@ -357,7 +366,7 @@ class Store(QueryStore):
 
     def query(self, query: Query) -> Iterator[Point]:
         """Decoded points that match, file by file in time order, lines in file order."""
-        scanner = _Scanner(query, self.stats)
+        scanner = Scanner(query, self.stats)
         for path in self.files():
             self.stats.files += 1
             yield from _scan_file(path, scanner, self.chunk_bytes)
