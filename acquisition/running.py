@@ -91,6 +91,8 @@ class CollectorRunner:
         self._pending: asyncio.Future[None] | None = None
         """The rest of a tick whose collect suspended."""
         self._done: asyncio.Future[None] | None = None
+        self._in_task = False
+        """Run each tick in a task (the collect failed outside one); see :meth:`run`."""
 
     def _emit(self, point: Point) -> None:
         self.stats.points += 1
@@ -127,6 +129,8 @@ class CollectorRunner:
                 self._counted(None, start)
                 return None
         except Exception as exc:
+            if isinstance(exc, RuntimeError) and asyncio.current_task() is None:
+                self._in_task = True  # e.g. asyncio.timeout() needs a task: give it one
             self._counted(exc, start)
             return None
         return Resumed(coro, first), deadline, start
@@ -167,7 +171,8 @@ class CollectorRunner:
         Each tick is a timer callback of the clock, not a task woken from a sleep: a collect that
         never suspends, the emits, ``after_tick`` and the next timer all run in that callback,
         one pass of the event loop per tick. A collect that suspends finishes in a task of its
-        own, and the next tick is timed when it ends.
+        own, and the next tick is timed when it ends. A collect that raised RuntimeError outside
+        a task (``asyncio.timeout()`` needs one) has every later tick run in a task.
         """
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
@@ -193,17 +198,28 @@ class CollectorRunner:
             stats.lateness_ns.append(late)
             if late > stats.lateness_ns_max:
                 stats.lateness_ns_max = late
+            if self._in_task:
+                self._pending = asyncio.ensure_future(self._tick_in_task(start))
+                return
             suspended = self._start_collect(start)
             if suspended is None:
                 self._tick_ended()
             else:
-                self._pending = asyncio.ensure_future(self._finish_then_end(*suspended))
+                self._pending = asyncio.ensure_future(self._tick_in_task(start, suspended))
         except BaseException as exc:
             self._fail(exc)
 
-    async def _finish_then_end(self, rest: Awaitable[None], deadline: float, start: int) -> None:
+    async def _tick_in_task(
+        self, start: int, suspended: tuple[Awaitable[None], float, int] | None = None
+    ) -> None:
+        """The rest of a tick, in a task: the rest of a collect that ``suspended``, or a whole
+        collect that cannot start outside a task (it raised RuntimeError there, as
+        ``asyncio.timeout()`` does); then ``after_tick`` and the next timer."""
         try:
-            await self._finish_collect(rest, deadline, start)
+            if suspended is None:
+                suspended = self._start_collect(start)
+            if suspended is not None:
+                await self._finish_collect(*suspended)
             self._pending = None
             self._tick_ended()
         except asyncio.CancelledError:

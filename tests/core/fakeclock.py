@@ -53,8 +53,8 @@ class FakeClock:
             deadline, _, waiter = heapq.heappop(self._sleepers)
             self.mono = max(self.mono, deadline)
             if isinstance(waiter, FakeTimer):
-                if not waiter.cancelled:
-                    waiter.callback()
+                if not waiter.cancelled:  # from the loop, outside any task, as a real timer
+                    asyncio.get_running_loop().call_soon(waiter.callback)
             elif not waiter.done():
                 waiter.set_result(None)
         self.mono = max(self.mono, t_ns)

@@ -342,3 +342,26 @@ async def test_ticks_on_the_system_clock_come_at_their_deadlines(precise: bool) 
     deadlines = [first + k * 20 * MS for k in range(len(starts))]
     assert all(s >= d for s, d in zip(starts, deadlines, strict=True))
     assert runner.stats.lateness_ns_max < 20 * MS
+
+
+async def test_a_collect_that_needs_a_task_gets_one_from_its_second_tick() -> None:
+    """``asyncio.timeout()`` cannot be entered outside a task: the first tick counts the error,
+    every later one runs in a task and works."""
+    clock = FakeClock()
+    out: list[Point] = []
+
+    class OwnTimeout:
+        name = "own-timeout"
+
+        async def collect(self, emit: Emit, now_ns: int) -> None:
+            async with asyncio.timeout(1.0):
+                await asyncio.sleep(0)
+                emit(Point("m", {}, {"v": 1}, now_ns))
+
+    runner = CollectorRunner("own", OwnTimeout(), out.append, interval_s=0.01, clock=clock)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.run())
+    await clock.run_until(clock.mono + 35 * MS)
+    task.cancel()
+    assert runner.stats.runs == 4 and runner.stats.errors == 1
+    assert "inside a task" in runner.stats.last_error
+    assert len(out) == 3
