@@ -1,8 +1,7 @@
-"""The runners' clocks: monotonic deadlines, wall-clock timestamps, sleeping until a deadline and
-calling back at one.
+"""The runners' clocks: monotonic deadlines, wall-clock timestamps, and calling back at a deadline.
 
 :class:`SystemClock` is the real one (``time.monotonic_ns``, ``time.time_ns``, the event loop's
-sleeps and timers); tests substitute a fake :class:`Clock` whose time moves only when they move it.
+timers); tests substitute a fake :class:`Clock` whose time moves only when they move it.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ from typing import Protocol
 __all__ = ["Clock", "SystemClock", "Timer"]
 
 _PRECISE_WINDOW_NS = 2_000_000
-"""Below this much remaining sleep, finish with a precise ``time.sleep`` (asyncio's epoll selector
-rounds timeouts up to whole milliseconds, which makes plain ``asyncio.sleep`` 1–2 ms late)."""
+"""The last this much before a deadline is waited with a precise ``time.sleep`` (asyncio's epoll
+selector rounds timeouts up to whole milliseconds, which makes a plain timer 1–2 ms late)."""
 
 
 class Timer(Protocol):
@@ -32,17 +31,14 @@ class Clock(Protocol):
 
     def time_ns(self) -> int: ...
 
-    async def sleep_until(self, deadline_ns: int) -> None:
-        """Return at or just after monotonic ``deadline_ns``."""
-
     def call_at(self, deadline_ns: int, callback: Callable[[], None]) -> Timer:
         """Call ``callback`` from the running event loop at or just after monotonic
         ``deadline_ns`` (a timer: no task is woken, no future is made)."""
 
 
 class SystemClock:
-    """The real clocks. With ``precise`` the last ≤ 2 ms of a sleep are a blocking ``time.sleep``
-    (no CPU spent), which keeps ticks well under 1 ms late."""
+    """The real clocks. With ``precise`` the timer fires up to 2 ms early and the rest is a
+    blocking ``time.sleep`` (no CPU spent), which keeps ticks well under 1 ms late."""
 
     def __init__(self, precise: bool = True) -> None:
         self.precise = precise
@@ -52,20 +48,6 @@ class SystemClock:
 
     def time_ns(self) -> int:
         return time.time_ns()
-
-    async def sleep_until(self, deadline_ns: int) -> None:
-        while True:
-            remaining = deadline_ns - time.monotonic_ns()
-            if remaining <= 0:
-                return
-            if not self.precise:
-                await asyncio.sleep(remaining / 1e9)
-                continue
-            if remaining > _PRECISE_WINDOW_NS:
-                await asyncio.sleep((remaining - _PRECISE_WINDOW_NS + 500_000) / 1e9)
-                continue
-            time.sleep(remaining / 1e9)
-            return
 
     def call_at(self, deadline_ns: int, callback: Callable[[], None]) -> Timer:
         loop = asyncio.get_running_loop()

@@ -21,7 +21,7 @@ class FakeClock:
     def __init__(self, wall_start_ns: int = 1_700_000_000_000_000_000) -> None:
         self.mono = 10_000_000_000
         self.wall_offset = wall_start_ns - self.mono
-        self._sleepers: list[tuple[int, int, asyncio.Future[None] | FakeTimer]] = []
+        self._timers: list[tuple[int, int, FakeTimer]] = []
         self._ids = itertools.count()
 
     def monotonic_ns(self) -> int:
@@ -30,31 +30,21 @@ class FakeClock:
     def time_ns(self) -> int:
         return self.mono + self.wall_offset
 
-    async def sleep_until(self, deadline_ns: int) -> None:
-        if deadline_ns <= self.mono:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (deadline_ns, next(self._ids), fut))
-        await fut
-
     def call_at(self, deadline_ns: int, callback: Callable[[], None]) -> FakeTimer:
         timer = FakeTimer(callback)
-        heapq.heappush(self._sleepers, (deadline_ns, next(self._ids), timer))
+        heapq.heappush(self._timers, (deadline_ns, next(self._ids), timer))
         return timer
 
     async def run_until(self, t_ns: int) -> None:
-        """Advance to ``t_ns``, waking each sleeper and calling each timer exactly at its
-        deadline, in order."""
+        """Advance to ``t_ns``, calling each timer exactly at its deadline, in order, from the
+        loop (outside any task, as a real timer) and letting what it starts run."""
         while True:
             for _ in range(5):
                 await asyncio.sleep(0)
-            if not self._sleepers or self._sleepers[0][0] > t_ns:
+            if not self._timers or self._timers[0][0] > t_ns:
                 break
-            deadline, _, waiter = heapq.heappop(self._sleepers)
+            deadline, _, timer = heapq.heappop(self._timers)
             self.mono = max(self.mono, deadline)
-            if isinstance(waiter, FakeTimer):
-                if not waiter.cancelled:  # from the loop, outside any task, as a real timer
-                    asyncio.get_running_loop().call_soon(waiter.callback)
-            elif not waiter.done():
-                waiter.set_result(None)
+            if not timer.cancelled:
+                asyncio.get_running_loop().call_soon(timer.callback)
         self.mono = max(self.mono, t_ns)
