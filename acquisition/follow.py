@@ -25,6 +25,7 @@ from acquisition.store import (
     Query,
     Scanner,
     ScanStats,
+    complete_lines,
     first_stamp,
     gzip_chunks,
 )
@@ -131,13 +132,10 @@ class Follower:
     def _feed(self, tail: _Tail, data: bytes) -> None:
         """Decode the complete lines of ``data`` after what ``tail`` carried over."""
         self.stats.bytes += len(data)
-        buf = tail.carry + data
-        last = buf.rfind(b"\n")
-        if last <= 0:
-            tail.carry = buf
+        buf, last, tail.carry = complete_lines(tail.carry, data)
+        if not last:
             return
         if tail.first_ns == 2**63:
             tail.first_ns = first_stamp(buf[1 : last + 1])
         self._scanner.where = str(tail.path)
         tail.points.extend(self._scanner.points(buf, last))
-        tail.carry = buf[last:]

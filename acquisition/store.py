@@ -39,6 +39,7 @@ __all__ = [
     "ScanStats",
     "Scanner",
     "Store",
+    "complete_lines",
     "first_stamp",
     "gzip_chunks",
     "lp_files",
@@ -301,6 +302,16 @@ def gzip_chunks(f: BinaryIO, chunk_bytes: int, path: Path) -> Iterator[bytes]:
         yield tail
 
 
+def complete_lines(carry: bytes, data: bytes) -> tuple[bytes, int, bytes]:
+    """A chunk after what the last one left over: (``carry + data``, where its complete lines
+    end, 0 when none does yet; what to carry over to the next chunk, from that newline on)."""
+    buf = carry + data
+    last = buf.rfind(b"\n")
+    if last <= 0:
+        return buf, 0, buf
+    return buf, last, buf[last:]
+
+
 def _scan_file(path: Path, scanner: Scanner, chunk_bytes: int) -> Iterator[Point]:
     stats = scanner.stats
     scanner.where = str(path)
@@ -318,13 +329,9 @@ def _scan_file(path: Path, scanner: Scanner, chunk_bytes: int) -> Iterator[Point
         )
         for data in chunks:
             stats.bytes += len(data)
-            buf = carry + data
-            last = buf.rfind(b"\n")
-            if last <= 0:
-                carry = buf
-                continue
-            yield from scanner.points(buf, last)
-            carry = buf[last:]
+            buf, last, carry = complete_lines(carry, data)
+            if last:
+                yield from scanner.points(buf, last)
     if carry.strip():
         stats.torn_lines += 1
 
