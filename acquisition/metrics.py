@@ -226,8 +226,15 @@ METRICS: tuple[Measurement, ...] = (
         "start and end of an instrumented training run",
         (*_RUN_TAGS, *_JOB_TAGS),
         (
-            Field("event", "string", "", "`start` or `end`"),
-            _i("pid", "", "the training process's pid"),
+            Field(
+                "event",
+                "string",
+                "",
+                "`start` or `end` (the job), `spawn` or `exit` (the agent, of a tracked command)",
+            ),
+            _i("pid", "", "the training process's pid (the command's, for spawn and exit)"),
+            _i("exit_code", "", "the tracked command's exit status (`exit`)"),
+            Field("gpu_uuid", "string", "", "the rank's CUDA device UUID (`start`)"),
             Field("graph_path", "string", "", "where the model graph was written"),
         ),
     ),

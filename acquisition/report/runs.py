@@ -109,10 +109,9 @@ def select_runs(runs: Sequence[RunInfo], names: Sequence[str], where: str) -> li
 
 def _window(points: Iterable[Point]) -> tuple[int, int]:
     pts = list(points)
-    starts = [
-        p.time_ns for p in pts if p.measurement == "nrg_run" and p.fields.get("event") == "start"
-    ]
-    ends = [p.time_ns for p in pts if p.measurement == "nrg_run" and p.fields.get("event") == "end"]
+    events = [(p.fields.get("event"), p.time_ns) for p in pts if p.measurement == "nrg_run"]
+    starts = [t for event, t in events if event in ("spawn", "start")]
+    ends = [t for event, t in events if event in ("exit", "end")]
     times = [p.time_ns for p in pts]
     return (min(starts) if starts else min(times), max(ends) if ends else max(times))
 

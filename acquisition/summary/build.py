@@ -39,9 +39,17 @@ from acquisition.summary.model import (
     StepStats,
     SummaryOptions,
 )
+from acquisition.summary.ranks import GlobalSteps, global_steps, gpu_owners
 from acquisition.summary.resources import resources
 
-__all__ = ["NO_ENERGY", "REST_OF_SYSTEM", "STEPS_WITHOUT_SOURCE", "counted_sources", "summarize"]
+__all__ = [
+    "NO_ENERGY",
+    "REST_OF_SYSTEM",
+    "STEPS_WITHOUT_SOURCE",
+    "counted_sources",
+    "step_energies",
+    "summarize",
+]
 
 REST_OF_SYSTEM = "rest_of_system"
 NO_ENERGY = "No energy was measured: {why}."
@@ -51,6 +59,8 @@ STEPS_WITHOUT_SOURCE = (
 NO_SOURCE_POINTS = "no RAPL, GPU or wall-meter readings were recorded for this run"
 _ERROR_FIELDS = ("energy_error_joules", "error_joules")
 _NS = 1e9
+_STARTS = ("spawn", "start")
+_ENDS = ("exit", "end")
 _ROOT_MODULE = "(root)"
 """The whole model's module tag in nrg_model (acquisition.torch's ROOT_NAME)."""
 
@@ -279,11 +289,6 @@ def _collect_steps(points: list[Point]) -> _Steps:
     return out
 
 
-def _step_total(per_source: Mapping[str, float]) -> float:
-    counted = counted_sources(per_source)
-    return sum(per_source[s] for s in counted)
-
-
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if len(ordered) == 1:
@@ -294,8 +299,9 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def _step_stats(data: _Steps) -> tuple[StepStats, dict[tuple[str, str, int], float]]:
-    totals = {k: _step_total(v) for k, v in data.energy.items() if counted_sources(v)}
+def _step_stats(
+    data: _Steps, totals: dict[tuple[str, str, int], float]
+) -> tuple[StepStats, dict[tuple[str, str, int], float]]:
     samples_list = [_int(p, "samples") for p in data.steps.values()]
     samples = sum(s for s in samples_list if s is not None) if any(samples_list) else None
     energy = None
@@ -369,12 +375,12 @@ def _most_common(points: list[Point], tag: str) -> str:
 
 
 def _window(points: list[Point]) -> tuple[int, int, int | None]:
-    """(start, end, exit code): the job's ``nrg_run`` start and end events where present,
-    else the first and last point."""
-    starts = [
-        p.time_ns for p in points if p.measurement == "nrg_run" and p.fields.get("event") == "start"
-    ]
-    ends = [p for p in points if p.measurement == "nrg_run" and p.fields.get("event") == "end"]
+    """(start, end, exit code): the earliest ``nrg_run`` spawn or start and the latest exit or
+    end (a tracked command's spawn and exit, over every agent of the run, and its ranks' own
+    start and end), else the first and last point."""
+    runs = [p for p in points if p.measurement == "nrg_run"]
+    starts = [p.time_ns for p in runs if p.fields.get("event") in _STARTS]
+    ends = [p for p in runs if p.fields.get("event") in _ENDS]
     times = [p.time_ns for p in points]
     start = min(starts) if starts else min(times)
     end = max(p.time_ns for p in ends) if ends else max(times)
@@ -423,28 +429,32 @@ def _coverage_notes(data: _Steps) -> list[str]:
     ]
 
 
-def _per_host(
-    sources: list[SourceEnergy], totals: Mapping[tuple[str, str, int], float]
-) -> list[dict[str, object]]:
-    hosts = sorted({s.host for s in sources} | {k[0] for k in totals})
-    out: list[dict[str, object]] = []
-    for host in hosts:
-        ranks = sorted({k[1] for k in totals if k[0] == host})
-        out.append(
-            {
-                "host": host,
-                "energy_j": sum(s.energy_j for s in sources if s.host == host and s.counted),
-                "ranks": [
-                    {
-                        "rank": r,
-                        "steps": sum(1 for k in totals if k[:2] == (host, r)),
-                        "steps_energy_j": sum(v for k, v in totals.items() if k[:2] == (host, r)),
-                    }
-                    for r in ranks
-                ],
-            }
-        )
-    return out
+def _per_host(sources: list[SourceEnergy], joined: GlobalSteps) -> list[dict[str, object]]:
+    """Per host: its energy, the energy inside the run's steps, and its ranks' figures."""
+    rows = joined.rank_rows()
+    hosts = sorted({s.host for s in sources} | {r["host"] for r in rows})
+    return [
+        {
+            "host": host,
+            "energy_j": sum(s.energy_j for s in sources if s.host == host and s.counted),
+            "steps_energy_j": joined.host_energy.get(host, 0.0),
+            "ranks": [{**r, "steps_energy_j": r["energy_j"]} for r in rows if r["host"] == host],
+        }
+        for host in hosts
+    ]
+
+
+def _join(pts: list[Point]) -> tuple[GlobalSteps, dict[tuple[str, str], dict[str, float]]]:
+    """The run's global steps (see :mod:`acquisition.summary.ranks`), and the module energies."""
+    data = _collect_steps(pts)
+    owners = gpu_owners(pts)
+    return global_steps(data.steps, data.energy, data.errors, owners, counted_sources), data.modules
+
+
+def step_energies(points: Iterable[Point]) -> list[float]:
+    """The energy of each step of the run (all ranks' devices), in step order."""
+    joined, _ = _join(list(points))
+    return [joined.totals[k] for k in sorted(joined.totals)]
 
 
 def summarize(
@@ -471,8 +481,9 @@ def summarize(
     duration = (end - start) / _NS
     sources = _sources(pts, options, (start, end))
     total = sum(s.energy_j for s in sources if s.counted)
-    steps = _collect_steps(pts)
-    stats, totals = _step_stats(steps)
+    joined, modules = _join(pts)
+    steps = _Steps(joined.steps, joined.energy, joined.errors, modules)
+    stats, totals = _step_stats(steps, joined.totals)
     inside = sum(totals.values())
     counted = [s for s in sources if s.counted]
     peaks = [s.peak_w for s in counted if s.peak_w is not None]
@@ -508,7 +519,9 @@ def summarize(
         exit_code=exit_code if exit_code is not None else code,
         hosts=sorted({p.tags["host"] for p in pts if p.tags.get("host")}),
         ranks=sorted({p.tags["rank"] for p in pts if p.tags.get("rank")}),
-        per_host=_per_host(sources, totals),
+        per_host=_per_host(sources, joined),
+        per_rank=joined.rank_rows(),
+        stragglers=joined.stragglers(total),
         start_ns=start,
         end_ns=end,
         flops=next((f for f in flops if f is not None), None),

@@ -31,6 +31,14 @@ from acquisition.point import Point
 from acquisition.torch import complexity
 from acquisition.torch.graph import GraphCapture, capture_graph
 from acquisition.torch.hooks import EPOCH, RESUME, RETIME, STEP, EventLog, ModuleHooks
+from acquisition.torch.launch import (
+    Launch,
+    cuda_uuid,
+    detect_launch,
+    launch_fields,
+    prefixed,
+    unwrap_model,
+)
 from acquisition.torch.steps import StepAggregator, StepLines
 from acquisition.torch.transport import LineSender, default_fallback_dir, default_socket_path
 
@@ -82,15 +90,23 @@ def _check_samples(value: object) -> int | None:
 
 
 def resolve_tags(
-    experiment: str | None, run: str | None, rank: int | str | None, *, pid: int
+    experiment: str | None,
+    run: str | None,
+    rank: int | str | None,
+    *,
+    pid: int,
+    launch: Launch | None = None,
 ) -> dict[str, str]:
     """``experiment``, ``run`` and ``rank`` from arguments, else ``NRG_EXPERIMENT``, ``NRG_RUN``,
-    ``RANK``/``LOCAL_RANK``; a missing run gets ``<UTC time>-<pid>`` so its steps group together."""
+    else the launcher's (see :mod:`acquisition.torch.launch`); a missing run gets
+    ``<UTC time>-<pid>`` so its steps group together."""
     env = os.environ
+    launch = launch or detect_launch(env)
     experiment = experiment or env.get("NRG_EXPERIMENT") or ""
-    run = run or env.get("NRG_RUN") or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{pid}"
+    run = run or env.get("NRG_RUN") or launch.run
+    run = run or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{pid}"
     if rank is None:
-        rank = env.get("RANK") or env.get("LOCAL_RANK")
+        rank = launch.rank or None
     tags = {"experiment": experiment, "run": run, "rank": "" if rank is None else str(rank)}
     return {k: v for k, v in tags.items() if v}
 
@@ -129,7 +145,10 @@ class Session:
         """Steps with module hooks in: every Nth, counted from the first (step 0)."""
         self._steps_seen = 0
         self.pid = os.getpid()
-        self.tags = resolve_tags(experiment, run, rank, pid=self.pid)
+        self.launch = detect_launch(os.environ)
+        self.tags = resolve_tags(experiment, run, rank, pid=self.pid, launch=self.launch)
+        self.gpu_uuid = ""
+        """The CUDA device UUID of the model's parameters (found at start)."""
         self._model_tags = {k: v for k, v in self.tags.items() if k != "rank"}
         stem = f"nrg-{_file_safe(self.tags['run'])}-{self.pid}"
         self.socket_path = Path(socket_path) if socket_path else default_socket_path()
@@ -208,6 +227,8 @@ class Session:
         model = self.model
         cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
         self._cuda = cuda
+        if cuda:
+            self.gpu_uuid = cuda_uuid(torch.cuda, model)
         self._param_ids = {id(p) for p in model.parameters()}
         self._aggregator = StepAggregator(self._names(), samples_per_step=self._samples_per_step)
         self._step_lines = StepLines(self.tags, self.offset_ns)
@@ -391,21 +412,30 @@ class Session:
         reinstall = self._hooks.forward_installed
         # Our own hooks must not see the analysis passes.
         self._hooks.remove_forward()
+        # The wrapped module of DDP/FSDP: their forward runs collectives, which an analysis
+        # pass on some ranks only would leave waiting, and torch.export cannot take them.
+        inner, prefix = unwrap_model(model)
         try:
             sizes = complexity.module_sizes(model)
             try:
-                flops = complexity.module_flops(model, args, kwargs)
+                flops = prefixed(complexity.module_flops(inner, args, kwargs), prefix)
             except Exception as exc:  # a model FlopCounterMode cannot run is still trained
                 log.warning("nrg: FLOP counting failed (%s: %s)", type(exc).__name__, exc)
                 flops = {}
-            if self._graph:
-                self.capture = capture_graph(model, args, kwargs)
+            if self._graph and self._graph_rank():
+                self.capture = capture_graph(inner, args, kwargs)
                 if self.graph_path is not None:
                     self._write_graph(self.capture, sizes, flops)
             self._send(complexity.model_points(sizes, flops, self._model_tags, self.start_time_ns))
         finally:
             if reinstall:
                 self._hooks.install_forward()
+
+    def _graph_rank(self) -> bool:
+        """Whether this process records the model graph: once per run, on rank 0 of a job
+        its launcher says has several ranks."""
+        size = self.launch.world_size
+        return self.tags.get("rank", "0") == "0" or not (size and int(size) > 1)
 
     def _write_graph(
         self, capture: GraphCapture, sizes: Mapping[str, tuple[int, int]], flops: Mapping[str, int]
@@ -517,4 +547,6 @@ class Session:
             "pid": self.pid,
             "graph_path": str(self.graph_path) if self.graph_path else "",
         }
+        if event == "start":
+            fields.update(launch_fields(self.launch, self.gpu_uuid))
         return Point("nrg_run", dict(self.tags), fields, time_ns)
