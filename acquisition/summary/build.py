@@ -41,6 +41,7 @@ from acquisition.summary.model import (
 )
 from acquisition.summary.ranks import GlobalSteps, global_steps, gpu_owners
 from acquisition.summary.resources import resources
+from acquisition.summary.series import Cumulative
 
 __all__ = [
     "NO_ENERGY",
@@ -178,9 +179,8 @@ def _source_energy(
     return SourceEnergy(name, energy, mean, peak, error, host, True, origin)
 
 
-def _sources(
-    points: list[Point], options: SummaryOptions, window: tuple[int, int]
-) -> list[SourceEnergy]:
+def _series(points: list[Point], options: SummaryOptions) -> dict[tuple[str, str], _Series]:
+    """Each (host, source)'s readings."""
     series: dict[tuple[str, str], _Series] = defaultdict(_Series)
     for p in points:
         if p.measurement not in ("rapl", "gpu", "emonpi"):
@@ -196,6 +196,23 @@ def _sources(
                 s.readings.append((p.time_ns, reading))
         else:
             s.power.append((p.time_ns, sample.value))
+    return series
+
+
+def _curves(series: Mapping[tuple[str, str], _Series]) -> dict[tuple[str, str], Cumulative]:
+    """Each (host, source)'s cumulative energy, for the energy of any interval."""
+    out = {}
+    for key, s in series.items():
+        if len(s.counter) >= 2:
+            out[key] = Cumulative.counter(_continuous(list(s.counter)))
+        elif len(s.power) >= 2:
+            out[key] = Cumulative.power(sorted(s.power))
+    return out
+
+
+def _sources(
+    series: Mapping[tuple[str, str], _Series], window: tuple[int, int]
+) -> list[SourceEnergy]:
     out = []
     for (host, name), s in sorted(series.items()):
         energy = _source_energy(host, name, s, window)
@@ -444,16 +461,20 @@ def _per_host(sources: list[SourceEnergy], joined: GlobalSteps) -> list[dict[str
     ]
 
 
-def _join(pts: list[Point]) -> tuple[GlobalSteps, dict[tuple[str, str], dict[str, float]]]:
+def _join(
+    pts: list[Point], curves: Mapping[tuple[str, str], Cumulative]
+) -> tuple[GlobalSteps, dict[tuple[str, str], dict[str, float]]]:
     """The run's global steps (see :mod:`acquisition.summary.ranks`), and the module energies."""
     data = _collect_steps(pts)
     owners = gpu_owners(pts)
-    return global_steps(data.steps, data.energy, data.errors, owners, counted_sources), data.modules
+    joined = global_steps(data.steps, data.energy, data.errors, owners, counted_sources, curves)
+    return joined, data.modules
 
 
-def step_energies(points: Iterable[Point]) -> list[float]:
+def step_energies(points: Iterable[Point], options: SummaryOptions | None = None) -> list[float]:
     """The energy of each step of the run (all ranks' devices), in step order."""
-    joined, _ = _join(list(points))
+    pts = list(points)
+    joined, _ = _join(pts, _curves(_series(pts, options or SummaryOptions())))
     return [joined.totals[k] for k in sorted(joined.totals)]
 
 
@@ -479,9 +500,10 @@ def summarize(
     if window_ns is not None:
         start, end = window_ns
     duration = (end - start) / _NS
-    sources = _sources(pts, options, (start, end))
+    series = _series(pts, options)
+    sources = _sources(series, (start, end))
     total = sum(s.energy_j for s in sources if s.counted)
-    joined, modules = _join(pts)
+    joined, modules = _join(pts, _curves(series))
     steps = _Steps(joined.steps, joined.energy, joined.errors, modules)
     stats, totals = _step_stats(steps, joined.totals)
     inside = sum(totals.values())

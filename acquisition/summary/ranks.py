@@ -7,17 +7,19 @@ start, matched to the ``uuid`` tag of the host's ``gpu`` points.
 
 Model, per global step:
 
+- its span: from the end of the run's previous step (the slowest rank's end) or, when all its
+  ranks started later (after a pause), their earliest start, to the latest end of its ranks: the
+  run's steps follow each other without overlap, each as long as its slowest rank made it;
 - on each host, a source used by one rank only (its GPU) counts that rank's figure; a GPU no
   rank of the run uses is left out (when the ranks named theirs); a source the host's ranks
-  share (RAPL, the wall meter, GPUs of unknown owner) counts once, the largest of the ranks'
-  figures (the energy over the slowest rank's step, which covers the others' as the ranks step
-  together); the step's energy is the sum over hosts;
-- duration: the slowest rank's; samples: the sum over ranks; start and end: the earliest start
-  and the latest end;
+  share (RAPL, the wall meter, GPUs of unknown owner) counts once, its energy over the span
+  (from its readings; without them, the largest of the ranks' figures); the step's energy is
+  the sum over hosts; samples: the sum over ranks;
 - a rank's energy: its own sources plus an equal share of the host's shared sources (so the
   ranks add up to the step);
 - stragglers: the slowest rank is the one whose step ends last; every other rank waits from its
-  own step end to the slowest one's, and uses its mean power of the step for that long.
+  own step end to the slowest one's, and uses its mean power of the step for that long (its own
+  sources' energy over its step, its share of the shared ones over the span).
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from acquisition.point import FieldValue, Point
 
 __all__ = [
+    "Curve",
+    "Curves",
     "GlobalSteps",
     "RankKey",
     "StepKey",
@@ -43,6 +47,14 @@ StepKey = tuple[str, str, int]
 RankKey = tuple[str, str]
 """(host, rank)."""
 Counted = Callable[[Iterable[str]], set[str]]
+
+
+class Curve(Protocol):
+    def energy(self, start: int, end: int) -> float | None: ...
+
+
+Curves = Mapping[tuple[str, str], Curve]
+"""(host, source) → its cumulative energy."""
 
 _NS = 1e9
 
@@ -155,13 +167,22 @@ class _RankStep:
     end: int | None
 
 
+@dataclass
+class _Join:
+    """What joining the ranks' steps needs besides the steps."""
+
+    energy: Mapping[StepKey, Mapping[str, float]]
+    errors: Mapping[StepKey, float]
+    owners: Mapping[RankKey, tuple[str, str]]
+    counted: Counted
+    curves: Curves
+
+
 def _merge_host(
-    members: list[_RankStep],
-    energy: Mapping[StepKey, Mapping[str, float]],
-    owners: Mapping[RankKey, tuple[str, str]],
-    counted: Counted,
-) -> tuple[dict[str, float], dict[str, float], float]:
-    """One host's share of a global step: (source → J, rank → J, total J)."""
+    members: list[_RankStep], span: tuple[int, int] | None, join: _Join
+) -> tuple[dict[str, float], dict[str, tuple[float, float]], float]:
+    """One host's share of a global step: (source → J, rank → (own J, share J), total J)."""
+    energy, owners, counted = join.energy, join.owners, join.counted
     host = members[0].key[0]
     owned = {owners[(host, m.key[1])][0]: m.key[1] for m in members if (host, m.key[1]) in owners}
     merged: dict[str, float] = {}
@@ -175,6 +196,12 @@ def _merge_host(
                 continue  # a GPU of this host that no rank of the run uses
             else:
                 merged[source] = max(joules, merged.get(source, joules))
+    if span is not None:
+        for source in merged.keys() - owned.keys():
+            curve = join.curves.get((host, source))
+            over_span = curve.energy(*span) if curve is not None else None
+            if over_span is not None:
+                merged[source] = over_span
     used = counted(merged)
     total = sum(merged[s] for s in used)
     own = {m.key[1]: 0.0 for m in members}
@@ -182,33 +209,39 @@ def _merge_host(
         if source in used and source in merged:
             own[rank] = merged[source]
     shared = (total - sum(own.values())) / len(members)
-    return merged, {rank: j + shared for rank, j in own.items()}, total
+    return merged, {rank: (j, shared) for rank, j in own.items()}, total
 
 
-def _synth(step: int, members: list[_RankStep]) -> Point:
-    """The global step as one ``nrg_step`` point (epoch, span, slowest duration, samples)."""
+def _span(members: list[_RankStep], previous_end: int | None) -> tuple[int, int] | None:
     starts = [m.start for m in members if m.start is not None]
     ends = [m.end for m in members if m.end is not None]
-    durations = [(m.end - m.start) / _NS for m in members if m.start is not None and m.end]
+    if not starts or not ends:
+        return None
+    start = min(starts) if previous_end is None else max(min(starts), previous_end)
+    return min(start, max(ends)), max(ends)
+
+
+def _synth(step: int, members: list[_RankStep], span: tuple[int, int] | None) -> Point:
+    """The global step as one ``nrg_step`` point (epoch, span, samples)."""
     samples = [_int(m.point.fields, "samples") for m in members]
     fields: dict[str, FieldValue] = {"step": step}
-    if starts:
-        fields["start_time_ns"] = min(starts)
-    if ends:
-        fields["end_time_ns"] = max(ends)
-    if durations:
-        fields["duration_seconds"] = max(durations)
+    if span is not None:
+        fields["start_time_ns"], fields["end_time_ns"] = span
+        fields["duration_seconds"] = (span[1] - span[0]) / _NS
     if any(s is not None for s in samples):
         fields["samples"] = sum(s for s in samples if s is not None)
     first = members[0].point
     tags = {k: v for k, v in first.tags.items() if k == "epoch"}
     if "epoch" not in tags and "epoch" in first.fields:
         fields["epoch"] = first.fields["epoch"]
-    return Point("nrg_step", tags, fields, max(ends) if ends else first.time_ns)
+    return Point("nrg_step", tags, fields, span[1] if span else first.time_ns)
 
 
 def _stragglers(
-    members: list[_RankStep], rank_energy: Mapping[RankKey, float], ranks: dict[RankKey, _Rank]
+    members: list[_RankStep],
+    span: tuple[int, int] | None,
+    rank_energy: Mapping[RankKey, tuple[float, float]],
+    ranks: dict[RankKey, _Rank],
 ) -> None:
     timed = [m for m in members if m.end is not None]
     if len(timed) < 2:
@@ -223,9 +256,16 @@ def _stragglers(
             continue
         r = ranks[m.key[:2]]
         r.wait_s += wait
-        duration = (m.end - m.start) / _NS if m.start is not None else 0.0
-        if duration > 0 and m.key[:2] in rank_energy:
-            r.wait_energy_j += rank_energy[m.key[:2]] / duration * wait
+        if m.key[:2] in rank_energy:
+            r.wait_energy_j += _mean_power(m, span, rank_energy[m.key[:2]]) * wait
+
+
+def _mean_power(m: _RankStep, span: tuple[int, int] | None, joules: tuple[float, float]) -> float:
+    """A rank's power in a step: its own sources over its step, its share over the span."""
+    own, share = joules
+    duration = (m.end - m.start) / _NS if m.start is not None and m.end is not None else 0.0
+    span_s = (span[1] - span[0]) / _NS if span is not None else duration
+    return (own / duration if duration > 0 else 0.0) + (share / span_s if span_s > 0 else 0.0)
 
 
 def global_steps(
@@ -234,8 +274,11 @@ def global_steps(
     errors: Mapping[StepKey, float],
     owners: Mapping[RankKey, tuple[str, str]],
     counted: Counted,
+    curves: Curves | None = None,
 ) -> GlobalSteps:
-    """Each rank's steps (and step energies, per source) joined into the run's steps."""
+    """Each rank's steps (and step energies, per source) joined into the run's steps;
+    ``curves`` give the shared sources' energy over each step's span."""
+    join = _Join(energy, errors, owners, counted, curves or {})
     by_step: dict[int, list[_RankStep]] = defaultdict(list)
     for key in steps.keys() | energy.keys():
         p = steps.get(key) or Point("nrg_step", {}, {"step": key[2]}, 0)
@@ -245,11 +288,15 @@ def global_steps(
     for host, rank in {k[:2] for k in steps.keys() | energy.keys()}:
         gpu_source, uuid = owners.get((host, rank), ("", ""))
         out.ranks[(host, rank)] = _Rank(host, rank, uuid, gpu_source)
+    previous_end: int | None = None
     for step in sorted(by_step):
         members = sorted(by_step[step], key=lambda m: m.key)
         gkey: StepKey = ("", "", step)
-        out.steps[gkey] = _synth(step, [m for m in members if m.key in steps] or members)
-        _join_energy(out, gkey, members, energy, errors, owners, counted)
+        span = _span(members, previous_end)
+        out.steps[gkey] = _synth(step, [m for m in members if m.key in steps] or members, span)
+        _join_energy(out, gkey, members, span, join)
+        if span is not None:
+            previous_end = span[1]
         if len(members) > 1:
             out.multi_rank_steps += 1
     return out
@@ -259,11 +306,10 @@ def _join_energy(
     out: GlobalSteps,
     gkey: StepKey,
     members: list[_RankStep],
-    energy: Mapping[StepKey, Mapping[str, float]],
-    errors: Mapping[StepKey, float],
-    owners: Mapping[RankKey, tuple[str, str]],
-    counted: Counted,
+    span: tuple[int, int] | None,
+    join: _Join,
 ) -> None:
+    energy, errors, counted = join.energy, join.errors, join.counted
     per_host: dict[str, list[_RankStep]] = defaultdict(list)
     for m in members:
         r = out.ranks[m.key[:2]]
@@ -272,19 +318,19 @@ def _join_energy(
             r.time_s += (m.end - m.start) / _NS
         per_host[m.key[0]].append(m)
     sources: dict[str, float] = {}
-    rank_energy: dict[RankKey, float] = {}
+    rank_energy: dict[RankKey, tuple[float, float]] = {}
     total, error, measured = 0.0, None, False
     for host, group in per_host.items():
         with_energy = [m for m in group if m.key in energy]
         if not with_energy:
             continue
-        merged, ranks, host_total = _merge_host(with_energy, energy, owners, counted)
+        merged, ranks, host_total = _merge_host(with_energy, span, join)
         measured = measured or bool(counted(merged))
         for source, joules in merged.items():
             sources[source] = sources.get(source, 0.0) + joules
-        for rank, joules in ranks.items():
-            rank_energy[(host, rank)] = joules
-            out.ranks[(host, rank)].energy_j += joules
+        for rank, parts in ranks.items():
+            rank_energy[(host, rank)] = parts
+            out.ranks[(host, rank)].energy_j += parts[0] + parts[1]
         total += host_total
         out.host_energy[host] = out.host_energy.get(host, 0.0) + host_total
         errs = [errors[m.key] for m in with_energy if m.key in errors]
@@ -296,4 +342,4 @@ def _join_energy(
         out.totals[gkey] = total
     if error is not None:
         out.errors[gkey] = error
-    _stragglers(members, rank_energy, out.ranks)
+    _stragglers(members, span, rank_energy, out.ranks)

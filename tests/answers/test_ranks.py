@@ -30,12 +30,9 @@ def host_ranks(run: ClusterRun, host: str) -> list[int]:
 
 
 def rank_step_j(run: ClusterRun, rank: int, n: int) -> float:
-    """A rank's step energy: its GPU over its step, plus its share of the host's package over
-    the host's longest step."""
-    d = intervals(run)
-    host = run.hosts[rank // run.ranks_per_host]
-    longest = max(d[r][n] for r in host_ranks(run, host))
-    return run.gpu_w * d[rank][n] + run.package_w * longest / run.ranks_per_host
+    """A rank's step energy: its GPU over its own step, plus its share of the host's package
+    over the run's step (from the slowest rank's previous end to its end: one period)."""
+    return run.gpu_w * intervals(run)[rank][n] + run.package_w * run.period_s / run.ranks_per_host
 
 
 def test_steps_of_all_ranks_are_one_step_of_the_run() -> None:
@@ -54,12 +51,8 @@ def test_steps_of_all_ranks_are_one_step_of_the_run() -> None:
     for e in s.epochs:
         n0 = e.epoch * run.steps
         assert e.energy_j == pytest.approx(sum(per_step[n0 : n0 + run.steps]), rel=REL)
-        # from the earliest start of its first step (a fast rank's) to the slowest end
-        first = (
-            run.job_start if e.epoch == 0 else min(run.ends(r)[n0 - 1] for r in range(run.world))
-        )
-        last = max(run.ends(r)[n0 + run.steps - 1] for r in range(run.world))
-        assert e.duration_s == pytest.approx((last - first) / NS, rel=REL)
+        # the run's steps follow each other, each ending with the slowest rank
+        assert e.duration_s == pytest.approx(run.steps * run.period_s, rel=REL)
     # the unused GPU (nvml:2 on each host) is no rank's: not in the steps
     assert s.epochs[0].sources.get("nvml:2", 0.0) == 0.0
     assert s.energy.outside_steps_j == pytest.approx(s.energy.total_j - sum(per_step), rel=REL)
@@ -103,9 +96,9 @@ def test_straggler_waits_and_the_energy_they_cost() -> None:
     assert st["slowest_steps"] == st["steps"] == run.n_steps
     fast = [r for r in range(run.world) if r != run.slow_rank]
     assert st["wait_s"] == pytest.approx(len(fast) * run.n_steps * run.delay_s, rel=REL)
-    d = intervals(run)
-    wasted = sum(
-        rank_step_j(run, r, n) / d[r][n] * run.delay_s for r in fast for n in range(run.n_steps)
+    # a fast rank's power: its GPU, and its share of the host's package
+    wasted = (
+        len(fast) * run.n_steps * run.delay_s * (run.gpu_w + run.package_w / run.ranks_per_host)
     )
     assert st["wasted_j"] == pytest.approx(wasted, rel=REL)
     assert st["wasted_share"] == pytest.approx(wasted / s.energy.total_j, rel=REL)

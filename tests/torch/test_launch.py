@@ -101,14 +101,17 @@ def test_cuda_uuid_names_the_physical_device_of_the_model() -> None:
 
 class Wrapper(nn.Module):
     """Stands in for DDP's wrapper (same class name and ``module``), without a process group:
-    its forward, like DDP's, is not what torch.export should see."""
+    its forward, like DDP's, is not one torch.export can take (DDP's runs collectives; this
+    one branches on data)."""
 
     def __init__(self, module: nn.Module) -> None:
         super().__init__()
         self.module = module
 
     def forward(self, x: Any) -> Any:
-        return self.module(x)
+        if x.sum() > -1e30:  # data-dependent: torch.export refuses it
+            return self.module(x)
+        return self.module(-x)
 
 
 Wrapper.__name__ = Wrapper.__qualname__ = "DistributedDataParallel"
