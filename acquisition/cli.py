@@ -565,7 +565,7 @@ def _attach_summary(agent: Agent, job: Job) -> Callable[[RunOutcome], None]:
 
 async def _track(job: Job, agent: Agent, socket_path: str, tracked: set[int]) -> int:
     """Start the job and wait for it; its exit status (127/126 when it cannot start). The
-    run's window is spawn to exit: ``nrg_run`` events ``spawn`` and ``exit`` mark it."""
+    run's window is spawn to exit: ``nrg_job`` events ``spawn`` and ``exit`` mark it."""
     agent.bus.add_sink(_RunWatch(agent.tags.get("run", "")).offer)
     spawned_ns = time.time_ns()
     try:
@@ -574,10 +574,10 @@ async def _track(job: Job, agent: Agent, socket_path: str, tracked: set[int]) ->
         print(exc, file=sys.stderr)
         return exc.status
     tracked.add(job.pid)
-    agent.bus.emit(Point("nrg_run", {}, {"event": "spawn", "pid": job.pid}, spawned_ns))
+    agent.bus.emit(Point("nrg_job", {}, {"event": "spawn", "pid": job.pid}, spawned_ns))
     code = await job.wait()
     fields: dict[str, FieldValue] = {"event": "exit", "pid": job.pid, "exit_code": code}
-    agent.bus.emit(Point("nrg_run", {}, fields, time.time_ns()))
+    agent.bus.emit(Point("nrg_job", {}, fields, time.time_ns()))
     return code
 
 

@@ -62,6 +62,7 @@ _ERROR_FIELDS = ("energy_error_joules", "error_joules")
 _NS = 1e9
 _STARTS = ("spawn", "start")
 _ENDS = ("exit", "end")
+_EVENTS = ("nrg_job", "nrg_run")
 _ROOT_MODULE = "(root)"
 """The whole model's module tag in nrg_model (acquisition.torch's ROOT_NAME)."""
 
@@ -392,10 +393,10 @@ def _most_common(points: list[Point], tag: str) -> str:
 
 
 def _window(points: list[Point]) -> tuple[int, int, int | None]:
-    """(start, end, exit code): the earliest ``nrg_run`` spawn or start and the latest exit or
-    end (a tracked command's spawn and exit, over every agent of the run, and its ranks' own
-    start and end), else the first and last point."""
-    runs = [p for p in points if p.measurement == "nrg_run"]
+    """(start, end, exit code): the earliest event that starts the run and the latest that ends
+    it: a tracked command's ``nrg_job`` spawn and exit (from every agent of the run) and its
+    ranks' ``nrg_run`` start and end; else the first and last point."""
+    runs = [p for p in points if p.measurement in _EVENTS]
     starts = [p.time_ns for p in runs if p.fields.get("event") in _STARTS]
     ends = [p for p in runs if p.fields.get("event") in _ENDS]
     times = [p.time_ns for p in points]

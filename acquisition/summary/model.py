@@ -37,7 +37,8 @@ from acquisition.summary_options import (
 SCHEMA = "nrg.summary/1"
 J_PER_KWH = 3.6e6
 PROVENANCE: dict[str, str] = {
-    "window": "the job's nrg_run start and end events, else the run's first and last point",
+    "window": "the tracked command's nrg_job spawn and exit and the job's nrg_run start and "
+    "end, the widest, else the run's first and last point",
     "energy.sources": "rapl and gpu energy_joules counters differenced; gpu power_watts and "
     "emonpi power<ch>_watts integrated by trapezoids; interpolated at the window's edges",
     "energy.total_j": "per host the wall meter if any, else RAPL package + dram + GPUs",

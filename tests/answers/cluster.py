@@ -87,8 +87,8 @@ class ClusterRun:
                 out.append(Point("gpu", gpu_tags, {"energy_joules": self.gpu_w * s}, t))
             t += tick
         if self.spawn:
-            out.append(Point("nrg_run", tags, {"event": "spawn", "pid": 1}, T0 + tick // 2))
-            out.append(Point("nrg_run", tags, {"event": "exit", "exit_code": 0}, t - tick))
+            out.append(Point("nrg_job", tags, {"event": "spawn", "pid": 1}, T0 + tick // 2))
+            out.append(Point("nrg_job", tags, {"event": "exit", "exit_code": 0}, t - tick))
         first = self.hosts.index(host) * self.ranks_per_host
         for local in range(self.ranks_per_host):
             out += self.rank_points(host, first + local, local)

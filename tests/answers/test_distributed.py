@@ -66,7 +66,7 @@ def test_global_steps_and_energy_per_step(ddp_run: tuple[Path, dict, str]) -> No
 
 def test_window_is_spawn_to_exit(ddp_run: tuple[Path, dict, str]) -> None:
     tmp, data, _ = ddp_run
-    runs = read_points(tmp / "out", ["nrg_run"], tags={"run": "ddp1"})
+    runs = read_points(tmp / "out", ["nrg_run", "nrg_job"], tags={"run": "ddp1"})
     by_event: dict[str, list[int]] = {}
     for p in runs:
         by_event.setdefault(str(p.fields["event"]), []).append(p.time_ns)
