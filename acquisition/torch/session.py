@@ -154,7 +154,9 @@ class Session:
         self.socket_path = Path(socket_path) if socket_path else default_socket_path()
         self.fallback_path = Path(fallback_dir or default_fallback_dir()) / f"{stem}.lp"
         graph_root = graph_dir or os.environ.get("NRG_GRAPH_DIR") or data_dir() / "graphs"
-        self.graph_path: Path | None = Path(graph_root) / f"{stem}.graph.json" if graph else None
+        self.graph_path: Path | None = (
+            Path(graph_root) / f"{stem}.graph.json" if graph and self._graph_rank() else None
+        )
         if example_inputs is not None and not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)
         self._example = (example_inputs, dict(example_kwargs or {}))

@@ -162,4 +162,5 @@ def test_graph_once_per_run_on_rank_zero(
         if p.measurement == "nrg_run" and p.fields["event"] == "start"
     )
     assert start.fields["launcher"] == "torchrun"
+    assert bool(start.fields["graph_path"]) == (rank == "0")
     assert (start.fields["local_rank"], start.fields["world_size"]) == (1, 8)
