@@ -40,7 +40,7 @@ from acquisition.job import Job, JobNotStartable, check_command, default_run_nam
 from acquisition.lineproto import LineEncoder
 from acquisition.live import live_line_wanted
 from acquisition.paths import ENV_AGENT_DATA
-from acquisition.point import FieldValue, Point
+from acquisition.point import Point
 
 __all__ = ["SUBCOMMANDS", "RunOutcome", "Subcommand", "after_run", "main"]
 
@@ -564,21 +564,15 @@ def _attach_summary(agent: Agent, job: Job) -> Callable[[RunOutcome], None]:
 
 
 async def _track(job: Job, agent: Agent, socket_path: str, tracked: set[int]) -> int:
-    """Start the job and wait for it; its exit status (127/126 when it cannot start). The
-    run's window is spawn to exit: ``nrg_job`` events ``spawn`` and ``exit`` mark it."""
+    """Start the job and wait for it; its exit status (127/126 when it cannot start)."""
     agent.bus.add_sink(_RunWatch(agent.tags.get("run", "")).offer)
-    spawned_ns = time.time_ns()
     try:
         await job.start(_job_env(agent, socket_path))
     except JobNotStartable as exc:
         print(exc, file=sys.stderr)
         return exc.status
     tracked.add(job.pid)
-    agent.bus.emit(Point("nrg_job", {}, {"event": "spawn", "pid": job.pid}, spawned_ns))
-    code = await job.wait()
-    fields: dict[str, FieldValue] = {"event": "exit", "pid": job.pid, "exit_code": code}
-    agent.bus.emit(Point("nrg_job", {}, fields, time.time_ns()))
-    return code
+    return await job.wait(agent.bus.emit)
 
 
 def _start_live(agent: Agent, args: argparse.Namespace) -> asyncio.Task[None] | None:
