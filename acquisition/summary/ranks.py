@@ -10,8 +10,9 @@ Model, per global step:
 - its span: from the end of the run's previous step (the slowest rank's end) or, when all its
   ranks started later (after a pause), their earliest start, to the latest end of its ranks: the
   run's steps follow each other without overlap, each as long as its slowest rank made it;
-- on each host, a source used by one rank only (its GPU) counts that rank's figure; a GPU no
-  rank of the run uses is left out (when the ranks named theirs); a source the host's ranks
+- on a host with several ranks, a source used by one rank only (its GPU) counts that rank's
+  figure, and a GPU no rank of the run uses is left out (when the ranks named theirs; a host's
+  only rank keeps all its GPUs, as one process may use them all); a source the host's ranks
   share (RAPL, the wall meter, GPUs of unknown owner) counts once, its energy over the span
   (from its readings; without them, the largest of the ranks' figures); the step's energy is
   the sum over hosts; samples: the sum over ranks;
@@ -184,7 +185,11 @@ def _merge_host(
     """One host's share of a global step: (source → J, rank → (own J, share J), total J)."""
     energy, owners, counted = join.energy, join.owners, join.counted
     host = members[0].key[0]
-    owned = {owners[(host, m.key[1])][0]: m.key[1] for m in members if (host, m.key[1]) in owners}
+    owned: dict[str, str] = {}
+    if len(members) > 1:  # a host's only process may use every GPU (DataParallel, pipelines)
+        owned = {
+            owners[(host, m.key[1])][0]: m.key[1] for m in members if (host, m.key[1]) in owners
+        }
     merged: dict[str, float] = {}
     for m in members:
         for source, joules in energy.get(m.key, {}).items():

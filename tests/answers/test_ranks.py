@@ -114,9 +114,14 @@ def test_no_straggler_when_ranks_end_together() -> None:
 
 
 def test_single_process_run_has_no_straggler_table() -> None:
-    s = summarize(ClusterRun(hosts=("h1",), ranks_per_host=1, slow_rank=None).points())
+    run = ClusterRun(hosts=("h1",), ranks_per_host=1, slow_rank=None)
+    s = summarize(run.points())
     assert s.stragglers is None
     assert len(s.per_rank) == 1 and s.steps.count == 10
+    # a host's only process keeps every GPU of the host (it may use them all)
+    step_w = run.package_w + run.gpus * run.gpu_w
+    assert s.steps.energy_j is not None
+    assert s.steps.energy_j["mean"] == pytest.approx(step_w * run.period_s, rel=REL)
 
 
 def test_window_is_spawn_to_exit() -> None:
