@@ -110,7 +110,6 @@ def test_training_run_summary_report_and_compare(short_tmp: Path, rapl_root: Pat
         src = {s["source"]: s for s in data["energy"]["sources"]}
         # the window is spawn to exit: the part after the last sample is the sources' error bar
         unsampled = sum(s["error_j"] for s in src.values() if s["counted"])
-        assert unsampled <= watts * 0.05 * 1.5  # less than one interval (50 ms) at its end
         assert data["energy"]["total_j"] == pytest.approx(
             watts * data["duration_s"], abs=bound + unsampled
         )
