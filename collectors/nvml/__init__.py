@@ -7,8 +7,9 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
   and newer except GA100 (A100, A30, A800); on GA100 and older GPUs it is instantaneous, is not
   emitted as an average, and stands in for ``power_watts`` when field 186 is not supported;
 - ``nvmlDeviceGetTotalEnergyConsumption`` mJ since driver load (Volta+) → ``gpu.energy_joules``
-  since the collector opened, reloads corrected; without the counter, instant power integrated
-  over the agent's ticks → ``gpu.energy_integrated_joules``;
+  since the collector opened, reloads corrected, read every ``energy_interval`` (the call costs
+  milliseconds of CPU); without the counter, instant power integrated over the agent's ticks →
+  ``gpu.energy_integrated_joules``;
 - ``nvmlDeviceGetUtilizationRates`` % → ``utilization_ratio``, ``memory_utilization_ratio``;
 - ``nvmlDeviceGetMemoryInfo`` (v2, else v1) bytes → ``memory_used_bytes``, ``memory_total_bytes``,
   ``memory_reserved_bytes`` (v2 only);
@@ -17,7 +18,7 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
 - ``nvmlDeviceGetEnforcedPowerLimit`` mW → ``power_limit_watts``;
 - ``nvmlDeviceGetSamples`` (total power mW, GPU and memory utilisation %), everything the driver
   buffered since the last seen timestamp, each at its own driver timestamp (µs → ns) →
-  ``gpu_sample`` points;
+  ``gpu_sample`` points, emitted before the tick's ``gpu`` point;
 - ``nvmlDeviceGetComputeRunningProcesses`` bytes and ``nvmlDeviceGetProcessesUtilizationInfo``
   (else the older ``nvmlDeviceGetProcessUtilization``) % → ``gpu_process`` points per process (the
   pid an integer field and an ``instance`` tag, the process's slot on that GPU; or the pid as a
@@ -25,6 +26,9 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
   current and maximum GPU memory);
 - ``<root>/proc/<pid>/stat`` (parent pid, start time) to key processes by (pid, start time) and
   to find the tracked trees they belong to.
+
+The sample buffers, clocks, power limit and processes are read every ``detail_interval``; power,
+utilisation, memory and temperature every tick.
 
 Every NVML call is a blocking ctypes call: all of them run on one worker thread owned by the
 collector, one executor job per tick. Errors map to four outcomes: *not supported* (that reading
@@ -41,7 +45,6 @@ import logging
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -49,6 +52,7 @@ from acquisition.api import Emit, PluginContext
 from acquisition.errors import NoData, NrgError
 from acquisition.point import FieldValue, Point
 
+from .config import NvmlConfig
 from .parse import (
     _INIT_REASONS,
     _LOST,
@@ -74,7 +78,7 @@ from .parse import (
     value_of,
 )
 from .processes import ProcessAccounting, ProcessReading
-from .state import Cursor, Gpu, GpuLost, Integrator
+from .state import Cadence, Cursor, Gpu, GpuLost, Integrator
 
 __all__ = [
     "NvmlCollector",
@@ -90,32 +94,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class NvmlConfig:
-    """``[[collectors.nvml]]`` keys."""
-
-    root: str = field(
-        default="/", metadata={"doc": "where proc/<pid>/stat is read (fixture trees, /host)"}
-    )
-    gpus: str = field(
-        default="all",
-        metadata={
-            "doc": '"all"; "visible" = the GPUs of this job (CUDA_VISIBLE_DEVICES); or NVML'
-            " indices and GPU-... UUIDs (unique prefixes), comma-separated"
-        },
-    )
-    samples: bool = field(
-        default=True, metadata={"doc": "read the driver's power/utilisation sample buffer"}
-    )
-    processes: bool = field(
-        default=True, metadata={"doc": "per-process and per-tracked-tree GPU memory and use"}
-    )
-    pid_tag: bool = field(
-        default=False,
-        metadata={"doc": "gpu_process points carry the pid as a tag (one series per process)"},
-    )
 
 
 class NvmlCollector:
@@ -145,6 +123,8 @@ class NvmlCollector:
         self._gpus: list[Gpu] = []
         self._driver = ""
         self._accounting = ProcessAccounting(self._proc, pid_tag=config.pid_tag)
+        self._energy_due = Cadence(int(config.energy_interval * 1e9))
+        self._detail_due = Cadence(int(config.detail_interval * 1e9))
         self._counts = {
             "gpus_lost": 0,
             "errors_transient": 0,
@@ -322,19 +302,20 @@ class NvmlCollector:
         points: list[Point] = []
         processes: list[ProcessReading] = []
         transient_before = self._counts["errors_transient"]
+        energy, detail = self._energy_due.due(now_ns), self._detail_due.due(now_ns)
         for gpu in self._gpus:
             if gpu.lost:
                 continue
             mark = len(points)
             try:
-                self._read_gpu(gpu, now_ns, points)
-                if self._config.processes:
+                self._read_gpu(gpu, now_ns, points, energy=energy, detail=detail)
+                if self._config.processes and detail:
                     processes.extend(self._read_processes(gpu, now_ns))
             except GpuLost as lost:
                 del points[mark:]  # what this GPU said in its last tick is not to be trusted
                 processes = [entry for entry in processes if entry[0] is not gpu]
                 self._lose(gpu, lost.code)
-        if self._config.processes:
+        if self._config.processes and detail:
             self._accounting.points(now_ns, processes, roots, points)
         errors = self._counts["errors_transient"] - transient_before
         if not points and errors:
@@ -401,11 +382,15 @@ class NvmlCollector:
         log.info("GPU %d (%s): %s not supported: %s; skipped from now on", gpu.index, gpu.name,
                  key, why)  # fmt: skip
 
-    def _read_gpu(self, gpu: Gpu, now_ns: int, points: list[Point]) -> None:
+    def _read_gpu(
+        self, gpu: Gpu, now_ns: int, points: list[Point], *, energy: bool, detail: bool
+    ) -> None:
+        """One GPU's ``gpu`` point, after its ``gpu_sample`` points (``detail`` ticks) so that a
+        reader has the samples up to the counter reading when the counter arrives."""
         nvml, call, handle = self._nvml, self._call, gpu.handle
         fields: dict[str, FieldValue] = {}
         instant = self._read_power(gpu, fields)
-        if "energy" not in gpu.unsupported:
+        if energy and "energy" not in gpu.unsupported:
             mj = call(gpu, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
             if mj is not None:
                 fields["energy_joules"] = gpu.energy.update(int(mj))
@@ -419,11 +404,12 @@ class NvmlCollector:
             fields["memory_utilization_ratio"] = rates.memory / 100.0
         self._read_memory(gpu, fields)
         self._read_temperature(gpu, fields)
-        self._read_clocks(gpu, fields)
+        if detail:
+            self._read_clocks(gpu, fields)
+            if self._config.samples:
+                self._read_samples(gpu, now_ns, points)
         if fields:
             points.append(Point("gpu", gpu.tags, fields, now_ns))
-        if self._config.samples:
-            self._read_samples(gpu, now_ns, points)
 
     def _read_power(self, gpu: Gpu, fields: dict[str, FieldValue]) -> float | None:
         """``power_watts`` (instantaneous) and ``power_average_watts`` (1 s average); returns the
