@@ -13,7 +13,16 @@ Prints, in one run:
 - points per tick and the rate of the emitted ``gpu_sample`` power series per GPU, beside the
   fake driver's sample rate.
 
-Run: ``.venv/bin/python bench/bench_nvml.py [--ticks 200] [--rounds 5]``
+Then, on one GPU at a 100 ms tick, the CPU per tick before and after the collector's cadences:
+every call every tick (``energy_interval = detail_interval = 0``, the collector's behaviour
+before them) beside the defaults (energy counter and detail reads once a second):
+
+- with the fake, each call busy-waiting its cost measured on an H100 (``H100_COSTS_US``), so the
+  proportions are the real ones;
+- with ``--real``, on the real NVML of this machine (GPU 0, real 100 ms ticks), after the cost of
+  each call the collector makes (200 calls each).
+
+Run: ``.venv/bin/python bench/bench_nvml.py [--ticks 200] [--rounds 5] [--real]``
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from acquisition.api import PluginContext
 from acquisition.point import Point
 from collectors.nvml import NvmlCollector, NvmlConfig
-from tests.nvml.fake_pynvml import FakeNvml
+from tests.nvml.fake_pynvml import H100_COSTS_US, MEASURED_COSTS_US, FakeNvml
 
 GPUS = 8
 PERIOD_US = 20_000
@@ -159,10 +168,106 @@ async def collector_ticks(
     return wall / ticks * 1e6, cpu / ticks * 1e6, points
 
 
+TICK_NS = 100_000_000
+EVERY_TICK = {"energy_interval": 0.0, "detail_interval": 0.0}
+"""The collector before its cadences: every call on every tick."""
+
+
+def cadence_ticks(nvml: Any, root: Path, ticks: int, config: dict[str, float], real: bool) -> float:
+    """CPU µs per 100 ms tick of the worker job on GPU 0 (``real``: real time between ticks)."""
+    ctx = context(root)
+    collector = NvmlCollector(NvmlConfig(root=str(root), gpus="0", **config), ctx, nvml=nvml,
+                              environ={})  # fmt: skip
+    asyncio.run(collector.open())
+    roots = frozenset({41000})
+    cpu = 0.0
+    start = time.time_ns()
+    try:
+        for step in range(1, ticks + 1):
+            now_ns = start + step * TICK_NS
+            if real:
+                time.sleep(max(now_ns - time.time_ns(), 0) / 1e9)
+            else:
+                nvml.step = step
+            c0 = time.thread_time()
+            collector._tick(now_ns, roots)
+            cpu += time.thread_time() - c0
+    finally:
+        asyncio.run(collector.aclose())
+    return cpu / ticks * 1e6
+
+
+def fake_h100(ticks: int) -> FakeNvml:
+    """One H100 of the scenario, each call costing what it costs there, 100 ms per step."""
+    one = scenario(ticks)
+    gpu = dict(one["gpu"][0])
+    gpu["sample_generator"] = {**gpu["sample_generator"], "step_us": TICK_NS // 1000}
+    gpu["process_generator"] = {**gpu["process_generator"], "step_us": TICK_NS // 1000}
+    return FakeNvml({"gpu": [gpu]}, costs=H100_COSTS_US)
+
+
+def call_costs(nvml: Any, calls: int = 200) -> dict[str, float]:
+    """CPU µs per call of each NVML call the collector makes, on GPU 0."""
+    nvml.nvmlInit()
+    try:
+        h = nvml.nvmlDeviceGetHandleByIndex(0)
+        probes = {
+            "nvmlDeviceGetTotalEnergyConsumption": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h),
+            "nvmlDeviceGetFieldValues": lambda: nvml.nvmlDeviceGetFieldValues(h, [186]),
+            "nvmlDeviceGetPowerUsage": lambda: nvml.nvmlDeviceGetPowerUsage(h),
+            "nvmlDeviceGetUtilizationRates": lambda: nvml.nvmlDeviceGetUtilizationRates(h),
+            "nvmlDeviceGetMemoryInfo_v2": lambda: nvml.nvmlDeviceGetMemoryInfo(h, version=0x02000028),
+            "nvmlDeviceGetTemperatureV": lambda: nvml.nvmlDeviceGetTemperatureV(h, 0),
+            "nvmlDeviceGetClockInfo": lambda: nvml.nvmlDeviceGetClockInfo(h, 1),
+            "nvmlDeviceGetEnforcedPowerLimit": lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h),
+            "nvmlDeviceGetSamples": lambda: nvml.nvmlDeviceGetSamples(h, 0, 0),
+            "nvmlDeviceGetComputeRunningProcesses_v3": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h),
+            "nvmlDeviceGetProcessesUtilizationInfo": lambda: nvml.nvmlDeviceGetProcessesUtilizationInfo(h, 0),
+        }  # fmt: skip
+        out: dict[str, float] = {}
+        for name, probe in probes.items():
+            c0 = time.thread_time()
+            for _ in range(calls):
+                try:
+                    probe()
+                except nvml.NVMLError:
+                    pass  # NOT_FOUND and the like cost what they cost
+            out[name] = (time.thread_time() - c0) / calls * 1e6
+        return out
+    finally:
+        nvml.nvmlShutdown()
+
+
+def cadence_report(root: Path, ticks: int, rounds: int, real: bool) -> None:
+    if real:
+        import pynvml
+
+        costs = call_costs(pynvml)
+        print("\nNVML call costs on GPU 0 here (CPU µs per call, 200 calls each; H100 figures):")
+        for name, us in costs.items():
+            known = MEASURED_COSTS_US.get(name)
+            print(f"  {name:44} {us:9.1f}   {'' if known is None else f'{known:9.1f}'}")
+        make: Any = lambda: pynvml  # noqa: E731
+    else:
+        make = lambda: fake_h100(ticks)  # noqa: E731
+    before, after = [], []
+    for _ in range(rounds):  # interleaved, best of each
+        before.append(cadence_ticks(make(), root, ticks, EVERY_TICK, real))
+        after.append(cadence_ticks(make(), root, ticks, {}, real))
+    b, a = min(before), min(after)
+    where = "the real NVML (GPU 0)" if real else "the fake with the H100's call costs"
+    print(f"\nOne GPU, {ticks} ticks of 100 ms, {where}, best of {rounds}: CPU µs per tick")
+    print(f"  {'every call every tick (before the cadences)':48} {b:9.0f}")
+    print(f"  {'defaults (energy and detail reads once a second)':48} {a:9.0f}")
+    print(f"  after / before: {a / b:.3f}; CPU-s per minute at 10 Hz: {b * 600 / 1e6:.2f} → "
+          f"{a * 600 / 1e6:.2f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=200, help="ticks per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--real", action="store_true", help="also on this machine's real NVML")
     args = parser.parse_args()
     ticks = args.ticks
     bare: list[tuple[float, float]] = []
@@ -199,6 +304,14 @@ def main() -> None:
         f"emitted power series: {rate:.1f} samples/s per GPU "
         f"(fake driver buffer: {1e6 / PERIOD_US:.1f}/s; a 1 Hz agent alone would give 1.0/s)"
     )
+    with tempfile.TemporaryDirectory() as tmp:
+        write_proc(Path(tmp))
+        cadence_report(Path(tmp), min(ticks, 100), min(args.rounds, 3), real=False)
+        if args.real:
+            try:
+                cadence_report(Path(tmp), min(ticks, 100), 1, real=True)
+            except Exception as exc:  # the driver's reason, on one line
+                sys.exit(f"--real: no usable NVIDIA GPU here: {exc}")
 
 
 if __name__ == "__main__":
