@@ -27,8 +27,9 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
 - ``<root>/proc/<pid>/stat`` (parent pid, start time) to key processes by (pid, start time) and
   to find the tracked trees they belong to.
 
-The sample buffers, clocks, power limit and processes are read every ``detail_interval``; power,
-utilisation, memory and temperature every tick.
+Clocks, power limit, processes and the utilisation sample buffers are read every
+``detail_interval``; power (the power sample buffer too), utilisation, memory and temperature
+every tick.
 
 Every NVML call is a blocking ctypes call: all of them run on one worker thread owned by the
 collector, one executor job per tick. Errors map to four outcomes: *not supported* (that reading
@@ -385,8 +386,8 @@ class NvmlCollector:
     def _read_gpu(
         self, gpu: Gpu, now_ns: int, points: list[Point], *, energy: bool, detail: bool
     ) -> None:
-        """One GPU's ``gpu`` point, after its ``gpu_sample`` points (``detail`` ticks) so that a
-        reader has the samples up to the counter reading when the counter arrives."""
+        """One GPU's ``gpu`` point, after its ``gpu_sample`` points, so that a reader has the
+        samples up to the counter reading when the counter arrives."""
         nvml, call, handle = self._nvml, self._call, gpu.handle
         fields: dict[str, FieldValue] = {}
         instant = self._read_power(gpu, fields)
@@ -406,8 +407,9 @@ class NvmlCollector:
         self._read_temperature(gpu, fields)
         if detail:
             self._read_clocks(gpu, fields)
-            if self._config.samples:
-                self._read_samples(gpu, now_ns, points)
+        if self._config.samples:
+            # Power samples every tick; the utilisation buffers with the detail reads.
+            self._read_samples(gpu, now_ns, points, _SAMPLE_TYPES if detail else _SAMPLE_TYPES[:1])
         if fields:
             points.append(Point("gpu", gpu.tags, fields, now_ns))
 
@@ -474,9 +476,11 @@ class NvmlCollector:
         if celsius is not None:
             fields["temperature_celsius"] = int(celsius)
 
-    def _read_samples(self, gpu: Gpu, now_ns: int, points: list[Point]) -> None:
+    def _read_samples(
+        self, gpu: Gpu, now_ns: int, points: list[Point], types: Sequence[tuple[int, str, float]]
+    ) -> None:
         by_time: dict[int, dict[str, FieldValue]] = {}
-        for stype, name, scale in _SAMPLE_TYPES:
+        for stype, name, scale in types:
             cursor = gpu.cursors.setdefault(stype, Cursor())
             if cursor.progress_ns is None:
                 cursor.progress_ns = now_ns

@@ -39,7 +39,7 @@ class NvmlConfig:
     )
     detail_interval: float = duration(
         1.0,
-        "read the sample buffers, clocks, power limit and processes at most this often",
+        "read clocks, power limit, processes, utilisation samples at most this often",
     )
 
     def validate(self) -> None:

@@ -180,9 +180,9 @@ class FakeNvml:
         self.threads.add(threading.current_thread().name)
         cost = self.costs.get(function)
         if cost:
-            until = time.perf_counter() + cost * 1e-6
-            while time.perf_counter() < until:
-                pass  # the driver's work, on this thread's CPU
+            until = time.thread_time() + cost * 1e-6
+            while time.thread_time() < until:
+                pass  # the driver's work: this thread's CPU time, however the machine is loaded
         if function in self._missing:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         if self.refcount == 0:

@@ -1,6 +1,7 @@
 """The NVML collector's cadences at a 100 ms tick: the energy counter (a call of milliseconds) and
-the detail reads (sample buffers, clocks, power limit, processes) once a second, the cheap
-readings every tick; totals still those of the counter. Calls are counted, never timed."""
+the detail reads (clocks, power limit, processes, utilisation samples) once a second, the cheap
+readings and the driver's power samples every tick; totals still those of the counter. Calls are counted, never
+timed."""
 
 from __future__ import annotations
 
@@ -100,13 +101,14 @@ CHEAP = Counter(
         "nvmlDeviceGetUtilizationRates": 1,
         "nvmlDeviceGetMemoryInfo_v2": 1,
         "nvmlDeviceGetTemperatureV": 1,
+        "nvmlDeviceGetSamples": 1,
     }
 )
 DETAIL = Counter(
     {
         "nvmlDeviceGetClockInfo": 2,
         "nvmlDeviceGetEnforcedPowerLimit": 1,
-        "nvmlDeviceGetSamples": 3,
+        "nvmlDeviceGetSamples": 2,
         "nvmlDeviceGetComputeRunningProcesses_v3": 1,
         "nvmlDeviceGetProcessesUtilizationInfo": 1,
     }
@@ -171,12 +173,17 @@ async def test_samples_come_before_the_counter_of_their_tick(
     context: PluginContext, tmp_path: Path
 ) -> None:
     _, points, _ = await run(context, tmp_path, h100())
-    for step in READ_STEPS[1:]:
+    for step in range(2, STEPS):
         order = [p.measurement for p in points[step]]
         samples = [i for i, m in enumerate(order) if m == "gpu_sample"]
-        assert len(samples) == 50  # 1 s of the driver's 20 ms samples
         assert max(samples) < order.index("gpu")
-    assert not only(points[2], "gpu_sample")  # a tick between reads the buffers not
+        power = [p for p in only(points[step], "gpu_sample") if "power_watts" in p.fields]
+        assert len(power) == 5  # 100 ms of the driver's 20 ms power samples
+        # utilisation samples (a second of them) only with the detail reads
+        utilisation = [
+            p for p in only(points[step], "gpu_sample") if "utilization_ratio" in p.fields
+        ]
+        assert len(utilisation) == (50 if step in READ_STEPS else 0)
 
 
 def test_a_cadence_allows_for_jitter_but_never_reads_twice_in_a_period() -> None:
