@@ -29,6 +29,9 @@ function named; scenario values are written in these units):
   power is returned"; NOT_SUPPORTED "if the device does not support power readings";
 - ``nvmlDeviceGetFieldValues`` with ``NVML_FI_DEV_POWER_INSTANT`` (186): milliwatts, the
   per-field result in ``nvmlFieldValue_t.nvmlReturn`` while the call itself returns SUCCESS;
+  ``NVML_FI_DEV_POWER_AVERAGE`` (185): milliwatts, "GPU power averaged over 1 sec interval,
+  supported on Ampere (except GA100) or newer architectures" (the value ``GetPowerUsage`` gives
+  there), NOT_SUPPORTED in its element elsewhere or where the architecture is not reported;
 - ``nvmlDeviceGetTotalEnergyConsumption``: millijoules "since the driver was last reloaded",
   "For Volta or newer fully supported devices", NOT_SUPPORTED otherwise;
 - ``nvmlDeviceGetEnforcedPowerLimit``: milliwatts;
@@ -90,6 +93,8 @@ from typing import Any, TypeVar
 
 import pynvml
 
+from collectors.nvml.parse import is_ga100
+
 __all__ = [
     "FIXTURES",
     "H100_COSTS_US",
@@ -145,6 +150,14 @@ class FakeHandle:
 
     def __repr__(self) -> str:
         return f"<FakeHandle {self.index}>"
+
+
+def _averages(gpu: Mapping[str, Any]) -> bool:
+    """Whether the GPU has field 185 (a 1 s power average): Ampere and newer except GA100."""
+    architecture = gpu.get("architecture")
+    if architecture is None:
+        return False
+    return architecture > 7 or (architecture == 7 and not is_ga100(str(gpu["name"])))
 
 
 def _at(series: Any, step: int) -> Any:
@@ -263,6 +276,12 @@ class FakeNvml:
                 element.nvmlReturn = pynvml.NVML_SUCCESS
                 element.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
                 element.value.uiVal = self._series(gpu, "power_instant_mw")
+            elif fid == pynvml.NVML_FI_DEV_POWER_AVERAGE and _averages(gpu):
+                element.nvmlReturn = pynvml.NVML_SUCCESS
+                element.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                element.value.uiVal = self._series(gpu, "power_usage_mw")
+            elif fid == pynvml.NVML_FI_DEV_POWER_AVERAGE:
+                element.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
             else:
                 element.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
         return values

@@ -96,8 +96,7 @@ async def run(
 
 CHEAP = Counter(
     {
-        "nvmlDeviceGetFieldValues": 1,
-        "nvmlDeviceGetPowerUsage": 1,
+        "nvmlDeviceGetFieldValues": 1,  # fields 186 and 185 together
         "nvmlDeviceGetUtilizationRates": 1,
         "nvmlDeviceGetMemoryInfo_v2": 1,
         "nvmlDeviceGetTemperatureV": 1,
@@ -191,3 +190,57 @@ def test_a_cadence_allows_for_jitter_but_never_reads_twice_in_a_period() -> None
     ticks = [0, 100, 997, 1_100, 1_990, 2_000, 2_960, 3_000]  # ms
     due = [t for t in ticks if cadence.due(t * 1_000_000)]
     assert due == [0, 997, 1_990, 2_960]
+
+
+class _FieldLog(FakeNvml):
+    """Records the field ids of each ``nvmlDeviceGetFieldValues`` call."""
+
+    def __init__(self, scenario: dict[str, Any]) -> None:
+        super().__init__(scenario)
+        self.asked: list[list[int]] = []
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: Any) -> Any:
+        self.asked.append(list(field_ids))
+        return super().nvmlDeviceGetFieldValues(handle, field_ids)
+
+
+@pytest.mark.parametrize(
+    ("name", "architecture", "not_supported", "fields", "usage_calls", "average"),
+    [
+        ("NVIDIA H100 80GB HBM3", 9, [], [186, 185], 0, True),  # 185 is the 1 s average
+        ("NVIDIA H100 80GB HBM3", 9, ["field:185"], [186], 3, True),  # refused once: the call
+        ("NVIDIA A100-SXM4-40GB", 7, [], [186], 3, False),  # GA100: GetPowerUsage is instant
+        ("NVIDIA H100 80GB HBM3", None, [], [186], 3, True),  # no architecture: as before
+    ],
+)
+async def test_power_fields_are_read_in_one_call(
+    context: PluginContext,
+    tmp_path: Path,
+    name: str,
+    architecture: int | None,
+    not_supported: list[str],
+    fields: list[int],
+    usage_calls: int,
+    average: bool,
+) -> None:
+    scenario = h100(name=name, architecture=architecture, not_supported=not_supported)
+    if architecture is None:
+        del scenario["gpu"][0]["architecture"]
+    fake = _FieldLog(scenario)
+    collector = NvmlCollector(NvmlConfig(root=str(tmp_path), processes=False), context,
+                              nvml=fake, environ={})  # fmt: skip
+    await collector.open()
+    points: list[Point] = []
+    try:
+        for step in (1, 2, 3):
+            fake.step = step
+            await collector.collect(points.append, T0_NS + step * TICK_NS)
+    finally:
+        await collector.aclose()
+    assert fake.asked[-1] == fields
+    assert fake.calls["nvmlDeviceGetPowerUsage"] == usage_calls
+    for step, gpu in zip((1, 2, 3), only(points, "gpu"), strict=True):
+        assert gpu.fields["power_watts"] == power_mw(step) / 1000  # field 186
+        assert ("power_average_watts" in gpu.fields) is average
+        if average:
+            assert gpu.fields["power_average_watts"] == 400.0
