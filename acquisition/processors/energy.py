@@ -192,8 +192,12 @@ def counter_at(
 
     Shaping spreads each interval's counter energy in proportion to the samples' energy, so the
     counter's own values are kept at its sample times and any split of time adds up exactly.
+    After the counter's last reading, samples that reach ``t`` carry it on (when the agent stops
+    between two readings).
     """
-    if not times or t < times[0] or t > times[-1]:
+    if times and t > times[-1]:
+        return _carried(times, joules, st, sw, t)
+    if not times or t < times[0]:
         return None
     if len(times) == 1:
         return CounterAt(0, joules[0], 0.0, None, 0.0)
@@ -208,6 +212,17 @@ def counter_at(
             fraction = held_energy(st, sw, a, t) / whole
             residual = delta - whole
     return CounterAt(k, joules[k] + delta * fraction, fraction, residual, delta * _NS / (b - a))
+
+
+def _carried(
+    times: list[int], joules: list[float], st: list[int], sw: list[float], t: int
+) -> CounterAt | None:
+    """The counter after its last reading, carried on by the power samples up to ``t``."""
+    last = times[-1]
+    if not st or st[0] > last + SAMPLE_SLACK_NS or st[-1] < t - SAMPLE_SLACK_NS:
+        return None
+    extra = held_energy(st, sw, last, t)
+    return CounterAt(len(times) - 1, joules[-1] + extra, 0.0, 0.0, extra * _NS / (t - last))
 
 
 def shaped_energy(

@@ -124,3 +124,17 @@ def test_without_samples_the_counter_is_interpolated_linearly() -> None:
     # Linear between the readings at 1 s and 2 s: the second's mean power times the duration.
     mean_w = (joules(2000) - joules(1000)) / 1.0
     assert point.fields["energy_joules"] == pytest.approx(mean_w * 0.037, rel=1e-9)
+
+
+def test_steps_after_the_last_counter_reading_are_carried_by_the_samples_at_shutdown() -> None:
+    # The agent stops at 2.95 s: its last counter reading was at 2 s, its samples reach 2.94 s.
+    steps = [(1900 + STEP_MS * k, 1900 + STEP_MS * (k + 1)) for k in range(25)]
+    h = Harness(module_detail="off")
+    h.feed([p for p in bus(2950, steps) if p.time_ns <= T0 + 2950 * MS])
+    h.proc.flush(h.out.append)
+    gpu = step_points(h, "nvml:0")
+    assert sorted(gpu) == list(range(len(steps)))
+    for n, (start, end) in enumerate(steps):
+        expected = joules(end + QUEUE_MS) - joules(start + QUEUE_MS)
+        assert gpu[n].fields["energy_joules"] == pytest.approx(expected, rel=1e-9), n
+        assert gpu[n].fields["error_joules"] >= 0.0  # type: ignore[operator]
