@@ -177,8 +177,8 @@ class CounterAt(NamedTuple):
     the interval."""
     fraction: float
     """Share of the interval's energy before the time (0..1)."""
-    residual: float | None
-    """Counter energy of the interval less the samples' (J); None when samples did not shape it."""
+    shaped: bool
+    """Power samples shaped the interval (or carried the counter past its last reading)."""
     watts: float
     """The interval's mean power (W): counter difference over its length."""
 
@@ -200,18 +200,17 @@ def counter_at(
     if not times or t < times[0]:
         return None
     if len(times) == 1:
-        return CounterAt(0, joules[0], 0.0, None, 0.0)
+        return CounterAt(0, joules[0], 0.0, False, 0.0)
     k = min(bisect.bisect_right(times, t) - 1, len(times) - 2)
     a, b = times[k], times[k + 1]
     delta = joules[k + 1] - joules[k]
     fraction = (t - a) / (b - a)
-    residual = None
+    shaped = False
     if st and st[0] <= a + SAMPLE_SLACK_NS and st[-1] >= b - SAMPLE_SLACK_NS:
         whole = held_energy(st, sw, a, b)
         if whole > 0.0:
-            fraction = held_energy(st, sw, a, t) / whole
-            residual = delta - whole
-    return CounterAt(k, joules[k] + delta * fraction, fraction, residual, delta * _NS / (b - a))
+            fraction, shaped = held_energy(st, sw, a, t) / whole, True
+    return CounterAt(k, joules[k] + delta * fraction, fraction, shaped, delta * _NS / (b - a))
 
 
 def _carried(
@@ -222,7 +221,7 @@ def _carried(
     if not st or st[0] > last + SAMPLE_SLACK_NS or st[-1] < t - SAMPLE_SLACK_NS:
         return None
     extra = held_energy(st, sw, last, t)
-    return CounterAt(len(times) - 1, joules[-1] + extra, 0.0, 0.0, extra * _NS / (t - last))
+    return CounterAt(len(times) - 1, joules[-1] + extra, 0.0, True, extra * _NS / (t - last))
 
 
 def shaped_energy(
@@ -413,7 +412,7 @@ class Source:
         else over the counter."""
         c, sm = self.counter, self.samples
         cut = c.times[min(bisect.bisect_left(c.times, end), len(c.times) - 1)]
-        if at.residual is not None:
+        if at.shaped:
             last = bisect.bisect_right(sm.times, cut) - 1
             return edge_error(sm.times, sm.values, t, False, last)
         return edge_error(c.times, c.values, t, True, bisect.bisect_left(c.times, cut))
