@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from acquisition.point import FieldValue, Point
+from acquisition.summary.bounds import StepBound
 
 __all__ = [
     "Curve",
@@ -128,7 +129,8 @@ class GlobalSteps:
     energy: dict[StepKey, dict[str, float]] = field(default_factory=dict)
     """Per source name, summed over hosts."""
     totals: dict[StepKey, float] = field(default_factory=dict)
-    errors: dict[StepKey, float] = field(default_factory=dict)
+    bounds: dict[StepKey, dict[str, StepBound]] = field(default_factory=dict)
+    """Per source, the error bounds of the figure counted (summed over hosts)."""
     ranks: dict[RankKey, _Rank] = field(default_factory=dict)
     host_energy: dict[str, float] = field(default_factory=dict)
     """Energy inside the global steps per host."""
@@ -173,7 +175,7 @@ class _Join:
     """What joining the ranks' steps needs besides the steps."""
 
     energy: Mapping[StepKey, Mapping[str, float]]
-    errors: Mapping[StepKey, float]
+    bounds: Mapping[StepKey, Mapping[str, StepBound]]
     owners: Mapping[RankKey, tuple[str, str]]
     counted: Counted
     curves: Curves
@@ -265,6 +267,27 @@ def _stragglers(
             r.wait_energy_j += _mean_power(m, span, rank_energy[m.key[:2]]) * wait
 
 
+def _add_bounds(
+    into: dict[str, StepBound], members: list[_RankStep], merged: Mapping[str, float], join: _Join
+) -> None:
+    """Add one host's bounds of the sources it counts in a global step: a rank's own source's
+    from that rank, a shared source's the largest of its ranks' (the figure is counted once)."""
+    for source in merged:
+        found = [
+            join.bounds[m.key][source] for m in members if source in join.bounds.get(m.key, {})
+        ]
+        if not found:
+            continue
+        b = max(found, key=lambda x: x.error)
+        have = into.get(source)
+        if have is None:
+            into[source] = b
+            continue
+        start = None if have.start is None or b.start is None else have.start + b.start
+        end = None if have.end is None or b.end is None else have.end + b.end
+        into[source] = StepBound(have.error + b.error, start, end)
+
+
 def _mean_power(m: _RankStep, span: tuple[int, int] | None, joules: tuple[float, float]) -> float:
     """A rank's power in a step: its own sources over its step, its share over the span."""
     own, share = joules
@@ -276,14 +299,14 @@ def _mean_power(m: _RankStep, span: tuple[int, int] | None, joules: tuple[float,
 def global_steps(
     steps: Mapping[StepKey, Point],
     energy: Mapping[StepKey, Mapping[str, float]],
-    errors: Mapping[StepKey, float],
+    bounds: Mapping[StepKey, Mapping[str, StepBound]],
     owners: Mapping[RankKey, tuple[str, str]],
     counted: Counted,
     curves: Curves | None = None,
 ) -> GlobalSteps:
     """Each rank's steps (and step energies, per source) joined into the run's steps;
     ``curves`` give the shared sources' energy over each step's span."""
-    join = _Join(energy, errors, owners, counted, curves or {})
+    join = _Join(energy, bounds, owners, counted, curves or {})
     by_step: dict[int, list[_RankStep]] = defaultdict(list)
     for key in steps.keys() | energy.keys():
         p = steps.get(key) or Point("nrg_step", {}, {"step": key[2]}, 0)
@@ -314,7 +337,7 @@ def _join_energy(
     span: tuple[int, int] | None,
     join: _Join,
 ) -> None:
-    energy, errors, counted = join.energy, join.errors, join.counted
+    energy, counted = join.energy, join.counted
     per_host: dict[str, list[_RankStep]] = defaultdict(list)
     for m in members:
         r = out.ranks[m.key[:2]]
@@ -324,7 +347,7 @@ def _join_energy(
         per_host[m.key[0]].append(m)
     sources: dict[str, float] = {}
     rank_energy: dict[RankKey, tuple[float, float]] = {}
-    total, error, measured = 0.0, None, False
+    total, measured = 0.0, False
     for host, group in per_host.items():
         with_energy = [m for m in group if m.key in energy]
         if not with_energy:
@@ -338,13 +361,11 @@ def _join_energy(
             out.ranks[(host, rank)].energy_j += parts[0] + parts[1]
         total += host_total
         out.host_energy[host] = out.host_energy.get(host, 0.0) + host_total
-        errs = [errors[m.key] for m in with_energy if m.key in errors]
-        if errs:
-            error = (error or 0.0) + max(errs)
+        _add_bounds(out.bounds.setdefault(gkey, {}), with_energy, merged, join)
     if sources:
         out.energy[gkey] = sources
     if measured:
         out.totals[gkey] = total
-    if error is not None:
-        out.errors[gkey] = error
+    if not out.bounds.get(gkey, True):
+        del out.bounds[gkey]
     _stragglers(members, span, rank_energy, out.ranks)
