@@ -9,12 +9,14 @@ Model, per global step:
 
 - its span: from the end of the run's previous step (the slowest rank's end) or, when all its
   ranks started later (after a pause), their earliest start, to the latest end of its ranks: the
-  run's steps follow each other without overlap, each as long as its slowest rank made it;
+  run's steps follow each other without overlap, each as long as its slowest rank made it (a
+  step of one process keeps its own interval and figures);
 - on a host with several ranks, a source used by one rank only (its GPU) counts that rank's
   figure, and a GPU no rank of the run uses is left out (when the ranks named theirs; a host's
   only rank keeps all its GPUs, as one process may use them all); a source the host's ranks
-  share (RAPL, the wall meter, GPUs of unknown owner) counts once, its energy over the span
-  (from its readings; without them, the largest of the ranks' figures); the step's energy is
+  share (RAPL, the wall meter, GPUs of unknown owner) counts once: with several ranks on the
+  host, its energy over the span (from its readings; without them, the largest of the ranks'
+  figures), with one, that rank's figure; the step's energy is
   the sum over hosts; samples: the sum over ranks;
 - a rank's energy: its own sources plus an equal share of the host's shared sources (so the
   ranks add up to the step);
@@ -203,7 +205,7 @@ def _merge_host(
                 continue  # a GPU of this host that no rank of the run uses
             else:
                 merged[source] = max(joules, merged.get(source, joules))
-    if span is not None:
+    if span is not None and len(members) > 1:  # one rank's own figures stand as they are
         for source in merged.keys() - owned.keys():
             curve = join.curves.get((host, source))
             over_span = curve.energy(*span) if curve is not None else None
@@ -320,8 +322,13 @@ def global_steps(
     for step in sorted(by_step):
         members = sorted(by_step[step], key=lambda m: m.key)
         gkey: StepKey = ("", "", step)
-        span = _span(members, previous_end)
-        out.steps[gkey] = _synth(step, [m for m in members if m.key in steps] or members, span)
+        if len(members) == 1:  # one process: its step as it is (its GPU-timeline edges too)
+            only = members[0]
+            span = (only.start, only.end) if only.start is not None and only.end else None
+            out.steps[gkey] = only.point if only.key in steps else _synth(step, members, span)
+        else:
+            span = _span(members, previous_end)
+            out.steps[gkey] = _synth(step, [m for m in members if m.key in steps] or members, span)
         _join_energy(out, gkey, members, span, join)
         if span is not None:
             previous_end = span[1]
