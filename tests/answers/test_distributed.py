@@ -17,7 +17,7 @@ from tests.answers import job_ddp
 from tests.answers.fakepower import powercap_tree
 from tests.answers.test_tracked import NRG, config, nrg, validate
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]  # torchrun's two ranks start torch
 
 PACKAGE_W, DRAM_W = 25.0, 5.0
 STALE_S = 0.02
