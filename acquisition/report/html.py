@@ -1,6 +1,6 @@
 """The HTML report: one self-contained file (plots inline as SVG, no network at view time).
 
-Plots are drawn by matplotlib (``pip install 'nrg[report]'``), imported only here:
+Plots are drawn by matplotlib (``pip install '.[report]'``), imported only here:
 
 - power per source over time (W, from consecutive counter readings or power readings), epochs
   as vertical lines, time outside steps (start-up, evaluation in ``paused()``) shaded;
@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from acquisition.errors import install_hint
 from acquisition.point import Point
 from acquisition.processors.attribution import parse_source
 from acquisition.report.compare import Comparison
@@ -30,7 +31,7 @@ from acquisition.summary import RAM_UNITS, RunSummary
 
 __all__ = ["MATPLOTLIB_MISSING", "compare_html", "fmt", "report_html"]
 
-MATPLOTLIB_MISSING = "the HTML report draws its plots with matplotlib: pip install 'nrg[report]'"
+MATPLOTLIB_MISSING = f"the HTML report draws its plots with matplotlib: {install_hint('report')}"
 _NS = 1e9
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
