@@ -36,10 +36,9 @@ from acquisition.config import (
 )
 from acquisition.energy import EnergyTotals, no_energy_message
 from acquisition.errors import ConfigError, NoData
-from acquisition.job import Job, JobNotStartable, check_command, default_run_name
+from acquisition.job import Job, JobNotStartable, check_command, default_run_name, job_env
 from acquisition.lineproto import LineEncoder
 from acquisition.live import live_line_wanted
-from acquisition.paths import ENV_AGENT_DATA
 from acquisition.point import Point
 
 __all__ = ["SUBCOMMANDS", "RunOutcome", "Subcommand", "after_run", "main"]
@@ -434,19 +433,6 @@ def _announce(message: str) -> None:
         pass
 
 
-def _job_env(agent: Agent, socket_path: str) -> dict[str, str]:
-    """The job's environment: the run's tags, its own hooks socket and, where the agent writes
-    files, their directory (a ``Tracker`` in the job reads it instead of sampling again)."""
-    env = dict(os.environ)
-    for tag in ("experiment", "run"):
-        if tag in agent.tags:
-            env[f"NRG_{tag.upper()}"] = agent.tags[tag]
-    env["NRG_SOCKET"] = socket_path
-    if (files := agent.files_dir()) is not None:
-        env[ENV_AGENT_DATA] = str(files)
-    return env
-
-
 def _own_socket(config: Config, agent: Agent) -> str:
     """The hooks socket of a tracked job: ``NRG_SOCKET`` when set, else the ``socket_path`` the
     config gives, else ``hooks-<agent pid>.sock`` in the runtime dir, so that another agent
@@ -567,7 +553,9 @@ async def _track(job: Job, agent: Agent, socket_path: str, tracked: set[int]) ->
     """Start the job and wait for it; its exit status (127/126 when it cannot start)."""
     agent.bus.add_sink(_RunWatch(agent.tags.get("run", "")).offer)
     try:
-        await job.start(_job_env(agent, socket_path))
+        unavailable = {u.label: u.reason for u in agent.state.unavailable}
+        collectors = {"available": [c.label for c in agent.collectors], "unavailable": unavailable}
+        await job.start(job_env(agent.tags, socket_path, agent.files_dir(), collectors))
     except JobNotStartable as exc:
         print(exc, file=sys.stderr)
         return exc.status

@@ -9,12 +9,15 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from acquisition.lineproto import LineEncoder
+from acquisition.point import Point
 from acquisition.summary import NO_ENERGY, SCHEMA
 from tests.answers import job_train
 from tests.answers.fakepower import powercap_tree
@@ -213,9 +216,60 @@ def test_a_tracker_inside_a_tracked_job_reads_the_agent(short_tmp: Path, rapl_ro
     proc = nrg("-c", str(cfg), "--quiet", "--summary", "none", "--", sys.executable, "-c",
                TRACKER_JOB)  # fmt: skip
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert data["available"] == []  # nothing opened in the job: the agent's files were read
+    assert data["available"] == ["rapl", "procfs", "hooks"]  # the agent's, opened there
     assert data["agent_data"] == str(short_tmp / "out")
     watts = PACKAGE_W + DRAM_W
     bound = 2 * watts * STALE_S
     assert data["total_j"] == pytest.approx(watts * data["duration_s"], abs=bound)
     assert data["eval_j"] == pytest.approx(watts * data["eval_s"], abs=bound)
+
+
+CROWDED_JOB = """
+import json, time
+from acquisition import Tracker
+t = Tracker()
+with t:
+    for i in range(3):
+        with t.window(f"w{i}"):
+            time.sleep(0.2)
+own = {p.tags.get("run") for p in t.points()}
+print(json.dumps({"available": t.available, "unavailable": t.unavailable, "runs": sorted(own),
+                  "timed_out": t.waits_timed_out, "windows": [w.to_dict() for w in t.windows]}))
+"""
+
+
+def other_runs(out: Path, n: int) -> None:
+    """``n`` earlier runs of other agents in the same directory, their last readings 1 to 20 s
+    old: their series never advance again."""
+    now = time.time_ns()
+    encoder = LineEncoder()
+    for i in range(n):
+        end = now - (1 + i) * 1_000_000_000
+        points = [
+            Point(
+                "rapl",
+                {"host": "h", "run": f"old-{i}", "socket": "0", "domain": "package"},
+                {"energy_joules": 10.0 * k},
+                end - (40 - k) * 100_000_000,
+            )
+            for k in range(41)
+        ]
+        (out / f"nrg-old-{i}.lp").write_text(encoder.encode_many(points))
+
+
+def test_a_tracker_in_a_directory_of_other_runs_waits_only_for_its_agent(
+    short_tmp: Path, rapl_root: Path
+) -> None:
+    cfg = config(short_tmp, rapl_root)
+    (short_tmp / "out").mkdir()
+    other_runs(short_tmp / "out", 20)
+    proc = nrg("-c", str(cfg), "--quiet", "--summary", "none", "--run", "mine", "--",
+               sys.executable, "-c", CROWDED_JOB)  # fmt: skip
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert data["available"] == ["rapl", "procfs", "hooks"]
+    assert data["unavailable"] == {}
+    assert data["runs"] == ["mine"]  # no other run's readings
+    assert data["timed_out"] == 0  # every window end waited for its agent's readings only
+    watts = PACKAGE_W + DRAM_W
+    for w in data["windows"]:
+        assert w["energy_j"] == pytest.approx(watts * w["duration_s"], abs=2 * watts * STALE_S)
