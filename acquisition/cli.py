@@ -436,7 +436,12 @@ def _announce(message: str) -> None:
 def _own_socket(config: Config, agent: Agent) -> str:
     """The hooks socket of a tracked job: ``NRG_SOCKET`` when set, else the ``socket_path`` the
     config gives, else ``hooks-<agent pid>.sock`` in the runtime dir, so that another agent
-    listening on the default socket never receives this job's steps."""
+    listening on the default socket never receives this job's steps. Its listener ingests no
+    fallback file (unless the config sets ``ingest``): those are other runs', left for an agent
+    that runs without a command, and ingesting them would put them in this run."""
+    for spec in config.collectors:
+        if spec.name == "hooks":
+            spec.options.setdefault("ingest", False)
     if os.environ.get("NRG_SOCKET"):
         return os.environ["NRG_SOCKET"]
     path = str(agent.context.runtime_dir / f"hooks-{os.getpid()}.sock")

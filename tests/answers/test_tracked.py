@@ -273,3 +273,38 @@ def test_a_tracker_in_a_directory_of_other_runs_waits_only_for_its_agent(
     watts = PACKAGE_W + DRAM_W
     for w in data["windows"]:
         assert w["energy_j"] == pytest.approx(watts * w["duration_s"], abs=2 * watts * STALE_S)
+
+
+def standalone_fallback_file(directory: Path, run: str) -> Path:
+    """The fallback file an instrumented job run earlier without an agent left: its run's
+    start, three steps and end, a minute ago, written by a process that has exited."""
+    writer = subprocess.Popen([sys.executable, "-c", "pass"])
+    writer.wait()
+    t0 = time.time_ns() - 60_000_000_000
+    tags = {"experiment": "demo", "run": run}
+    points = [Point("nrg_run", tags, {"event": "start", "pid": writer.pid}, t0)]
+    for k in range(3):
+        start, end = t0 + k * 100_000_000, t0 + (k + 1) * 100_000_000
+        fields = {"step": k, "start_time_ns": start, "end_time_ns": end, "duration_seconds": 0.1}
+        points.append(Point("nrg_step", {**tags, "epoch": "0"}, fields, end))
+    points.append(Point("nrg_run", tags, {"event": "end", "pid": writer.pid}, t0 + 400_000_000))
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"nrg-{run}-{writer.pid}.lp"
+    path.write_text(LineEncoder().encode_many(points))
+    return path
+
+
+def test_a_tracked_run_leaves_other_runs_fallback_files_alone(
+    short_tmp: Path, rapl_root: Path
+) -> None:
+    cfg = config(short_tmp, rapl_root)
+    earlier = standalone_fallback_file(short_tmp / "fallback", "sgd-lr0.1")
+    out = short_tmp / "b.json"
+    nrg("-c", str(cfg), "--run", "b", "--quiet", "--summary", "json", "--summary-file", str(out),
+        "--", sys.executable, "-c", "import time; time.sleep(0.3)")  # fmt: skip
+    data = json.loads(out.read_text())
+    assert data["steps"]["count"] == 0  # the uninstrumented command's run has no steps of another
+    assert data["duration_s"] < 30  # nor does it start a minute early, with the earlier run
+    assert earlier.exists()  # left for an agent that runs without a command
+    listing = nrg("report", "--data", str(short_tmp / "out"), "--list").stdout
+    assert [line.split()[1] for line in listing.splitlines()[1:]] == ["b"]
