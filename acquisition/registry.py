@@ -67,7 +67,7 @@ def _rapl_absent() -> str | None:
         return None
     if Path("/sys/bus/event_source/devices/power").exists():
         return None
-    return "no powercap zones, no MSR device, no power PMU"
+    return f"no powercap zones in {powercap}, no MSR device, no power PMU"
 
 
 def _nvidia_absent() -> str | None:
