@@ -8,7 +8,9 @@ its subzone ``intel-rapl:S:0`` named ``dram``), each with ``name``, ``enabled``,
 ``[[collectors.rapl]]`` table that reads it, then rewrites every ``energy_uj`` each ``--period``
 as power × time since start in µJ, modulo ``max_energy_range_uj`` (so the counters wrap as real
 ones do), by atomic rename, until Ctrl-C, SIGTERM or ``--duration``. Between two readings the
-energy is power × time to within one period.
+energy is power × time to within one period. ``--background`` returns once the tree is laid
+out, leaving the counters advancing in a process of their own, whose pid is in
+``DIR/simulate.pid``.
 """
 
 from __future__ import annotations
@@ -24,10 +26,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BAD_POWER", "MAX_RANGE_UJ", "Zone", "config_table", "layout", "main", "parse_watts"]
+__all__ = [
+    "BAD_POWER",
+    "MAX_RANGE_UJ",
+    "PID_FILE",
+    "Zone",
+    "config_table",
+    "layout",
+    "main",
+    "parse_watts",
+]
 
 MAX_RANGE_UJ = 262_143_328_850
 """``max_energy_range_uj`` of a real package zone (Skylake server): 2^38 µJ less a margin."""
+PID_FILE = "simulate.pid"
+"""With ``--background``: the simulator's pid, in DIR (``kill $(cat DIR/simulate.pid)``)."""
 BAD_POWER = "simulate rapl: {value!r} is not a power (use e.g. 25W, 5W, 0.5kW)"
 _POWER_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(k?W)?\s*$")
 _NS = 1_000_000_000
@@ -109,9 +122,10 @@ def run(
     *,
     period_s: float = 0.001,
     max_range_uj: int = MAX_RANGE_UJ,
+    start_ns: int | None = None,
 ) -> None:
-    """Advance the counters until ``stop`` is set."""
-    start = time.time_ns()
+    """Advance the counters (from 0 at ``start_ns``, default now) until ``stop`` is set."""
+    start = start_ns if start_ns is not None else time.time_ns()
     while not stop.is_set():
         write_counters(root, zones, start, time.time_ns(), max_range_uj)
         stop.wait(period_s)
@@ -139,6 +153,11 @@ def _parser() -> argparse.ArgumentParser:
         help=f"where the counters wrap to 0 (default {MAX_RANGE_UJ})",
     )
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds")
+    p.add_argument(
+        "--background",
+        action="store_true",
+        help="once the counters run, go on in the background (kill PID stops it)",
+    )
     return p
 
 
@@ -163,15 +182,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     root = Path(args.dir).expanduser().resolve()
     zones = layout(root, package, dram if dram > 0 else None, args.sockets, args.max_range_uj)
+    powers = ", ".join(f"{z.name} {z.watts:g} W" for z in zones[: 2 if dram > 0 else 1])
+    start = time.time_ns()
+    if args.background:
+        pid = os.fork()
+        if pid:
+            (root / PID_FILE).write_text(f"{pid}\n")
+            sys.stdout.write(config_table(root))
+            print(f"simulating RAPL under {root}: {powers}; kill {pid} stops", file=sys.stderr)
+            return 0
+        os.setsid()  # not stopped with the shell that started it
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
     stop = threading.Event()
     _stop_on_signals(stop)
     if args.duration > 0:
         timer = threading.Timer(args.duration, stop.set)
         timer.daemon = True
         timer.start()
-    sys.stdout.write(config_table(root))
-    sys.stdout.flush()
-    powers = ", ".join(f"{z.name} {z.watts:g} W" for z in zones[: 2 if dram > 0 else 1])
-    print(f"simulating RAPL under {root}: {powers}; Ctrl-C stops", file=sys.stderr)
-    run(root, zones, stop, period_s=args.period, max_range_uj=args.max_range_uj)
+    if not args.background:
+        sys.stdout.write(config_table(root))
+        sys.stdout.flush()
+        print(f"simulating RAPL under {root}: {powers}; Ctrl-C stops", file=sys.stderr)
+    run(root, zones, stop, period_s=args.period, max_range_uj=args.max_range_uj, start_ns=start)
+    if args.background:
+        (root / PID_FILE).unlink(missing_ok=True)
     return 0
