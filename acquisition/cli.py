@@ -69,9 +69,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "run": Subcommand(lambda argv: _main_run(argv, "run"), "run the agent (the default)"),
     "list": Subcommand(lambda argv: _main_run(argv, "list"), "collectors available here"),
     "config": Subcommand(lambda argv: _print_sample(), "print a commented sample config", False),
-    "simulate": Subcommand(
-        "acquisition.simulate:main", "simulated RAPL or emonPi sources", False
-    ),
+    "simulate": Subcommand("acquisition.simulate:main", "simulated RAPL or emonPi sources", False),
     "emonpi-sim": Subcommand(
         "collectors.emonpi.sim:main", "emonPi simulator on a pseudo-terminal", False
     ),
@@ -486,6 +484,10 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     try:
         if job is not None and not signals.stop.is_set():
             exit_code = await _track(job, agent, socket_path, tracked)
+            # Kept with the run's points, so that report shows it for past runs too.
+            agent.bus.emit(
+                Point("nrg_run", {}, {"event": "exit", "exit_code": exit_code}, time.time_ns())
+            )
         else:
             await signals.stop.wait()
             exit_code = 130 if job is not None else 0

@@ -308,3 +308,11 @@ def test_a_tracked_run_leaves_other_runs_fallback_files_alone(
     assert earlier.exists()  # left for an agent that runs without a command
     listing = nrg("report", "--data", str(short_tmp / "out"), "--list").stdout
     assert [line.split()[1] for line in listing.splitlines()[1:]] == ["b"]
+
+
+def test_report_keeps_the_exit_code_of_a_past_run(short_tmp: Path, rapl_root: Path) -> None:
+    cfg = config(short_tmp, rapl_root)
+    job = [sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(3)"]
+    nrg("-c", str(cfg), "--run", "r", "--quiet", "--summary", "none", "--", *job, check_rc=3)
+    rep = json.loads(nrg("report", "-c", str(cfg), "r", "--format", "json").stdout)
+    assert rep["exit_code"] == 3
