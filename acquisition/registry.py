@@ -19,9 +19,9 @@ from acquisition.errors import ConfigError, install_hint
 
 __all__ = [
     "COLLECTORS",
+    "EXTRA_MISSING",
     "PROCESSORS",
     "QUICK_CHECKS",
-    "EXTRA_MISSING",
     "REQUIRES",
     "SINKS",
     "build_plugin",

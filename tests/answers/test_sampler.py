@@ -134,9 +134,7 @@ def test_interval_must_be_positive() -> None:
         Sampler(interval_s=0)
 
 
-def test_in_process_reasons_are_the_agents(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_in_process_reasons_are_the_agents(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Where a source is absent (no driver, no powercap, no serial port: the device files the
     agent looks at, made absent here whatever this host has), the in-process sampler says why
     in the agent's words."""
