@@ -27,16 +27,17 @@ from typing import Any
 
 from acquisition import __version__
 from acquisition.agent import Agent, default_config
-from acquisition.config import (
-    Config,
-    load_config,
-    parse_config,
-    parse_duration,
-    sanitize_tag,
-)
+from acquisition.config import Config, load_config, parse_config, parse_duration, sanitize_tag
 from acquisition.energy import EnergyTotals, no_energy_message
 from acquisition.errors import ConfigError, NoData
-from acquisition.job import Job, JobNotStartable, check_command, default_run_name, job_env
+from acquisition.job import (
+    Job,
+    JobNotStartable,
+    check_command,
+    default_run_name,
+    exit_point,
+    job_env,
+)
 from acquisition.lineproto import LineEncoder
 from acquisition.live import live_line_wanted
 from acquisition.point import Point
@@ -128,6 +129,9 @@ def _setup_logging(level: str) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nrg-collect",
+        usage="%(prog)s [options] [-- COMMAND ...]\n       %(prog)s {"
+        + ",".join(SUBCOMMANDS)
+        + "} ...",
         description="Measure the energy and resources of training runs (procfs, RAPL, NVML, "
         "emonPi) and write InfluxDB line protocol (local files by default).",
         epilog="Subcommands: "
@@ -484,10 +488,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     try:
         if job is not None and not signals.stop.is_set():
             exit_code = await _track(job, agent, socket_path, tracked)
-            # Kept with the run's points, so that report shows it for past runs too.
-            agent.bus.emit(
-                Point("nrg_run", {}, {"event": "exit", "exit_code": exit_code}, time.time_ns())
-            )
+            agent.bus.emit(exit_point(exit_code))
         else:
             await signals.stop.wait()
             exit_code = 130 if job is not None else 0

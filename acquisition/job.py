@@ -16,10 +16,12 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from acquisition.paths import ENV_AGENT_COLLECTORS, ENV_AGENT_DATA
+from acquisition.point import Point
 
 __all__ = [
     "ANNOUNCE_FORWARDED",
@@ -30,6 +32,7 @@ __all__ = [
     "Job",
     "JobNotStartable",
     "check_command",
+    "exit_point",
     "exit_status",
     "job_env",
 ]
@@ -283,3 +286,9 @@ def job_env(
         env[ENV_AGENT_DATA] = str(files_dir)
         env[ENV_AGENT_COLLECTORS] = json.dumps(collectors)
     return env
+
+
+def exit_point(exit_code: int) -> Point:
+    """The tracked command's exit status, kept with the run's points so that ``report`` shows
+    it for past runs too."""
+    return Point("nrg_run", {}, {"event": "exit", "exit_code": exit_code}, time.time_ns())

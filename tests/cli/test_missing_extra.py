@@ -3,6 +3,7 @@ start-up exit 2 with one line naming the extra, no traceback, nothing started.""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,14 @@ def test_influx_sink_without_its_extra_exits_2_naming_the_extra(
     assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
     assert not (tmp_path / "data").exists()  # nothing was started
+
+
+def test_help_shows_the_command_form_the_subcommands_and_every_options_meaning() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "acquisition.cli", "--help"], capture_output=True, text=True
+    )
+    usage = proc.stdout.split("\n\n")[0]
+    assert "[-- COMMAND ...]" in usage
+    assert "{run,list,config,simulate," in usage
+    for option in ("--ram-unit", "--gpu-ram-unit", "--time-unit"):
+        assert re.search(rf"{option} {{[^}}]*}}\s+unit of ", proc.stdout), option
