@@ -20,8 +20,8 @@ from acquisition.report.cli import (
     report_main,
     summary_options,
 )
-from acquisition.report.influx_target import INFLUX_NO_DATABASE
 from acquisition.report.formats import list_text
+from acquisition.report.influx_target import INFLUX_NO_DATABASE
 from acquisition.report.runs import NO_SUCH_RUN, RunInfo, select_runs
 from acquisition.store import Store
 from acquisition.summary import summarize
