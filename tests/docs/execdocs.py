@@ -121,7 +121,7 @@ def _line_pattern(expected: str, numbers_vary: bool) -> re.Pattern[str]:
         if chunk == _ANY:
             parts.append(".*?")
         elif chunk.isspace():
-            parts.append(r"\s*" if not parts else r"\s+")
+            parts.append(r"\s*" if not "".join(parts) else r"\s+")
         elif numbers_vary:
             pieces = _NUMBER.split(chunk)
             nums = len(pieces) - 1
