@@ -260,6 +260,16 @@ METRICS: tuple[Measurement, ...] = (
             _f("duration_seconds", "s", "end − start"),
             _i("samples", "count", "samples in the step, when the job says"),
             _i("epoch", "count", "epoch as an integer field: written by older versions"),
+            _i(
+                "gpu_start_time_ns",
+                "ns",
+                "start of the step's kernels on the GPU's own timeline, Unix epoch (CUDA)",
+            ),
+            _i(
+                "gpu_end_time_ns",
+                "ns",
+                "end of the step's kernels on the GPU's own timeline, Unix epoch (CUDA)",
+            ),
         ),
     ),
     Measurement(
