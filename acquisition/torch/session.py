@@ -39,9 +39,9 @@ from acquisition.lineproto import LineEncoder
 from acquisition.paths import data_dir
 from acquisition.point import Point
 from acquisition.torch import cuda as gpu_timeline
-from acquisition.torch.analysis import analyse_model
+from acquisition.torch.analysis import ModelAnalysis
 from acquisition.torch.graph import GraphCapture
-from acquisition.torch.hooks import EPOCH, RESUME, RETIME, STEP, EventLog, ModuleHooks
+from acquisition.torch.hooks import EPOCH, RESUME, STEP, EventLog, ModuleHooks
 from acquisition.torch.steps import StepAggregator, StepLines
 from acquisition.torch.transport import LineSender, default_fallback_dir, default_socket_path
 
@@ -155,15 +155,16 @@ class Session:
         self.socket_path = Path(socket_path) if socket_path else default_socket_path()
         self.fallback_path = Path(fallback_dir or default_fallback_dir()) / f"{stem}.lp"
         graph_root = graph_dir or os.environ.get("NRG_GRAPH_DIR") or data_dir() / "graphs"
-        self.graph_path: Path | None = Path(graph_root) / f"{stem}.graph.json" if graph else None
+        graph_path = Path(graph_root) / f"{stem}.graph.json" if graph else None
         if example_inputs is not None and not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)
         self._example = (example_inputs, dict(example_kwargs or {}))
-        self._graph = graph
         self._backward = backward
         self._auto_step = auto_step
         self._flush_interval_s = flush_interval_s
-        self.capture: GraphCapture | None = None
+        self._model_analysis = ModelAnalysis(
+            model, graph_path, tags=self.tags, model_tags=self._model_tags, send=self._send
+        )
         self._encoder = LineEncoder()
         self._events = EventLog()
         self._hooks: ModuleHooks | None = None
@@ -201,6 +202,16 @@ class Session:
         self.start_time_ns = 0
 
     # --- public API -----------------------------------------------------------------------
+
+    @property
+    def graph_path(self) -> Path | None:
+        """Where the model graph JSON is (None: off, or it could not be written)."""
+        return self._model_analysis.graph_path
+
+    @property
+    def capture(self) -> GraphCapture | None:
+        """The captured op graph, once the model analysis has run."""
+        return self._model_analysis.capture
 
     @property
     def sender(self) -> LineSender:
@@ -244,9 +255,10 @@ class Session:
         self._sender = LineSender(self.socket_path, self.fallback_path)
         self._sender.start()
         self._send([self._run_point("start", self.start_time_ns)])
+        self._model_analysis.time_ns = self.start_time_ns
         args, kwargs = self._example
         if args is not None:
-            self._capture(args, kwargs)
+            self._model_analysis.here(args, kwargs, self._hooks)
         else:
             self._first_call = model.register_forward_pre_hook(
                 self._on_first_call, with_kwargs=True
@@ -297,10 +309,7 @@ class Session:
         if self._hooks is None or not self._paused or self._closed:
             return
         self._paused = False
-        if self._timeline is None:
-            self._events.append((None, time.perf_counter_ns(), RESUME))
-        else:
-            self._events.append((None, time.perf_counter_ns(), RESUME, self._timeline.mark()[0]))
+        self._restart_clock()
         if self._detail_step():
             self._hooks.install_forward()
             self._device_threads(False)
@@ -329,6 +338,8 @@ class Session:
         if self._hooks is not None:
             self._hooks.remove_all()
         self._device_threads(True)
+        if self._model_analysis.wait():
+            self._model_analysis.late(self._hooks)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -363,11 +374,14 @@ class Session:
     # --- hooks (training thread) ------------------------------------------------------------
 
     def _on_first_call(self, module: Any, args: Any, kwargs: Any) -> None:
-        if self._first_call is not None:
-            self._first_call.remove()
-            self._first_call = None
-            self._capture(tuple(args), dict(kwargs))
-            self._events.append((id(module), time.perf_counter_ns(), RETIME))
+        if self._first_call is None:
+            return
+        self._first_call.remove()
+        self._first_call = None
+        assert self._hooks is not None
+        event = self._model_analysis.first_call(module, tuple(args), dict(kwargs), self._hooks)
+        if event is not None:  # analysed here: the call's clock restarts
+            self._events.append(event)
 
     def _on_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._manual_steps or not self._auto_step or self._paused:
@@ -385,6 +399,13 @@ class Session:
         elif chosen is not optimizer:
             return
         self._boundary(None)
+
+    def _restart_clock(self) -> None:
+        """A step with no module call yet starts now (on CUDA, on the GPU's timeline too)."""
+        if self._timeline is None:
+            self._events.append((None, time.perf_counter_ns(), RESUME))
+        else:
+            self._events.append((None, time.perf_counter_ns(), RESUME, self._timeline.mark()[0]))
 
     def _boundary(self, samples: int | None) -> None:
         """A step ends now: one event (on CUDA also one CUDA event), then the next step."""
@@ -430,6 +451,9 @@ class Session:
         CPU; on CUDA the idle thread does, since it waits for the GPU), then put the module
         hooks in for a detailed step or take them out for the others."""
         self._steps_seen += 1
+        if self._model_analysis.due:
+            self._model_analysis.late(self._hooks)
+            self._restart_clock()
         if not self._cuda:  # on CUDA, reading the step's events waits for the GPU: not here
             self._process()
         if self.module_detail_every == 1 or self._paused or self._hooks is None:
@@ -445,44 +469,6 @@ class Session:
         self._names_dirty = True
 
     # --- model structure ---------------------------------------------------------------------
-
-    def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Record sizes, FLOPs and graph; decide the backward hooks. Runs once.
-
-        Runs inside the model's first forward call when no example inputs were given: whatever
-        goes wrong is logged, never raised into training (a warning the user turned into an
-        error excepted)."""
-        try:
-            self._analyse(args, kwargs)
-        except Warning:
-            raise
-        except Exception:
-            log.exception("nrg: model analysis failed; no graph, FLOPs or backward timing")
-
-    def _analyse(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        assert self._hooks is not None
-        reinstall = self._hooks.forward_installed
-        # Our own hooks must not see the analysis passes.
-        self._hooks.remove_forward()
-        try:
-            result = analyse_model(
-                self.model,
-                args,
-                kwargs,
-                graph_path=self.graph_path,
-                graph=self._graph,
-                tags=self.tags,
-                model_tags=self._model_tags,
-                time_ns=self.start_time_ns,
-            )
-        finally:
-            if reinstall:
-                self._hooks.install_forward()
-        self.capture = result.capture
-        if self._graph and not result.graph_written:
-            self.graph_path = None
-        log.info("nrg: model analysis (sizes, FLOPs, graph) took %.3f s", result.seconds)
-        self._send(result.points)
 
     # --- aggregation: at step boundaries, or on the idle thread -------------------------------
 

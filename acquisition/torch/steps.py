@@ -143,11 +143,7 @@ class StepAggregator:
         boundaries wait in the backlog (on CUDA: the steps the GPU is still running).
         """
         done: list[StepRecord] = []
-        if self._backlog:
-            events = [*self._backlog, *events]
-            self._backlog = []
-        if max_steps is not None:
-            events = self._through_steps(events, max_steps)
+        events = self._pending(events, max_steps)
         names = self.names
         stacks = self._stacks
         stats = self._stats
@@ -188,6 +184,15 @@ class StepAggregator:
                 self._backlog = list(events[events.index(ev) :])
                 break
         return done
+
+    def _pending(self, events: Sequence[Event], max_steps: int | None) -> Sequence[Event]:
+        """The backlog then ``events``, cut after ``max_steps`` boundaries."""
+        if self._backlog:
+            events = [*self._backlog, *events]
+            self._backlog = []
+        if max_steps is not None:
+            events = self._through_steps(events, max_steps)
+        return events
 
     def _through_steps(self, events: Sequence[Event], steps: int) -> Sequence[Event]:
         """The events up to and including the ``steps``-th boundary; the rest to the backlog."""
