@@ -331,7 +331,7 @@ def child_train(out: str, smoke: bool, epoch_steps: int) -> None:
     counter = Counter()
     epochs = []
     full = setup.batch_of()
-    small = setup.batch_of(max(1, setup.batch // 4))
+    small = setup.batch_of(max(2, setup.batch // 4))  # batch norm needs two samples
     with instrument(model, example_inputs=(full[0],), run="bench-epochs") as session:
         for epoch, (batch, idle_ms) in enumerate(((full, 0.0), (full, 30.0), (small, 0.0))):
             session.epoch(epoch)
@@ -501,7 +501,7 @@ def agent_cpu(setup: Setup) -> None:
             cmd = [sys.executable, "-m", "acquisition.cli", "-q", "--interval", "100ms"]
             if names:
                 cmd += ["--config", str(config)]
-            cmd += ["--", "sleep", str(setup.agent_s + 2.0)]
+            cmd += ["--", sys.executable, "-c", f"import time; time.sleep({setup.agent_s + 2.0})"]
             env = dict(os.environ, NRG_DATA_DIR=str(tmp / label), NRG_RUNTIME_DIR=str(tmp / "r"))
             agent = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
             time.sleep(2.0)
@@ -524,7 +524,8 @@ def agent_cpu(setup: Setup) -> None:
 
 def _setup(args: argparse.Namespace) -> Setup:
     if args.smoke:
-        return Setup(torch.device("cpu"), True, 2, 32, 2, 4, 2, args.epoch_steps or 3, 2.0)
+        torch.set_num_threads(1)
+        return Setup(torch.device("cpu"), True, 2, 16, 1, 2, 1, args.epoch_steps or 2, 1.0)
     return Setup(torch.device("cuda"), False, 64, 224, 20, 40, 3, args.epoch_steps or 150, 15.0)
 
 

@@ -35,6 +35,8 @@ class Call:
 @dataclass
 class StandInGpu:
     delay_ns: int
+    drift: float = 0.0
+    """The GPU clock runs this much faster than the host's (1e-4: 100 ppm)."""
     calls: list[Call] = field(default_factory=list)
     records: list[Any] = field(default_factory=list)
     not_ready: int = 0
@@ -51,10 +53,15 @@ class StandInGpu:
         last = getattr(self._last, "value", None)
         return int(last) if last is not None else time.perf_counter_ns()
 
+    def gpu_now(self) -> int:
+        """The GPU's clock now."""
+        host = time.perf_counter_ns()
+        return host + round(host * self.drift)
+
     def synchronize(self) -> None:
         self.log("synchronize")
         latest = max((e.gpu_ns for e in self.records if e.gpu_ns is not None), default=0)
-        while time.perf_counter_ns() < latest:
+        while self.gpu_now() < latest:
             time.sleep(0.001)
         self._drained = True
 
@@ -64,7 +71,8 @@ class StandInGpu:
         self._drained = False
         with self._lock:
             self.records.append(event)
-        return self.host_now() + delay
+        host = self.host_now()
+        return host + round(host * self.drift) + delay
 
     def event_class(self) -> type:
         gpu = self
@@ -82,17 +90,17 @@ class StandInGpu:
 
             def query(self) -> bool:
                 gpu.log("query")
-                return self.gpu_ns is not None and time.perf_counter_ns() >= self.gpu_ns
+                return self.gpu_ns is not None and gpu.gpu_now() >= self.gpu_ns
 
             def synchronize(self) -> None:
                 gpu.log("event.synchronize")
                 assert self.gpu_ns is not None
-                while time.perf_counter_ns() < self.gpu_ns:
+                while gpu.gpu_now() < self.gpu_ns:
                     time.sleep(0.001)
 
             def elapsed_time(self, end: Any) -> float:
                 gpu.log("elapsed_time")
-                now = time.perf_counter_ns()
+                now = gpu.gpu_now()
                 if self.gpu_ns is None or end.gpu_ns is None or now < max(self.gpu_ns, end.gpu_ns):
                     gpu.not_ready += 1
                     raise RuntimeError(NOT_READY)
@@ -104,13 +112,13 @@ class StandInGpu:
         return {c.thread for c in self.calls if c.what == what}
 
 
-def install(monkeypatch: pytest.MonkeyPatch, delay_ns: int) -> StandInGpu:
+def install(monkeypatch: pytest.MonkeyPatch, delay_ns: int, drift: float = 0.0) -> StandInGpu:
     """Put a stand-in GPU behind ``torch.cuda`` and make nrg see the model on CUDA device 0."""
     import torch
 
     import acquisition.torch.cuda as gpu_timeline
 
-    gpu = StandInGpu(delay_ns)
+    gpu = StandInGpu(delay_ns, drift)
     real = time.perf_counter_ns
 
     def perf_counter_ns() -> int:

@@ -144,3 +144,22 @@ def test_the_aggregator_reads_whole_steps_the_gpu_has_run(
         # step the GPU is still running is read.
         assert kinds[-1] == STEP
         assert reached
+
+
+def test_anchors_correct_the_drift_between_the_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    drift = 1e-3  # the GPU clock 1000 ppm fast: 1 ms per second
+    gpu = install(monkeypatch, DELAY_NS, drift)
+    timeline = gpu_timeline.GpuTimeline(offset_ns=0)
+    timeline.anchor()
+    time.sleep(0.3)
+    timeline.anchor()  # the rate, from the GPU time between the two anchors
+    assert timeline.current is not None
+    assert timeline.current.rate == pytest.approx(1 / (1 + drift), rel=1e-6)
+    time.sleep(0.3)
+    host = time.perf_counter_ns()
+    event, anchor = timeline.mark()
+    gpu.synchronize()
+    # By hand: the GPU reached the event DELAY_NS (its own clock) after the host recorded it,
+    # i.e. DELAY_NS / (1 + drift) of host time; uncorrected, 0.3 s at 1000 ppm is 300 µs off.
+    expected = host + DELAY_NS / (1 + drift)
+    assert abs(timeline.host_ns(event, anchor) - expected) < 1_000
