@@ -100,14 +100,14 @@ def analyse_model(
     began = time.perf_counter()
     sizes = complexity.module_sizes(model)
     run = model if private is None else private
-    try:
-        if private is None:
+    if private is not None:  # a copy that cannot run raises: the model itself is analysed later
+        flops = complexity.module_flops_private(private, args, kwargs)
+    else:
+        try:
             flops = complexity.module_flops(model, args, kwargs)
-        else:
-            flops = complexity.module_flops_private(private, args, kwargs)
-    except Exception as exc:  # a model the counter cannot run is still trained
-        log.warning("nrg: FLOP counting failed (%s: %s)", type(exc).__name__, exc)
-        flops = {}
+        except Exception as exc:  # a model the counter cannot run is still trained
+            log.warning("nrg: FLOP counting failed (%s: %s)", type(exc).__name__, exc)
+            flops = {}
     capture = None
     written = False
     if graph:
