@@ -373,7 +373,10 @@ def epoch_energy(setup: Setup, interval: str | None) -> None:
         truth = json.loads(truth_path.read_text())
         summary = json.loads(summary_path.read_text())
     by_epoch = {e["epoch"]: e for e in summary.get("epochs", [])}
-    print(f"{'epoch':>5} {'counter J':>10} {'nrg gpu J':>10} {'true err':>9} {'stated bar':>11}")
+    print(
+        f"{'epoch':>5} {'counter J':>10} {'nrg gpu J':>10} {'true err J':>11} {'true err':>9} "
+        f"{'stated bar J':>13} {'inside':>6}"
+    )
     for t in truth:
         e = by_epoch.get(t["epoch"], {})
         gpu = sum(
@@ -381,9 +384,17 @@ def epoch_energy(setup: Setup, interval: str | None) -> None:
         )
         bar = e.get("error_j")
         true = t["j"]
-        err = f"{(gpu / true - 1) * 100:+8.2f}%" if true else "     n/a"
-        bar_text = f"{bar / gpu * 100:10.2f}%" if bar is not None and gpu else "        n/a"
-        print(f"{t['epoch']:5d} {true or float('nan'):10.1f} {gpu:10.1f} {err} {bar_text}")
+        # The epoch's bar covers every source it counts; the GPU's part of it is what NVML
+        # measures, so the GPU's true error must lie inside it.
+        diff = gpu - true if true else None
+        err = (
+            f"{diff:+11.1f} {(gpu / true - 1) * 100:+8.2f}%" if diff is not None else f"{'n/a':>20}"
+        )
+        bar_text = f"{bar:13.1f}" if bar is not None else f"{'n/a':>13}"
+        inside = "n/a" if bar is None or diff is None else ("yes" if abs(diff) <= bar else "NO")
+        print(
+            f"{t['epoch']:5d} {true or float('nan'):10.1f} {gpu:10.1f} {err} {bar_text} {inside:>6}"
+        )
     steps = summary.get("steps") or {}
     energy = steps.get("energy_j") or {}
     total = (energy.get("mean") or 0.0) * (steps.get("count") or 0)
