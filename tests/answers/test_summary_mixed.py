@@ -189,3 +189,36 @@ def test_two_counter_restarts_keep_both_offsets() -> None:
     # 25 W over the sampled span, less one 0.05 s tick (1.25 J) lost at each of two restarts
     span_s = (pts[-1].time_ns - pts[0].time_ns) / NS
     assert s.energy.total_j == pytest.approx(25.0 * span_s - 2 * 25.0 * 0.05, rel=1e-9)
+
+
+def test_rapl_core_is_reported_not_added() -> None:
+    """Guards: RAPL core (inside the package) is reported but not counted: the total stays
+    package + DRAM + GPU = 130 W × 3.9 s = 507 J, not 507 + 15 × 3.9."""
+    run = mixed(wall_w=None)
+    pts = run.points()
+    core = [
+        Point(
+            "rapl",
+            {**p.tags, "domain": "core"},
+            {"energy_joules": 15.0 / 25.0 * float(p.fields["energy_joules"])},
+            p.time_ns,
+        )
+        for p in pts
+        if p.measurement == "rapl" and p.tags["domain"] == "package"
+    ]
+    s = summarize(pts + core)
+    core_source = by_source(s)["rapl:core-0"]
+    assert not core_source.counted  # type: ignore[attr-defined]
+    assert core_source.energy_j == pytest.approx(15.0 * 3.9, rel=REL)  # type: ignore[attr-defined]
+    assert s.energy.total_j == pytest.approx(130.0 * 3.9, rel=REL)
+
+
+def test_a_run_without_energy_has_no_power_figures() -> None:
+    """Guards: with no source at all, mean and peak power and the energy outside steps are
+    unknown (None), not 0 W."""
+    pts = [
+        p for p in mixed().points() if p.measurement not in ("rapl", "gpu", "emonpi", "nrg_energy")
+    ]
+    s = summarize(pts)
+    assert s.energy.total_j == 0.0
+    assert (s.energy.mean_w, s.energy.peak_w, s.energy.outside_steps_j) == (None, None, None)
