@@ -16,7 +16,7 @@ import pytest
 
 from acquisition.point import Point
 from acquisition.report.compare import compare
-from acquisition.summary import REST_OF_SYSTEM, RunSummary, summarize
+from acquisition.summary import REST_OF_SYSTEM, RunSummary, SourceEnergy, summarize
 from tests.answers.runs import NS, KnownRun
 
 WALL_W, PACKAGE_W, DRAM_W, GPU_W = 200.0, 25.0, 5.0, 100.0
@@ -222,3 +222,19 @@ def test_a_run_without_energy_has_no_power_figures() -> None:
     s = summarize(pts)
     assert s.energy.total_j == 0.0
     assert (s.energy.mean_w, s.energy.peak_w, s.energy.outside_steps_j) == (None, None, None)
+
+
+def test_a_source_on_two_hosts_has_an_error_bar_only_if_both_have_one() -> None:
+    """Guards: a per-source figure adds the source's hosts (GPU 0 here, 100 W × 4.9 s = 490 J,
+    plus 10 J on a second host) and has no error bar when one of them has none."""
+    run = mixed(wall_w=None)
+    s = summarize(run.points(), window_ns=(run.t0 - 2 * NS, run.job_end))
+    other_host = SourceEnergy("nvml:0", 10.0, None, None, None, "h2", True)
+    s2 = dataclasses.replace(
+        s, energy=dataclasses.replace(s.energy, sources=[*s.energy.sources, other_host])
+    )
+    gpu = next(f for f in compare(["a"], [[s2]]).figures if f.name == "energy nvml:0")
+    assert gpu.values[0].value == pytest.approx(100.0 * 4.9 + 10.0, rel=REL)
+    assert gpu.values[0].error is None
+    gpu = next(f for f in compare(["a"], [[s]]).figures if f.name == "energy nvml:0")
+    assert gpu.values[0].error == pytest.approx(100.0 * 2, rel=REL)  # one host: its own bar

@@ -113,3 +113,18 @@ def test_a_zero_length_step_is_attributed_without_dividing_by_zero() -> None:
     assert point.fields["energy_joules"] == 0.0
     assert point.fields["duration_seconds"] == 0.0
     assert point.fields["error_joules"] == 0.0
+
+
+def test_a_sample_sent_again_at_the_same_time_replaces_the_first() -> None:
+    """Guards: a sample with the time of the newest one (sent again, corrected) replaces it; it is
+    neither dropped as out of order nor kept beside it. The 300 ms sample first reads 2.5 J,
+    then 3.0 J: C(250) = (2.0 + 3.0) / 2 = 2.5, C(550) = 5.5: 3.0 J (the first would give
+    C(250) = 2.25, C(550) = 5.5: 3.25 J)."""
+    samples = counter("package", 10.0, 0, 1000)
+    h = Harness()
+    h.feed(samples[:3])
+    h.feed(read_late(samples[3:4], 300, 2.5))
+    h.feed(samples[3:])
+    h.feed([step(0, 250, 550), run_event("end", 1000)])
+    assert h.proc.stats()["samples_out_of_order"] == 0
+    assert step_point(h).fields["energy_joules"] == pytest.approx(3.0, rel=1e-12)

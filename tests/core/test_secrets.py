@@ -9,6 +9,7 @@ secret cut in half at a length limit is caught as well as a whole one.
 from __future__ import annotations
 
 import http.server
+import json
 import logging
 import threading
 import urllib.parse
@@ -64,6 +65,9 @@ def test_an_echoed_basic_header_is_redacted() -> None:
     assert r.redact(f"Authorization: Basic {BASIC}") == f"Authorization: Basic {REDACTED}"
     assert r.redact(f"password was {PASSWORD}") == f"password was {REDACTED}"
     assert r.redact(f"user {USER}") == f"user {USER}"  # a user name is not a secret
+    # a password without a user: the header carries base64(":open sesame") = Om9wZW4gc2VzYW1l
+    alone = Redactor(password=PASSWORD)
+    assert alone.redact("Basic Om9wZW4gc2VzYW1l") == f"Basic {REDACTED}"
 
 
 def test_a_user_password_token_and_its_password_half() -> None:
@@ -82,6 +86,8 @@ def test_v1_credentials_split_a_user_password_token() -> None:
     assert v1_credentials("grafana:pa:ss", "", "") == ("grafana", "pa:ss")
     assert v1_credentials("grafana:pass", "u", "p") == ("u", "p")
     assert v1_credentials(TOKEN, "", "") == ("", "")
+    # a password given alone keeps the token whole (no user taken from it)
+    assert v1_credentials("grafana:pass", "", "given") == ("", "given")
 
 
 def test_short_secrets_are_redacted_too() -> None:
@@ -112,16 +118,17 @@ def test_read_secret_from_a_file_and_errors_that_never_show_it(tmp_path: Path) -
 # --- after cutting: the server's words --------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["header", "body", "json"])
+@pytest.mark.parametrize("where", ["header", "body", "json", "reason"])
 def test_a_message_is_redacted_before_it_is_cut(where: str) -> None:
     """Guards: a server's message (the ``X-Influxdb-Error`` header, a plain body, a JSON body's
-    ``message``) is redacted before it is cut to MAX_MESSAGE (1,000) characters: a token that
+    ``message``, the HTTP reason) is redacted before it is cut to MAX_MESSAGE (1,000) characters: a token that
     straddles the cut leaves no half behind."""
     r = Redactor(TOKEN)
     said = "x" * (1000 - 10) + TOKEN + " tail"  # the token starts at character 990
     headers = {"X-Influxdb-Error": said} if where == "header" else {}
-    body = {"header": b"", "body": said.encode(), "json": ('{"message": "%s"}' % said).encode()}
-    message = server_message(headers, body[where], "Unauthorized", r.redact)
+    body = {"body": said.encode(), "json": json.dumps({"message": said}).encode()}
+    reason = said if where == "reason" else "Unauthorized"  # no header, no body: the reason
+    message = server_message(headers, body.get(where, b""), reason, r.redact)
     assert_absent(message, TOKEN)
     assert REDACTED in message
     assert len(message) <= 1000

@@ -35,3 +35,21 @@ async def test_a_settings_error_retries_at_the_cap_not_the_initial_delay(
         sink.abort()
         await sink.aclose()
     assert sink.stats()["lost_points"] == 0
+
+
+async def test_a_huge_retry_after_waits_retry_max_at_most(context: PluginContext) -> None:
+    """Guards: ``Retry-After: 3600`` is obeyed up to ``retry_max`` (0.3 s), not for an hour."""
+    answers = iter([(503, {"Retry-After": "3600"}, b'{"message":"later"}')])
+
+    def script(_: Request) -> Answer:
+        return next(answers, (204, {}, b""))
+
+    with ScriptedServer(script) as server:
+        sink = make_sink(context, server.url, retry_initial=0.05, retry_max=0.3, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 4))
+        await sink.flush()
+        await until(lambda: sink.spool.records == 0, "the spool to drain")
+        assert sink.last_backoff_s == 0.3
+        await sink.aclose()
+    assert len(server.accepted) == 1

@@ -334,8 +334,10 @@ async def test_a_write_cut_short_by_a_full_disk_is_cut_back_off(tmp_path: Path) 
         big = lines(10, 2000)  # 2000 lines of 19 bytes = 38,000 bytes
         assert len(big) == 38_000
         assert spool.append_nowait(big, 2000)  # queued; its write fails part-way
+        # queued behind it, placed after it: refused too, though it would fit once cut back
+        assert spool.append_nowait(lines(2010, 1), 1)
         await spool.flush()
-        assert spool.failed_records == 1
+        assert (spool.failed_records, spool.failed_points) == (2, 2001)
         assert seg.stat().st_size == before
         filler.unlink()
         await spool.close()
