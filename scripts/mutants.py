@@ -473,13 +473,6 @@ FRESH = [
     ),
     # spool segments
     _M(
-        "magic-only segment kept",
-        SEGMENTS_PY,
-        "                if offset <= len(MAGIC):\n                    os.ftruncate(self.active_fd, 0)",
-        "                if offset < len(MAGIC):\n                    os.ftruncate(self.active_fd, 0)",
-        SPOOL,
-    ),
-    _M(
         "always policy never syncs",
         SEGMENTS_PY,
         "        if self.policy.interval_s == 0:\n            self.sync()",

@@ -3,6 +3,7 @@ should notice it. A mutant is *killed* when its tests fail; a *survivor* shows a
 
     python scripts/mutate.py               # every mutant in scripts/mutants.py
     python scripts/mutate.py --only build  # those whose file or name contains "build"
+    python scripts/mutate.py --only "peak is" --only secrets  # either
     python scripts/mutate.py --list
 
 Each mutant replaces one exact snippet (it must occur exactly once in its file) and the file
@@ -67,10 +68,16 @@ def run_one(m: Mutant) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="", help="mutants whose file or name contains this")
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="mutants whose file or name contains this (repeat for several)",
+    )
     ap.add_argument("--list", action="store_true", help="list the mutants and stop")
     args = ap.parse_args(argv)
-    chosen = [m for m in MUTANTS if args.only in m.path or args.only in m.name]
+    wanted = args.only or [""]
+    chosen = [m for m in MUTANTS if any(w in m.path or w in m.name for w in wanted)]
     if args.list:
         for m in chosen:
             print(f"{m.name}: {m.path}  ({m.why})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from acquisition.point import Point
+from acquisition.processors.energy import Series
 from tests.attribution.test_processor import (
     MS,
     T0,
@@ -128,3 +129,16 @@ def test_a_sample_sent_again_at_the_same_time_replaces_the_first() -> None:
     h.feed([step(0, 250, 550), run_event("end", 1000)])
     assert h.proc.stats()["samples_out_of_order"] == 0
     assert step_point(h).fields["energy_joules"] == pytest.approx(3.0, rel=1e-12)
+
+
+def test_pruning_keeps_the_sample_that_brackets_the_cut() -> None:
+    """Guards: pruning samples older than 250 ms keeps the one at 200 ms (the last before the
+    cut), so a step starting at 250 ms can still be interpolated; the ones before it go."""
+    series = Series()
+    for t in range(0, 1001, 100):
+        series.add(t, t / 100)
+    series.prune(250)
+    assert series.times == list(range(200, 1001, 100))
+    assert series.values[0] == 2.0
+    series.prune(400)  # a sample exactly at the cut is the one kept
+    assert series.times[0] == 400

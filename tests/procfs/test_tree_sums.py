@@ -29,3 +29,14 @@ def test_combined_pss_only_when_both_parts_have_it() -> None:
     both = main.merged(main)
     assert both.memory() == MemoryDetail(20 * MB, 4 * MB, 22 * MB, 0)
     assert combined.count == 2 and combined.rss == 512
+
+
+def test_combined_memory_split_only_when_both_parts_have_one() -> None:
+    """Guards: a descendant without any memory split (its smaps unreadable) makes the combined
+    tree's split unknown, not main's 10 MB private alone."""
+    main, descendants = Sum(), Sum()
+    main.add(proc(10, MemoryDetail(10 * MB, 2 * MB, 11 * MB, 0)), 0)
+    descendants.add(proc(11, None), 0)
+    assert descendants.memory() is None
+    assert main.merged(descendants).memory() is None
+    assert descendants.merged(main).memory() is None

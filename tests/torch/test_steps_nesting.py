@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acquisition.torch.hooks import FWD_POST, FWD_PRE, RESUME, STEP
+from acquisition.torch.hooks import FWD_POST, FWD_PRE, RESUME, RETIME, STEP
 from acquisition.torch.steps import ModuleTiming, StepAggregator
 
 
@@ -53,3 +53,16 @@ def test_a_resume_moves_the_start_only_of_a_step_with_no_calls_yet() -> None:
     done += agg.feed([(None, 70, RESUME), (leaf, 72, FWD_PRE), (leaf, 74, FWD_POST)])
     done += agg.feed([(None, 90, STEP)])
     assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30), (1, 35, 60), (2, 60, 90)]
+
+
+def test_a_retime_after_calls_in_the_step_keeps_the_step_start() -> None:
+    """Guards: a retime (a module's enter timed again, e.g. after a first call's compilation)
+    restarts that call's clock, and the step's start only while the step has no calls yet: the
+    step began at 30 with calls at 40–45, so the retime at 60 leaves it at 30; the root's call
+    counts from 60 to 70, 10 ns."""
+    agg = StepAggregator(NAMES)
+    done = agg.feed([(leaf, 10, FWD_PRE), (leaf, 20, FWD_POST), (None, 30, STEP)])
+    done += agg.feed([(leaf, 40, FWD_PRE), (leaf, 45, FWD_POST), (root, 50, FWD_PRE)])
+    done += agg.feed([(root, 60, RETIME), (root, 70, FWD_POST), (None, 80, STEP)])
+    assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30), (1, 30, 80)]
+    assert done[1].modules[("", "forward")] == ModuleTiming(1, 10, 10)
