@@ -33,7 +33,11 @@ SECRETS = ("tests/core/test_secrets.py",)
 HTTP = ("tests/core/test_secrets.py", "tests/influxdb/test_influxdb_parts.py")
 SINK = ("tests/influxdb/test_sink_backoff.py", "tests/influxdb/test_influxdb_parts.py")
 SPOOL = ("tests/influxdb/test_spool.py",)
-FILE = ("tests/core/test_sinks.py", "tests/core/test_file_sink_fsync.py")
+FILE = (
+    "tests/core/test_sinks.py",
+    "tests/core/test_file_sink_fsync.py",
+    "tests/core/test_file_sink_rotation.py",
+)
 ATTRIBUTION = ("tests/attribution",)
 LINEPROTO = (
     "tests/core/test_lineproto_limits.py",

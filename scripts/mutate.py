@@ -7,7 +7,7 @@ should notice it. A mutant is *killed* when its tests fail; a *survivor* shows a
     python scripts/mutate.py --list
 
 Each mutant replaces one exact snippet (it must occur exactly once in its file) and the file
-is restored afterwards, on failure and on Ctrl-C too. The mutated module's cached bytecode is
+is restored afterwards, on failure, Ctrl-C and SIGTERM too. The mutated module's cached bytecode is
 removed and none is written, so a mutant of the same size within the same second as the
 original is never mistaken for it. Prints one line per mutant and the score.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--list", action="store_true", help="list the mutants and stop")
     args = ap.parse_args(argv)
+    # SIGTERM (and SIGINT in a background job, where it is ignored) ends the run the way
+    # Ctrl-C does: through run_one's finally, which restores the mutated file.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     wanted = args.only or [""]
     chosen = [m for m in MUTANTS if any(w in m.path or w in m.name for w in wanted)]
     if args.list:
