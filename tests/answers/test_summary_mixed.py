@@ -238,3 +238,27 @@ def test_a_source_on_two_hosts_has_an_error_bar_only_if_both_have_one() -> None:
     assert gpu.values[0].error is None
     gpu = next(f for f in compare(["a"], [[s]]).figures if f.name == "energy nvml:0")
     assert gpu.values[0].error == pytest.approx(100.0 * 2, rel=REL)  # one host: its own bar
+
+
+def test_window_edges_between_samples_are_interpolated() -> None:
+    """Guards: a window whose edges fall between samples (every 50 ms) takes the counters'
+    values interpolated there: 25 + 5 + 100 W over the 1.23 s from 0.01 s to 1.24 s = 159.9 J,
+    and the per-host energy counts the counted sources only (the wall's 200 W × 3.9 s = 780 J
+    with a wall meter, not 780 + the 507 J inside it)."""
+    run = mixed(wall_w=None)
+    window = (run.t0 + 10_000_000, run.t0 + 1_240_000_000)
+    s = summarize(run.points(), window_ns=window)
+    assert s.energy.total_j == pytest.approx(130.0 * 1.23, rel=REL)
+    walled = summarize(mixed().points())
+    assert walled.per_host[0]["energy_j"] == pytest.approx(200.0 * 3.9, rel=REL)
+
+
+def test_a_run_that_ended_twice_ends_at_its_last_end() -> None:
+    """Guards: with two ``nrg_run`` end events (a job that ended, was resumed and ended again)
+    the window ends at the last one: 3.9 s + 1 s = 4.9 s."""
+    run = mixed()
+    pts = run.points()
+    (end,) = [p for p in pts if p.measurement == "nrg_run" and p.fields["event"] == "end"]
+    later = Point(end.measurement, end.tags, end.fields, end.time_ns + NS)
+    s = summarize([*pts, later])
+    assert s.duration_s == pytest.approx(4.9)

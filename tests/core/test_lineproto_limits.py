@@ -23,3 +23,15 @@ def test_the_int64_bounds_are_the_literal_ones() -> None:
     for outside in (INT64_MAX + 1, INT64_MIN - 1):
         with pytest.raises(LineProtocolError):
             LineEncoder().encode_many([Point("m", {}, {"a": outside}, 1)])
+
+
+def test_the_time_bounds_are_influxdbs_literal_ones() -> None:
+    """Guards: InfluxDB stores times from −9223372036854775806 to 9223372036854775806 ns
+    (int64's range less the two values it reserves at each end): the bounds themselves are
+    written, one further is refused."""
+    latest, earliest = 9_223_372_036_854_775_806, -9_223_372_036_854_775_806
+    assert encode_point(Point("m", {}, {"v": 1}, latest)) == f"m v=1i {latest}"
+    assert encode_point(Point("m", {}, {"v": 1}, earliest)) == f"m v=1i {earliest}"
+    for outside in (latest + 1, earliest - 1):
+        with pytest.raises(LineProtocolError):
+            encode_point(Point("m", {}, {"v": 1}, outside))

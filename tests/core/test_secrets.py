@@ -245,3 +245,15 @@ def test_a_report_error_never_shows_the_credentials(echo_query_url: str, creds: 
     assert "answered 401" in text and "\n" not in text
     assert_absent(text, secret)
     assert_absent(repr(store.target), secret)  # nor the target's own description
+
+
+def test_a_secret_file_under_home_and_a_json_error_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: ``token_file = "~/…"`` is read from the home directory; a JSON body's ``error``
+    key is the server's message when it has no ``message``."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "nrg-token").write_text(TOKEN)
+    assert read_secret("", "~/nrg-token", "token", "[[sinks.influxdb]]") == TOKEN
+    message = server_message({}, b'{"error": "bad token"}', "Unauthorized", Redactor(TOKEN).redact)
+    assert message == "bad token"
