@@ -84,8 +84,8 @@ AUDIT = [
     _M(
         "epoch energy over every source",
         BUILD,
-        "sum(energies) if energies else None, sources)",
-        "sum(sources.values()) if energies else None, sources)",
+        "total = sum(energies) if energies else None",
+        "total = sum(sources.values()) if energies else None",
         SUMMARY,
     ),
     _M(
@@ -339,14 +339,6 @@ FRESH = [
         SUMMARY,
     ),
     _M(
-        "step error replaced, not summed",
-        BUILD,
-        "out.errors[key] = out.errors.get(key, 0.0) + err",
-        "out.errors[key] = err",
-        SUMMARY,
-    ),
-    # compare
-    _M(
         "sem over n",
         COMPARE_PY,
         "statistics.stdev(values) / math.sqrt(len(values))",
@@ -516,8 +508,8 @@ FRESH = [
     _M(
         "same-time sample out of order",
         ATTRIBUTION_PY,
-        "if series.times and point.time_ns < series.times[-1]:",
-        "if series.times and point.time_ns <= series.times[-1]:",
+        'if series.times and point.time_ns < series.times[-1]:\n            self._counts["samples_out_of_order"] += 1\n            return None\n        if sample.counter',
+        'if series.times and point.time_ns <= series.times[-1]:\n            self._counts["samples_out_of_order"] += 1\n            return None\n        if sample.counter',
         ATTRIBUTION,
     ),
     _M(
