@@ -112,11 +112,16 @@ def launch_fields(launch: Launch, gpu_uuid: str) -> dict[str, str | int]:
     return fields
 
 
-def cuda_uuid(cuda: Any, model: Any) -> str:
+def cuda_uuid(model: Any, cuda: Any = None) -> str:
     """``GPU-<uuid>`` of the CUDA device holding ``model``'s first CUDA parameter, as NVML names
-    it. ``cuda`` is ``torch.cuda``; its device index counts the devices ``CUDA_VISIBLE_DEVICES``
-    leaves visible, the UUID names the physical device. Empty when it cannot be read."""
+    it. ``cuda`` is ``torch.cuda`` (the default); its device index counts the devices
+    ``CUDA_VISIBLE_DEVICES`` leaves visible, the UUID names the physical device. Empty when it
+    cannot be read."""
     try:
+        if cuda is None:
+            import torch
+
+            cuda = torch.cuda
         device = next(p.device for p in model.parameters() if p.is_cuda)
         index = device.index if device.index is not None else cuda.current_device()
         uuid = str(cuda.get_device_properties(index).uuid).strip().lower()

@@ -257,10 +257,7 @@ class Session:
         model = self.model
         devices = gpu_timeline.cuda_devices(model.parameters())
         cuda = self._cuda = bool(devices)
-        if cuda:
-            import torch
-
-            self.gpu_uuid = cuda_uuid(torch.cuda, model)
+        self.gpu_uuid = cuda_uuid(model) if cuda else ""
         self._param_ids = {id(p) for p in model.parameters()}
         self._aggregator = StepAggregator(self._names(), samples_per_step=self._samples_per_step)
         if cuda:

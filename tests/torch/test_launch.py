@@ -94,9 +94,9 @@ def test_cuda_uuid_names_the_physical_device_of_the_model() -> None:
 
     cuda = SimpleNamespace(get_device_properties=props, current_device=lambda: 0)
     model = SimpleNamespace(parameters=lambda: iter([_Param()]))
-    assert cuda_uuid(cuda, model) == "GPU-58aeb4e1-f1d0-4f3a-8f6b-0c2d3e4f5a6b"
+    assert cuda_uuid(model, cuda) == "GPU-58aeb4e1-f1d0-4f3a-8f6b-0c2d3e4f5a6b"
     assert asked == [1]
-    assert cuda_uuid(cuda, SimpleNamespace(parameters=lambda: iter([]))) == ""
+    assert cuda_uuid(SimpleNamespace(parameters=lambda: iter([])), cuda) == ""
 
 
 class Wrapper(nn.Module):
