@@ -41,6 +41,7 @@ from acquisition.lineproto import LineEncoder
 from acquisition.live import live_line_wanted
 from acquisition.paths import ENV_AGENT_DATA
 from acquisition.point import Point
+from acquisition.processors.forecast import plan_forecast
 
 __all__ = ["SUBCOMMANDS", "RunOutcome", "Subcommand", "after_run", "main"]
 
@@ -251,7 +252,7 @@ def _load(args: argparse.Namespace) -> Config:
         agent.experiment = args.experiment
     if args.run:
         agent.run = args.run
-    return default_config(config)
+    return plan_forecast(default_config(config), args.epochs, args.steps_per_epoch)
 
 
 # -- list and --once ----------------------------------------------------------------------------
@@ -520,7 +521,6 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
 
 
 MSG_REQUIRE_ENERGY = "nrg-collect: --require-energy: not starting without an energy source"
-
 
 MSG_RUN_MISMATCH = (
     "the job names its run {job!r} but this agent tags its own points run={agent!r}; the "

@@ -42,6 +42,7 @@ SINKS: dict[str, str] = {
 PROCESSORS: dict[str, str] = {
     "process_power": "acquisition.processors.process_power:ProcessPowerShare",
     "attribution": "acquisition.processors.attribution:EnergyAttribution",
+    "forecast": "acquisition.processors.forecast:RunForecast",
 }
 _COMMON_KEYS = {"collectors": COLLECTOR_KEYS, "sinks": SINK_KEYS}
 _TABLES = {"collectors": COLLECTORS, "sinks": SINKS, "processors": PROCESSORS}

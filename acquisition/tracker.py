@@ -20,6 +20,7 @@ itself inside a job that ``nrg-collect -- CMD`` runs (the agent puts its file si
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from collections.abc import Collection, Iterator
@@ -29,6 +30,7 @@ from typing import Any, Literal
 
 from acquisition.config import Config, load_config
 from acquisition.errors import NrgError
+from acquisition.forecast import EpochFigures, Forecast, forecast_run
 from acquisition.paths import ENV_AGENT_DATA
 from acquisition.point import Point
 from acquisition.summary import RunSummary, SummaryOptions, counted_sources, summarize
@@ -90,6 +92,7 @@ class Tracker:
         gpu_ram_unit: Literal["bytes", "kilobytes", "megabytes", "gigabytes"] = "gigabytes",
         time_unit: Literal["seconds", "minutes", "hours", "days"] = "hours",
         carbon_intensity_g_per_kwh: float | None = None,
+        epochs: int | None = None,
     ) -> None:
         if isinstance(config, str | os.PathLike):
             config = load_config(config)
@@ -118,6 +121,9 @@ class Tracker:
         self._open: dict[str, int] = {}
         self._stack: list[str] = []
         self.windows: list[WindowResult] = []
+        self.epochs = epochs
+        """The run's length in epochs, for :meth:`forecast`."""
+        self._epoch_marks: list[int] = []
 
     # -- start / stop -------------------------------------------------------------------------
 
@@ -138,6 +144,7 @@ class Tracker:
         if self.running:
             raise NrgError("the tracker is already running")
         self._points, self.stop_ns, self.windows = None, 0, []
+        self._epoch_marks = []
         from acquisition.sampler import AgentSampler, Sampler
 
         if self.agent_data is None:
@@ -196,6 +203,38 @@ class Tracker:
             yield
         finally:
             self.end_window(name)
+
+    # -- forecast -----------------------------------------------------------------------------
+
+    def epoch(self) -> None:
+        """Mark the start of an epoch (the first call: epoch 0); each later call ends one."""
+        if not self.running:
+            raise NrgError(NOT_STARTED)
+        self._epoch_marks.append(time.time_ns())
+
+    def forecast(self) -> Forecast | None:
+        """The run's remaining and total duration, energy and CO2e, predicted from the epochs
+        marked with :meth:`epoch` so far (``epochs`` given to the Tracker); None before the
+        first epoch has ended. One epoch gives no spread: the interval needs two."""
+        if self.epochs is None or len(self._epoch_marks) < 2:
+            return None
+        marks = self._epoch_marks
+        self._wait_for_sample_after(marks[-1])
+        points = [p for p in self._current_points() if p.measurement in _SOURCES]
+        done = []
+        for a, b in itertools.pairwise(marks):
+            part = self._window_result("epoch", a, b, points)
+            done.append(EpochFigures((b - a) / _NS, dict(part.sources)))
+        spent = self._window_result("spent", self.start_ns, marks[-1], points).sources
+        counted = sorted(counted_sources(spent))
+        return forecast_run(
+            done,
+            self.epochs,
+            elapsed_s=(marks[-1] - self.start_ns) / _NS,
+            spent_j=spent,
+            counted=counted,
+            carbon_intensity_g_per_kwh=self.options.carbon_intensity_g_per_kwh,
+        )
 
     # -- results ------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from acquisition.carbon import CarbonFigure, IntensityService, resolve_intensity
 from acquisition.config import load_config
 from acquisition.errors import ConfigError, NrgError
 from acquisition.paths import data_dir
@@ -33,6 +34,7 @@ from acquisition.report.formats import (
 )
 from acquisition.report.recorder import SummaryRecorder, attach_recorder
 from acquisition.report.runs import PointSource, RunInfo, find_runs, load_run, select_runs
+from acquisition.secrets import read_secret
 from acquisition.store import Store
 from acquisition.summary import RunSummary, SummaryOptions, summarize
 from acquisition.summary_options import add_summary_arguments, add_unit_arguments
@@ -64,19 +66,61 @@ def _report_table(config_path: str | None) -> dict[str, Any]:
     return {key: getattr(report, key) for key in table}
 
 
-def summary_options(args: argparse.Namespace, tree: str | None = None) -> SummaryOptions:
-    """Units and carbon intensity from the command line, then ``[report]`` of the config."""
-    table = _report_table(getattr(args, "config", None))
-    intensity = getattr(args, "carbon_intensity", None)
-    source = "given on the command line"
-    if intensity is None and "carbon_intensity_g_per_kwh" in table:
+_SERVICES: dict[str, IntensityService] = {}
+"""One live intensity service per URL, so its cache serves every run of one command."""
+
+
+def _service(config_path: str | None) -> IntensityService | None:
+    if not config_path:
+        return None
+    report = load_config(config_path).report
+    if not report.carbon_service_url:
+        return None
+    url = report.carbon_service_url
+    if url not in _SERVICES:
+        token = read_secret(
+            report.carbon_service_token,
+            report.carbon_service_token_file,
+            "carbon_service_token",
+            "[report]",
+        )
+        _SERVICES[url] = IntensityService(
+            url, token, report.carbon_service_timeout, report.carbon_service_cache
+        )
+    return _SERVICES[url]
+
+
+def carbon_figure(args: argparse.Namespace, table: Mapping[str, Any]) -> CarbonFigure | None:
+    """The carbon intensity from ``--carbon-intensity``, else ``[report] carbon_intensity``,
+    else ``[report] carbon_intensity_g_per_kwh``; None when none is set (the default)."""
+    service = _service(getattr(args, "config", None))
+    given = getattr(args, "carbon_intensity", None)
+    try:
+        if given is not None:
+            return resolve_intensity(given, "--carbon-intensity", service)
+        figure = resolve_intensity(
+            table.get("carbon_intensity", ""), "[report] carbon_intensity", service
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if figure is None and "carbon_intensity_g_per_kwh" in table:
         value = table["carbon_intensity_g_per_kwh"]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError("[report] carbon_intensity_g_per_kwh: expected a number")
-        intensity, source = float(value), "[report] carbon_intensity_g_per_kwh"
+        where = "[report] carbon_intensity_g_per_kwh"
+        figure = CarbonFigure(float(value), f"{where} = {float(value):g} g/kWh")
+    return figure
+
+
+def summary_options(args: argparse.Namespace, tree: str | None = None) -> SummaryOptions:
+    """Units and carbon intensity from the command line, then ``[report]`` of the config."""
+    figure = carbon_figure(args, _report_table(getattr(args, "config", None)))
     kwargs: dict[str, Any] = {}
-    if intensity is not None:
-        kwargs = {"carbon_intensity_g_per_kwh": intensity, "carbon_intensity_source": source}
+    if figure is not None:
+        kwargs = {
+            "carbon_intensity_g_per_kwh": figure.g_per_kwh,
+            "carbon_intensity_source": figure.source,
+        }
     options = SummaryOptions(
         ram_unit=getattr(args, "ram_unit", "gigabytes"),
         gpu_ram_unit=getattr(args, "gpu_ram_unit", "gigabytes"),

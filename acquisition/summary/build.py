@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 
 from acquisition.point import FieldValue, Point
 from acquisition.processors.attribution import parse_source
+from acquisition.summary.forecast import first_forecast
 from acquisition.summary.model import (
     J_PER_KWH,
     EnergySummary,
@@ -489,7 +490,7 @@ def summarize(
         for p in pts
         if p.measurement == "nrg_model" and p.tags.get("module") == _ROOT_MODULE
     ]
-    return RunSummary(
+    summary = RunSummary(
         run=_most_common(pts, "run"),
         experiment=_most_common(pts, "experiment"),
         host=_most_common(pts, "host"),
@@ -514,3 +515,10 @@ def summarize(
         flops=next((f for f in flops if f is not None), None),
         notes=_coverage_notes(steps) + ([] if counted else _guidance(unavailable)),
     )
+    summary.forecast = first_forecast(
+        pts,
+        duration_s=duration,
+        energy_j=total if counted else None,
+        g_per_kwh=options.carbon_intensity_g_per_kwh,
+    )
+    return summary

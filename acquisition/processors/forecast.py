@@ -1,0 +1,324 @@
+"""The run forecast as a bus processor: at the end of every epoch of a run whose length is known,
+the run's remaining and total duration, energy per source and CO₂e (``nrg_forecast``).
+
+The run's length comes from the job (``instrument(..., epochs=N)`` or ``session.plan(...)``
+send an ``nrg_plan`` point) or from this processor's ``epochs`` (``nrg-collect --epochs N``).
+An epoch ends where the first step of the next one starts (its ``nrg_step`` point has a new
+``epoch`` tag); the epoch's figures are taken once every power source has a sample at or after
+that time (or ``wait`` later on the data clock, with what there is). The statistics are in
+:mod:`acquisition.forecast`. The latest forecast of each run is kept in the agent's shared
+status (``status["forecast"][run]``) for the live line.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from acquisition.api import Emit, PluginContext
+from acquisition.config import duration, option
+from acquisition.forecast import TOTAL, EpochFigures, Forecast, forecast_run, format_forecast
+from acquisition.point import FieldValue, Point
+from acquisition.processors.energy import Source, parse_source
+from acquisition.processors.steps import RunKey, epoch_of, int_field, run_key, run_tags
+from acquisition.summary.build import counted_sources
+from acquisition.summary_options import DEFAULT_CARBON_INTENSITY
+
+__all__ = [
+    "MEASUREMENT",
+    "PLAN",
+    "ForecastConfig",
+    "RunForecast",
+    "forecast_points",
+    "plan_forecast",
+]
+
+log = logging.getLogger(__name__)
+
+MEASUREMENT = "nrg_forecast"
+PLAN = "nrg_plan"
+STATUS_KEY = "forecast"
+_NS = 1_000_000_000
+
+
+@dataclass
+class ForecastConfig:
+    """``[[processors.forecast]]`` keys."""
+
+    epochs: int = option(0, "epochs of the run when the job does not say (0: only the job's)")
+    steps_per_epoch: int = option(0, "steps per epoch (0: as many as the last epoch had)")
+    carbon_intensity_g_per_kwh: float = option(
+        DEFAULT_CARBON_INTENSITY, "grams CO2e per kWh for the forecast's CO2e"
+    )
+    wall_channel: int = option(1, "emonPi CT channel that measures this machine (power<ch>_watts)")
+    wait: float = duration(
+        5.0, "wait this long (data clock) past an epoch's end for a lagging source"
+    )
+
+    def validate(self) -> None:
+        if self.epochs < 0:
+            raise ValueError("epochs must be >= 0")
+        if self.steps_per_epoch < 0:
+            raise ValueError("steps_per_epoch must be >= 0")
+        if not self.carbon_intensity_g_per_kwh >= 0:
+            raise ValueError("carbon_intensity_g_per_kwh must be >= 0")
+
+
+@dataclass
+class _Run:
+    start_ns: int | None = None
+    epochs: int = 0
+    steps_per_epoch: int = 0
+    epoch: str | None = None
+    epoch_start_ns: int = 0
+    steps: list[tuple[int, int]] = field(default_factory=list)
+    last_boundary_ns: int | None = None
+    done: list[EpochFigures] = field(default_factory=list)
+    spent_j: dict[str, float] = field(default_factory=dict)
+    pending: list[tuple[str, int, int, list[tuple[int, int]]]] = field(default_factory=list)
+    """Finished epochs waiting for data: (epoch, start, end, steps)."""
+    ended: bool = False
+
+
+class RunForecast:
+    """Bus processor: ``nrg_forecast`` points at each epoch end of a run of known length."""
+
+    name: ClassVar[str] = "forecast"
+    config_class: ClassVar[type] = ForecastConfig
+
+    def __init__(self, config: ForecastConfig, context: PluginContext) -> None:
+        self._config = config
+        self._status: dict[str, Forecast] = context.status.setdefault(STATUS_KEY, {})
+        self._sources: dict[str, Source] = {}
+        self._runs: dict[RunKey, _Run] = {}
+        self._clock = 0
+        self._counts = {"forecasts": 0, "epochs_without_energy": 0}
+
+    def process(self, point: Point, emit: Emit) -> None:
+        """Take one bus point; emit the forecasts whose epoch's data is complete."""
+        self._clock = max(self._clock, point.time_ns)
+        m = point.measurement
+        if m in ("rapl", "gpu", "emonpi"):
+            self._on_source(point)
+        elif m == "nrg_step":
+            self._on_step(point)
+        elif m == PLAN:
+            self._on_plan(point)
+        elif m == "nrg_run":
+            self._on_run(point)
+        else:
+            return
+        self._settle(emit, force=False)
+
+    def flush(self, emit: Emit) -> None:
+        """At shutdown: the finished epochs still waiting, with the data there is."""
+        self._settle(emit, force=True)
+
+    def stats(self) -> dict[str, float | int]:
+        return dict(self._counts)
+
+    def describe(self) -> str:
+        return "run forecast at each epoch end"
+
+    # -- intake --
+
+    def _on_source(self, point: Point) -> None:
+        sample = parse_source(point, self._config.wall_channel)
+        if sample is None:
+            return
+        src = self._sources.get(sample.source)
+        if src is None:
+            src = self._sources[sample.source] = Source(sample.source, sample.kind, sample.domain)
+        series = src.counter if sample.counter else src.power
+        if series.times and point.time_ns < series.times[-1]:
+            return
+        if sample.counter and series.values and sample.value < series.values[-1]:
+            series.clear()  # the collector restarted: its counter has a new base
+        series.add(point.time_ns, sample.value)
+
+    def _run(self, point: Point) -> _Run:
+        key = run_key(point.tags)
+        run = self._runs.get(key)
+        if run is None:
+            run = self._runs[key] = _Run(
+                epochs=self._config.epochs, steps_per_epoch=self._config.steps_per_epoch
+            )
+        return run
+
+    def _on_plan(self, point: Point) -> None:
+        run = self._run(point)
+        epochs = int_field(point.fields, "epochs")
+        steps = int_field(point.fields, "steps_per_epoch")
+        if epochs is not None and epochs > 0:
+            run.epochs = epochs
+        if steps is not None and steps > 0:
+            run.steps_per_epoch = steps
+
+    def _on_run(self, point: Point) -> None:
+        event = point.fields.get("event")
+        if event == "start":
+            key = run_key(point.tags)
+            old = self._runs.get(key)
+            self._runs[key] = _Run(
+                start_ns=point.time_ns,
+                epochs=old.epochs if old else self._config.epochs,
+                steps_per_epoch=old.steps_per_epoch if old else self._config.steps_per_epoch,
+            )
+        elif event == "end":
+            run = self._run(point)
+            run.ended = True
+
+    def _on_step(self, point: Point) -> None:
+        start = int_field(point.fields, "start_time_ns")
+        end = int_field(point.fields, "end_time_ns")
+        if start is None or end is None or end < start:
+            return
+        run = self._run(point)
+        epoch = epoch_of(point)
+        if run.start_ns is None:
+            run.start_ns = start
+        if run.epoch is None:
+            run.epoch, run.epoch_start_ns = epoch, start
+        elif epoch != run.epoch:
+            run.pending.append((run.epoch, run.epoch_start_ns, start, run.steps))
+            run.epoch, run.epoch_start_ns, run.steps = epoch, start, []
+        run.steps.append((start, end))
+
+    # -- forecasts --
+
+    def _ready(self, end_ns: int, force: bool) -> bool:
+        if force or self._clock - end_ns >= int(self._config.wait * _NS):
+            return True
+        lasts = [s.last() for s in self._sources.values()]
+        return all(t is not None and t >= end_ns for t in lasts)
+
+    def _settle(self, emit: Emit, force: bool) -> None:
+        for key, run in list(self._runs.items()):
+            while run.pending and self._ready(run.pending[0][2], force):
+                epoch, start, end, steps = run.pending.pop(0)
+                self._finish_epoch(key, run, epoch, (start, end), steps, emit)
+            if run.ended and not run.pending:
+                del self._runs[key]
+        self._prune()
+
+    def _energy(self, src: Source, start: int, end: int) -> float | None:
+        first = src.first()
+        if first is not None and first > start:
+            start = first  # the source started after the run: from its first sample
+        return src.energy(start, end) if end > start else None
+
+    def _finish_epoch(
+        self,
+        key: RunKey,
+        run: _Run,
+        epoch: str,
+        window: tuple[int, int],
+        steps: list[tuple[int, int]],
+        emit: Emit,
+    ) -> None:
+        start, end = window
+        since = run.last_boundary_ns if run.last_boundary_ns is not None else run.start_ns
+        since = start if since is None else since
+        figures = EpochFigures((end - start) / _NS, {}, [(b - a) / _NS for a, b in steps])
+        for name, src in self._sources.items():
+            energy = self._energy(src, start, end)
+            spent = self._energy(src, since, end)
+            if energy is None or spent is None:
+                continue
+            figures.energy_j[name] = energy
+            run.spent_j[name] = run.spent_j.get(name, 0.0) + spent
+            per_step = [self._energy(src, a, b) for a, b in steps]
+            figures.step_energy_j[name] = [e for e in per_step if e is not None]
+        if not figures.energy_j:
+            self._counts["epochs_without_energy"] += 1
+        run.last_boundary_ns = end
+        run.done.append(figures)
+        if run.epochs <= len(run.done):
+            return
+        origin = run.start_ns if run.start_ns is not None else start
+        forecast = forecast_run(
+            run.done,
+            run.epochs,
+            elapsed_s=(end - origin) / _NS,
+            spent_j=run.spent_j,
+            counted=sorted(counted_sources(self._sources)),
+            steps_per_epoch=run.steps_per_epoch or None,
+            carbon_intensity_g_per_kwh=self._config.carbon_intensity_g_per_kwh,
+        )
+        self._status[key[1]] = forecast
+        self._counts["forecasts"] += 1
+        log.info("run %s: %s", key[1] or "-", format_forecast(forecast))
+        for p in forecast_points(forecast, {**run_tags(key), "epoch": epoch}, end):
+            emit(p)
+
+    def _prune(self) -> None:
+        """Keep each source's samples from the oldest start a run may still need."""
+        needs = [
+            r.pending[0][1] if r.pending else r.epoch_start_ns
+            for r in self._runs.values()
+            if r.epoch is not None
+        ]
+        needs += [r.last_boundary_ns or r.start_ns or 0 for r in self._runs.values()]
+        floor = min(needs) if needs else self._clock - 60 * _NS
+        for src in self._sources.values():
+            src.counter.prune(floor)
+            src.power.prune(floor)
+
+
+def forecast_points(f: Forecast, tags: dict[str, str], time_ns: int) -> list[Point]:
+    """The ``nrg_forecast`` points of a forecast: one per source and one ``source=total`` with
+    the durations and CO₂e."""
+    points = []
+    for source, total in sorted(f.energy_total_j.items()):
+        rem = f.energy_remaining_j[source]
+        fields: dict[str, FieldValue] = {
+            "epochs_done": f.epochs_done,
+            "epochs": f.epochs,
+            "energy_joules": total.value,
+            "energy_low_joules": total.low,
+            "energy_high_joules": total.high,
+            "energy_spent_joules": f.energy_spent_j.get(source, 0.0),
+            "energy_remaining_joules": rem.value,
+        }
+        if source == TOTAL:
+            fields.update(_total_fields(f))
+        points.append(Point(MEASUREMENT, {**tags, "source": source}, fields, time_ns))
+    return points
+
+
+def _total_fields(f: Forecast) -> dict[str, Any]:
+    return {
+        "elapsed_seconds": f.elapsed_s,
+        "remaining_seconds": f.remaining_s.value,
+        "remaining_low_seconds": f.remaining_s.low,
+        "remaining_high_seconds": f.remaining_s.high,
+        "total_seconds": f.total_s.value,
+        "total_low_seconds": f.total_s.low,
+        "total_high_seconds": f.total_s.high,
+        "co2e_grams": f.co2e_g.value,
+        "co2e_low_grams": f.co2e_g.low,
+        "co2e_high_grams": f.co2e_g.high,
+        "carbon_intensity_g_per_kwh": f.carbon_intensity_g_per_kwh,
+        "level_ratio": f.level,
+        "basis": f.basis,
+    }
+
+
+def plan_forecast(config: Any, epochs: int | None, steps_per_epoch: int | None) -> Any:
+    """``config`` with ``--epochs``/``--steps-per-epoch`` given to its forecast processors (one
+    is added when the config names processors but not this one); returns ``config``."""
+    if not epochs and not steps_per_epoch:
+        return config
+    from acquisition.config import PluginSpec
+
+    specs = [s for s in config.processors if s.name == RunForecast.name]
+    if not specs:
+        specs = [PluginSpec("processors", RunForecast.name, {})]
+        config.processors.append(specs[0])
+    for spec in specs:
+        if epochs:
+            spec.options["epochs"] = epochs
+        if steps_per_epoch:
+            spec.options["steps_per_epoch"] = steps_per_epoch
+    return config
