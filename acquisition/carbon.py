@@ -36,6 +36,7 @@ __all__ = [
     "check_setting",
     "parse_intensity_argument",
     "resolve_intensity",
+    "service_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -180,6 +181,18 @@ class IntensityService:
                 zone,
             )
         return CarbonFigure(value, f"live, zone {zone}: {value:g} g/kWh ({self.url})", zone)
+
+
+_SERVICES: dict[tuple[str, str], IntensityService] = {}
+
+
+def service_for(url: str, token: str, timeout_s: float, cache_s: float) -> IntensityService:
+    """One service per URL and token in this process, so its cache and its "said once" serve
+    the agent's start, the run's summary and every run of a report."""
+    key = (url, token)
+    if key not in _SERVICES:
+        _SERVICES[key] = IntensityService(url, token, timeout_s, cache_s)
+    return _SERVICES[key]
 
 
 def resolve_intensity(

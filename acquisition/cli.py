@@ -41,7 +41,7 @@ from acquisition.lineproto import LineEncoder
 from acquisition.live import live_line_wanted
 from acquisition.paths import ENV_AGENT_DATA
 from acquisition.point import Point
-from acquisition.processors.forecast import plan_forecast
+from acquisition.run_plan import prepare_run
 
 __all__ = ["SUBCOMMANDS", "RunOutcome", "Subcommand", "after_run", "main"]
 
@@ -252,7 +252,7 @@ def _load(args: argparse.Namespace) -> Config:
         agent.experiment = args.experiment
     if args.run:
         agent.run = args.run
-    return plan_forecast(default_config(config), args.epochs, args.steps_per_epoch)
+    return prepare_run(default_config(config), args)
 
 
 # -- list and --once ----------------------------------------------------------------------------

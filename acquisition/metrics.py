@@ -315,6 +315,17 @@ METRICS: tuple[Measurement, ...] = (
         ),
     ),
     Measurement(
+        "nrg_carbon",
+        "processors.carbon",
+        "the carbon intensity the run used and where it came from, at the agent's first point "
+        "and at each job's start",
+        _RUN_TAGS,
+        (
+            _f("g_per_kwh", "g/kWh", "grams CO2e per kWh"),
+            Field("source", "string", "", "where the figure comes from (table, service, setting)"),
+        ),
+    ),
+    Measurement(
         "nrg_forecast",
         "processors.forecast",
         "the run's predicted duration, energy and CO2e, at the end of each epoch; "

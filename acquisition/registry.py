@@ -43,6 +43,7 @@ PROCESSORS: dict[str, str] = {
     "process_power": "acquisition.processors.process_power:ProcessPowerShare",
     "attribution": "acquisition.processors.attribution:EnergyAttribution",
     "forecast": "acquisition.processors.forecast:RunForecast",
+    "carbon": "acquisition.processors.carbon:CarbonRecord",
 }
 _COMMON_KEYS = {"collectors": COLLECTOR_KEYS, "sinks": SINK_KEYS}
 _TABLES = {"collectors": COLLECTORS, "sinks": SINKS, "processors": PROCESSORS}

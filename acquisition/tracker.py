@@ -105,6 +105,7 @@ class Tracker:
             extra = {
                 "carbon_intensity_g_per_kwh": carbon_intensity_g_per_kwh,
                 "carbon_intensity_source": "given to Tracker",
+                "carbon_given": True,
             }
         self.options = SummaryOptions(
             ram_unit=ram_unit,

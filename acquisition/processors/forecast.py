@@ -6,7 +6,8 @@ send an ``nrg_plan`` point) or from this processor's ``epochs`` (``nrg-collect -
 An epoch ends where the first step of the next one starts (its ``nrg_step`` point has a new
 ``epoch`` tag); the epoch's figures are taken once every power source has a sample at or after
 that time (or ``wait`` later on the data clock, with what there is). The statistics are in
-:mod:`acquisition.forecast`. The latest forecast of each run is kept in the agent's shared
+:mod:`acquisition.forecast`; the CO₂e is at the intensity ``processors.carbon`` recorded for the
+run (else the default). The latest forecast of each run is kept in the agent's shared
 status (``status["forecast"][run]``) for the live line.
 """
 
@@ -20,6 +21,7 @@ from acquisition.api import Emit, PluginContext
 from acquisition.config import duration, option
 from acquisition.forecast import TOTAL, EpochFigures, Forecast, forecast_run, format_forecast
 from acquisition.point import FieldValue, Point
+from acquisition.processors.carbon import STATUS_KEY as CARBON_STATUS
 from acquisition.processors.energy import Source, parse_source
 from acquisition.processors.steps import RunKey, epoch_of, int_field, run_key, run_tags
 from acquisition.summary.build import counted_sources
@@ -48,9 +50,6 @@ class ForecastConfig:
 
     epochs: int = option(0, "epochs of the run when the job does not say (0: only the job's)")
     steps_per_epoch: int = option(0, "steps per epoch (0: as many as the last epoch had)")
-    carbon_intensity_g_per_kwh: float = option(
-        DEFAULT_CARBON_INTENSITY, "grams CO2e per kWh for the forecast's CO2e"
-    )
     wall_channel: int = option(1, "emonPi CT channel that measures this machine (power<ch>_watts)")
     wait: float = duration(
         5.0, "wait this long (data clock) past an epoch's end for a lagging source"
@@ -61,8 +60,6 @@ class ForecastConfig:
             raise ValueError("epochs must be >= 0")
         if self.steps_per_epoch < 0:
             raise ValueError("steps_per_epoch must be >= 0")
-        if not self.carbon_intensity_g_per_kwh >= 0:
-            raise ValueError("carbon_intensity_g_per_kwh must be >= 0")
 
 
 @dataclass
@@ -90,6 +87,7 @@ class RunForecast:
     def __init__(self, config: ForecastConfig, context: PluginContext) -> None:
         self._config = config
         self._status: dict[str, Forecast] = context.status.setdefault(STATUS_KEY, {})
+        self._shared = context.status
         self._sources: dict[str, Source] = {}
         self._runs: dict[RunKey, _Run] = {}
         self._clock = 0
@@ -244,13 +242,18 @@ class RunForecast:
             spent_j=run.spent_j,
             counted=sorted(counted_sources(self._sources)),
             steps_per_epoch=run.steps_per_epoch or None,
-            carbon_intensity_g_per_kwh=self._config.carbon_intensity_g_per_kwh,
+            carbon_intensity_g_per_kwh=self._intensity(),
         )
         self._status[key[1]] = forecast
         self._counts["forecasts"] += 1
         log.info("run %s: %s", key[1] or "-", format_forecast(forecast))
         for p in forecast_points(forecast, {**run_tags(key), "epoch": epoch}, end):
             emit(p)
+
+    def _intensity(self) -> float:
+        """The run's carbon intensity, as ``processors.carbon`` recorded it, else the default."""
+        recorded = self._shared.get(CARBON_STATUS)
+        return float(recorded[0]) if recorded else DEFAULT_CARBON_INTENSITY
 
     def _prune(self) -> None:
         """Keep each source's samples from the oldest start a run may still need."""

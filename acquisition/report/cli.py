@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from acquisition.carbon import CarbonFigure, IntensityService, resolve_intensity
+from acquisition.carbon import CarbonFigure, resolve_intensity
 from acquisition.config import load_config
 from acquisition.errors import ConfigError, NrgError
 from acquisition.paths import data_dir
@@ -34,7 +34,7 @@ from acquisition.report.formats import (
 )
 from acquisition.report.recorder import SummaryRecorder, attach_recorder
 from acquisition.report.runs import PointSource, RunInfo, find_runs, load_run, select_runs
-from acquisition.secrets import read_secret
+from acquisition.run_plan import report_carbon, report_service
 from acquisition.store import Store
 from acquisition.summary import RunSummary, SummaryOptions, summarize
 from acquisition.summary_options import add_summary_arguments, add_unit_arguments
@@ -66,50 +66,25 @@ def _report_table(config_path: str | None) -> dict[str, Any]:
     return {key: getattr(report, key) for key in table}
 
 
-_SERVICES: dict[str, IntensityService] = {}
-"""One live intensity service per URL, so its cache serves every run of one command."""
-
-
-def _service(config_path: str | None) -> IntensityService | None:
-    if not config_path:
-        return None
-    report = load_config(config_path).report
-    if not report.carbon_service_url:
-        return None
-    url = report.carbon_service_url
-    if url not in _SERVICES:
-        token = read_secret(
-            report.carbon_service_token,
-            report.carbon_service_token_file,
-            "carbon_service_token",
-            "[report]",
-        )
-        _SERVICES[url] = IntensityService(
-            url, token, report.carbon_service_timeout, report.carbon_service_cache
-        )
-    return _SERVICES[url]
-
-
 def carbon_figure(args: argparse.Namespace, table: Mapping[str, Any]) -> CarbonFigure | None:
     """The carbon intensity from ``--carbon-intensity``, else ``[report] carbon_intensity``,
     else ``[report] carbon_intensity_g_per_kwh``; None when none is set (the default)."""
-    service = _service(getattr(args, "config", None))
+    config = getattr(args, "config", None)
+    report = load_config(config).report if config else None
     given = getattr(args, "carbon_intensity", None)
-    try:
-        if given is not None:
+    if given is not None:
+        service = None
+        if report is not None and report.carbon_service_url and isinstance(given, str):
+            service = report_service(report)
+        try:
             return resolve_intensity(given, "--carbon-intensity", service)
-        figure = resolve_intensity(
-            table.get("carbon_intensity", ""), "[report] carbon_intensity", service
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if figure is None and "carbon_intensity_g_per_kwh" in table:
-        value = table["carbon_intensity_g_per_kwh"]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError("[report] carbon_intensity_g_per_kwh: expected a number")
-        where = "[report] carbon_intensity_g_per_kwh"
-        figure = CarbonFigure(float(value), f"{where} = {float(value):g} g/kWh")
-    return figure
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if report is None or not (
+        table.get("carbon_intensity") or "carbon_intensity_g_per_kwh" in table
+    ):
+        return None
+    return report_carbon(report)
 
 
 def summary_options(args: argparse.Namespace, tree: str | None = None) -> SummaryOptions:
@@ -120,6 +95,7 @@ def summary_options(args: argparse.Namespace, tree: str | None = None) -> Summar
         kwargs = {
             "carbon_intensity_g_per_kwh": figure.g_per_kwh,
             "carbon_intensity_source": figure.source,
+            "carbon_given": getattr(args, "carbon_intensity", None) is not None,
         }
     options = SummaryOptions(
         ram_unit=getattr(args, "ram_unit", "gigabytes"),

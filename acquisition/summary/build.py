@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 
 from acquisition.point import FieldValue, Point
 from acquisition.processors.attribution import parse_source
+from acquisition.summary.carbon import run_carbon
 from acquisition.summary.forecast import first_forecast
 from acquisition.summary.model import (
     J_PER_KWH,
@@ -490,6 +491,12 @@ def summarize(
         for p in pts
         if p.measurement == "nrg_model" and p.tags.get("module") == _ROOT_MODULE
     ]
+    g_per_kwh, carbon_source = run_carbon(
+        pts,
+        options.carbon_intensity_g_per_kwh,
+        options.carbon_intensity_source,
+        options.carbon_given,
+    )
     summary = RunSummary(
         run=_most_common(pts, "run"),
         experiment=_most_common(pts, "experiment"),
@@ -498,9 +505,9 @@ def summarize(
         end=_iso(end),
         duration_s=duration,
         energy=energy,
-        co2e_g=total / J_PER_KWH * options.carbon_intensity_g_per_kwh,
-        carbon_intensity_g_per_kwh=options.carbon_intensity_g_per_kwh,
-        carbon_intensity_source=options.carbon_intensity_source,
+        co2e_g=total / J_PER_KWH * g_per_kwh,
+        carbon_intensity_g_per_kwh=g_per_kwh,
+        carbon_intensity_source=carbon_source,
         epochs=_epochs(steps, totals),
         steps=stats,
         modules=_modules(steps, inside, options.top_modules),
@@ -519,6 +526,6 @@ def summarize(
         pts,
         duration_s=duration,
         energy_j=total if counted else None,
-        g_per_kwh=options.carbon_intensity_g_per_kwh,
+        g_per_kwh=g_per_kwh,
     )
     return summary

@@ -56,6 +56,9 @@ class SummaryOptions:
 
     carbon_intensity_g_per_kwh: float = DEFAULT_CARBON_INTENSITY
     carbon_intensity_source: str = DEFAULT_CARBON_SOURCE
+    carbon_given: bool = False
+    """The intensity was given for this summary (``--carbon-intensity``): it overrides the one
+    a run recorded (``nrg_carbon``)."""
     top_modules: int = 10
     ram_unit: Literal["bytes", "kilobytes", "megabytes", "gigabytes", "terabytes"] = "gigabytes"
     gpu_ram_unit: Literal["bytes", "kilobytes", "megabytes", "gigabytes"] = "gigabytes"

@@ -13,6 +13,7 @@ from acquisition.api import PluginContext
 from acquisition.config import PluginSpec, parse_config
 from acquisition.errors import ConfigError
 from acquisition.point import Point
+from acquisition.processors.carbon import CarbonConfig, CarbonRecord
 from acquisition.processors.forecast import (
     MEASUREMENT,
     ForecastConfig,
@@ -73,8 +74,11 @@ def job(
     return points, t
 
 
-def run(points: list[Point], **options: object) -> list[Point]:
-    proc = RunForecast(ForecastConfig(**options), context())  # type: ignore[arg-type]
+def run(points: list[Point], carbon: float | None = None, **options: object) -> list[Point]:
+    ctx = context()
+    if carbon is not None:  # as processors.carbon records it
+        CarbonRecord(CarbonConfig(g_per_kwh=carbon, source="test"), ctx)
+    proc = RunForecast(ForecastConfig(**options), ctx)  # type: ignore[arg-type]
     out: list[Point] = []
     for p in points:
         proc.process(p, out.append)
@@ -89,7 +93,7 @@ def totals(out: list[Point]) -> list[Point]:
 def test_steady_job_forecast_after_epoch_one_is_the_outcome() -> None:
     epochs = [[0.2] * 10] * 6
     points, duration = job(epochs)
-    out = run(points, epochs=6, carbon_intensity_g_per_kwh=300.0)
+    out = run(points, epochs=6, carbon=300.0)
     forecasts = totals(out)
     assert [p.fields["epochs_done"] for p in forecasts] == [1, 2, 3, 4, 5]
     first = forecasts[0]

@@ -1,0 +1,66 @@
+"""What ``nrg-collect`` adds to a config before the agent starts: the run's length for the
+forecast (``--epochs``, ``--steps-per-epoch``) and the carbon intensity the run uses, resolved
+once from ``[report]`` (a number, a country, a cloud region, or the live service) and recorded
+with the run by ``processors.carbon``."""
+
+from __future__ import annotations
+
+import argparse
+
+from acquisition.carbon import CarbonFigure, IntensityService, resolve_intensity, service_for
+from acquisition.config import Config, PluginSpec, ReportConfig
+from acquisition.errors import ConfigError
+from acquisition.processors.carbon import CarbonRecord
+from acquisition.processors.forecast import plan_forecast
+from acquisition.secrets import read_secret
+from acquisition.summary_options import DEFAULT_CARBON_INTENSITY, DEFAULT_CARBON_SOURCE
+
+__all__ = ["prepare_run", "report_carbon", "report_service"]
+
+
+def report_service(report: ReportConfig) -> IntensityService | None:
+    """The live intensity service ``[report]`` configures, or None."""
+    if not report.carbon_service_url:
+        return None
+    token = read_secret(
+        report.carbon_service_token,
+        report.carbon_service_token_file,
+        "carbon_service_token",
+        "[report]",
+    )
+    return service_for(
+        report.carbon_service_url,
+        token,
+        report.carbon_service_timeout,
+        report.carbon_service_cache,
+    )
+
+
+def report_carbon(report: ReportConfig, live: bool = True) -> CarbonFigure:
+    """The figure ``[report]`` gives (``carbon_intensity``, else ``carbon_intensity_g_per_kwh``
+    when set, else the world average); ``live``: ask the service when one is configured."""
+    service = report_service(report) if live else None
+    try:
+        figure = resolve_intensity(report.carbon_intensity, "[report] carbon_intensity", service)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if figure is not None:
+        return figure
+    g = report.carbon_intensity_g_per_kwh
+    if g != DEFAULT_CARBON_INTENSITY:
+        return CarbonFigure(g, f"[report] carbon_intensity_g_per_kwh = {g:g} g/kWh")
+    return CarbonFigure(g, DEFAULT_CARBON_SOURCE)
+
+
+def prepare_run(config: Config, args: argparse.Namespace) -> Config:
+    """``config`` with the forecast's plan and the run's carbon figure in its processors."""
+    plan_forecast(config, getattr(args, "epochs", None), getattr(args, "steps_per_epoch", None))
+    figure = report_carbon(config.report, live=not getattr(args, "once", False))
+    specs = [s for s in config.processors if s.name == CarbonRecord.name]
+    if not specs:
+        specs = [PluginSpec("processors", CarbonRecord.name, {}, explicit=False)]
+        config.processors.append(specs[0])
+    for spec in specs:
+        spec.options.setdefault("g_per_kwh", figure.g_per_kwh)
+        spec.options.setdefault("source", figure.source)
+    return config
