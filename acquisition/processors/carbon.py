@@ -1,5 +1,7 @@
-"""The carbon intensity a run used, recorded with the run: an ``nrg_carbon`` point with the
-figure and where it came from, at the agent's first point and at every job's start, so that
+"""Carbon intensity: the figure a run used and its origin, recorded with the run.
+
+An ``nrg_carbon`` point with the figure and where it came from, at the agent's first point and
+at every job's start, so that
 ``report`` and ``compare`` later give each run the figure it had (a live service's answer of
 that time, not of the day of the report).
 

@@ -1,5 +1,7 @@
-"""The run forecast as a bus processor: at the end of every epoch of a run whose length is known,
-the run's remaining and total duration, energy per source and CO₂e (``nrg_forecast``).
+"""Run forecast: remaining and total duration, energy and CO₂e, at each epoch end.
+
+At the end of every epoch of a run whose length is known, the run's remaining and total
+duration, energy per source and CO₂e, with prediction intervals (``nrg_forecast``).
 
 The run's length comes from the job (``instrument(..., epochs=N)`` or ``session.plan(...)``
 send an ``nrg_plan`` point) or from this processor's ``epochs`` (``nrg-collect --epochs N``).

@@ -127,9 +127,6 @@ class Session:
         steps_per_epoch: int | None = None,
     ) -> None:
         self.model = model
-        self._plan: tuple[int, int | None] | None = None
-        if epochs is not None:
-            self.plan(epochs, steps_per_epoch)
         self._samples_per_step = _check_samples(samples_per_step)
         self.module_detail_every = detail_every(
             sum(1 for _ in model.modules()), module_detail_every
@@ -182,6 +179,9 @@ class Session:
         self._paused = False
         self.offset_ns = 0
         self.start_time_ns = 0
+        self._plan: tuple[int, int | None] | None = None
+        if epochs is not None:
+            self.plan(epochs, steps_per_epoch)
 
     # --- public API -----------------------------------------------------------------------
 
