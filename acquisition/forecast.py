@@ -250,7 +250,7 @@ def format_forecast(f: Forecast) -> str:
         f"forecast after epoch {f.epochs_done}/{f.epochs}: {_duration(r.value)} left "
         f"({_duration(r.low)}–{_duration(r.high)}), total {_duration(f.total_s.value)}; "
         f"energy {_energy(e.value)} ({_energy(e.low)}–{_energy(e.high)}); "
-        f"CO2e {c.value:.1f} g ({c.low:.1f}–{c.high:.1f}) at "
+        f"CO2e {c.value:.3g} g ({c.low:.3g}–{c.high:.3g}) at "
         f"{f.carbon_intensity_g_per_kwh:g} g/kWh; {int(f.level * 100)} % intervals"
     )
 

@@ -76,11 +76,11 @@ def first_forecast(
 def _line(name: str, fig: dict[str, Any], unit: str) -> str:
     if fig.get("forecast") is None:
         return f"  {name}: n/a"
-    text = f"  {name}: forecast {fig['forecast']:.1f} {unit}"
+    text = f"  {name}: forecast {fig['forecast']:.4g} {unit}"
     if fig.get("low") is not None and fig.get("high") is not None:
-        text += f" ({fig['low']:.1f}–{fig['high']:.1f})"
+        text += f" ({fig['low']:.4g}–{fig['high']:.4g})"
     if fig.get("actual") is not None:
-        text += f", actual {fig['actual']:.1f} {unit}"
+        text += f", actual {fig['actual']:.4g} {unit}"
     if fig.get("error_ratio") is not None:
         text += f" ({fig['error_ratio'] * 100:+.1f} %"
         text += ", inside the interval)" if fig.get("covered") else ", outside the interval)"
