@@ -132,6 +132,8 @@ def compare_text(c: Comparison) -> str:
             cells.append(f"{text:>36}")
         lines.append(f"{f.name + ' (' + f.unit + ')':<{width}}" + "".join(cells))
     lines.append("[±x%] difference to the first column; * outside the error bars (sum of both).")
+    for label, sources in zip(c.labels, c.carbon_sources, strict=False):
+        lines.extend(f"carbon intensity of {label}: {source}" for source in sources)
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,8 @@ Electricity Maps does, refusing the token, or too slow), with the table as the f
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import threading
@@ -26,7 +28,10 @@ from acquisition.carbon import (
 )
 from acquisition.config import load_config
 from acquisition.errors import ConfigError
-from acquisition.report.cli import summary_options
+from acquisition.lineproto import LineEncoder
+from acquisition.point import Point
+from acquisition.report.cli import compare_main, report_main, summary_options
+from acquisition.summary import SummaryOptions, summarize
 
 TABLE = tomllib.loads(TABLE_PATH.read_text())
 KEY = "[report] carbon_intensity"
@@ -192,3 +197,78 @@ def test_a_config_with_a_service_and_its_token_file(
     options = summary_options(argparse.Namespace(config=str(cfg)))
     assert options.carbon_intensity_g_per_kwh == 123.0
     assert handler.requests[0][1] == "sekret"
+
+
+# -- what summaries, report and compare say ---------------------------------------------------
+
+
+def _run_points(run: str, zone: str, g: float, watts: float = 100.0) -> list[Point]:
+    """A run of 10 s at ``watts`` (RAPL package), which recorded ``g`` g/kWh for ``zone``."""
+    tags = {"experiment": "carbon", "run": run, "host": "h"}
+    s = 1_000_000_000
+    t0 = 1_767_225_600 * s + (0 if run == "a" else 3600 * s)
+    points = [
+        Point("nrg_run", tags, {"event": "start"}, t0),
+        Point("nrg_carbon", tags, {"g_per_kwh": g, "source": f"table, {zone}"}, t0),
+        Point("nrg_run", tags, {"event": "end"}, t0 + 10 * s),
+    ]
+    points += [
+        Point(
+            "rapl",
+            {**tags, "socket": "0", "domain": "package"},
+            {"energy_joules": watts * i, "power_watts": watts},
+            t0 + i * s,
+        )
+        for i in range(-1, 12)
+    ]
+    return points
+
+
+def test_each_run_keeps_the_figure_it_recorded_unless_one_is_given() -> None:
+    a = summarize(_run_points("a", "FR", 56.0), SummaryOptions())
+    assert a.carbon_intensity_g_per_kwh == 56.0
+    assert a.carbon_intensity_source == "table, FR (recorded with the run)"
+    assert a.co2e_g == pytest.approx(1000.0 / 3.6e6 * 56.0)
+    given = SummaryOptions(
+        carbon_intensity_g_per_kwh=200.0, carbon_intensity_source="x", carbon_given=True
+    )
+    assert summarize(_run_points("a", "FR", 56.0), given).co2e_g == pytest.approx(
+        1000.0 / 3.6e6 * 200.0
+    )
+    assert "Carbon intensity: table, FR (recorded with the run)" in str(a)
+
+
+def test_report_and_compare_say_each_runs_figure_and_recompute_at_one(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = LineEncoder().encode_many(_run_points("a", "FR", 56.0) + _run_points("b", "PL", 662.0))
+    (data / "runs.lp").write_text(lines)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert compare_main(["--data", str(data), "a", "b", "--format", "json"]) == 0
+    cmp = json.loads(out.getvalue())
+    co2e = next(f for f in cmp["figures"] if f["name"] == "CO2e")
+    intensity = next(f for f in cmp["figures"] if f["name"] == "carbon intensity")
+    assert [v["value"] for v in intensity["values"]] == [56.0, 662.0]
+    assert co2e["values"][1]["value"] / co2e["values"][0]["value"] == pytest.approx(662 / 56)
+    assert cmp["carbon_sources"] == [
+        ["table, FR (recorded with the run)"],
+        ["table, PL (recorded with the run)"],
+    ]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        argv = ["--data", str(data), "a", "b", "--carbon-intensity", "DE", "--format", "json"]
+        assert compare_main(argv) == 0
+    cmp = json.loads(out.getvalue())
+    intensity = next(f for f in cmp["figures"] if f["name"] == "carbon intensity")
+    de = TABLE["countries"]["DE"]["g_per_kwh"]
+    assert [v["value"] for v in intensity["values"]] == [de, de]
+    assert all("Germany (DE)" in s[0] for s in cmp["carbon_sources"])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert compare_main(["--data", str(data), "a", "b"]) == 0
+    assert "carbon intensity of a: table, FR (recorded with the run)" in out.getvalue()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert report_main(["--data", str(data), "b"]) == 0
+    assert "Carbon intensity: table, PL (recorded with the run)" in out.getvalue()
