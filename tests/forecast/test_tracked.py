@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from acquisition.lineproto import decode_line
@@ -109,6 +110,9 @@ def test_forecast_after_the_first_epoch(short_tmp: Path, rapl_root: Path) -> Non
     steady = tracked(short_tmp, cfg, "steady", 0.0, job_args=("--plan",))
     varying = tracked(short_tmp, cfg, "varying", 0.08, "--epochs", str(EPOCHS))
 
+    schema = json.loads((REPO / "acquisition/schemas/summary-1.json").read_text())
+    for got in (steady, varying):
+        jsonschema.validate(got["summary"], schema)
     s = steady["summary"]
     fc = s["forecast"]  # type: ignore[index]
     assert fc["epochs_done"] == 1 and fc["epochs"] == EPOCHS and fc["basis"] == "steps"
