@@ -12,14 +12,10 @@ and that is said once.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 import tomllib
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -142,6 +138,11 @@ class IntensityService:
         hit = self._cache.get(zone)
         if hit is not None and time.monotonic() - hit[0] < self.cache_s:
             return hit[1]
+        import json  # here: every agent start imports this module, few ask a service
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
         query = urllib.parse.urlencode({"zone": zone})
         request = urllib.request.Request(f"{self.url}{LATEST_PATH}?{query}")
         if self.token:

@@ -10,12 +10,14 @@ import argparse
 from acquisition.carbon import CarbonFigure, IntensityService, resolve_intensity, service_for
 from acquisition.config import Config, PluginSpec, ReportConfig
 from acquisition.errors import ConfigError
-from acquisition.processors.carbon import CarbonRecord
-from acquisition.processors.forecast import plan_forecast
 from acquisition.secrets import read_secret
 from acquisition.summary_options import DEFAULT_CARBON_INTENSITY, DEFAULT_CARBON_SOURCE
 
-__all__ = ["prepare_run", "report_carbon", "report_service"]
+__all__ = ["plan_forecast", "prepare_run", "report_carbon", "report_service"]
+
+FORECAST = "forecast"
+CARBON = "carbon"
+"""The processors' registry names (imported only when the agent builds them)."""
 
 
 def report_service(report: ReportConfig) -> IntensityService | None:
@@ -52,13 +54,30 @@ def report_carbon(report: ReportConfig, live: bool = True) -> CarbonFigure:
     return CarbonFigure(g, DEFAULT_CARBON_SOURCE)
 
 
+def plan_forecast(config: Config, epochs: int | None, steps_per_epoch: int | None) -> Config:
+    """``config`` with ``--epochs``/``--steps-per-epoch`` given to its forecast processors (one
+    is added when the config names processors but not this one)."""
+    if not epochs and not steps_per_epoch:
+        return config
+    specs = [s for s in config.processors if s.name == FORECAST]
+    if not specs:
+        specs = [PluginSpec("processors", FORECAST, {})]
+        config.processors.append(specs[0])
+    for spec in specs:
+        if epochs:
+            spec.options["epochs"] = epochs
+        if steps_per_epoch:
+            spec.options["steps_per_epoch"] = steps_per_epoch
+    return config
+
+
 def prepare_run(config: Config, args: argparse.Namespace) -> Config:
     """``config`` with the forecast's plan and the run's carbon figure in its processors."""
     plan_forecast(config, getattr(args, "epochs", None), getattr(args, "steps_per_epoch", None))
     figure = report_carbon(config.report, live=not getattr(args, "once", False))
-    specs = [s for s in config.processors if s.name == CarbonRecord.name]
+    specs = [s for s in config.processors if s.name == CARBON]
     if not specs:
-        specs = [PluginSpec("processors", CarbonRecord.name, {}, explicit=False)]
+        specs = [PluginSpec("processors", CARBON, {}, explicit=False)]
         config.processors.append(specs[0])
     for spec in specs:
         spec.options.setdefault("g_per_kwh", figure.g_per_kwh)

@@ -35,7 +35,6 @@ __all__ = [
     "ForecastConfig",
     "RunForecast",
     "forecast_points",
-    "plan_forecast",
 ]
 
 log = logging.getLogger(__name__)
@@ -308,22 +307,3 @@ def _total_fields(f: Forecast) -> dict[str, Any]:
         "level_ratio": f.level,
         "basis": f.basis,
     }
-
-
-def plan_forecast(config: Any, epochs: int | None, steps_per_epoch: int | None) -> Any:
-    """``config`` with ``--epochs``/``--steps-per-epoch`` given to its forecast processors (one
-    is added when the config names processors but not this one); returns ``config``."""
-    if not epochs and not steps_per_epoch:
-        return config
-    from acquisition.config import PluginSpec
-
-    specs = [s for s in config.processors if s.name == RunForecast.name]
-    if not specs:
-        specs = [PluginSpec("processors", RunForecast.name, {})]
-        config.processors.append(specs[0])
-    for spec in specs:
-        if epochs:
-            spec.options["epochs"] = epochs
-        if steps_per_epoch:
-            spec.options["steps_per_epoch"] = steps_per_epoch
-    return config

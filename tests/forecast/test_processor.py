@@ -18,9 +18,9 @@ from acquisition.processors.forecast import (
     MEASUREMENT,
     ForecastConfig,
     RunForecast,
-    plan_forecast,
 )
 from acquisition.registry import build_plugin
+from acquisition.run_plan import plan_forecast
 
 S = 1_000_000_000
 MS = 1_000_000
