@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import json
 import logging
@@ -272,3 +273,12 @@ def test_report_and_compare_say_each_runs_figure_and_recompute_at_one(tmp_path: 
     with contextlib.redirect_stdout(out):
         assert report_main(["--data", str(data), "b"]) == 0
     assert "Carbon intensity: table, PL (recorded with the run)" in out.getvalue()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert report_main(["--data", str(data), "a", "b", "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert [(r["run"], r["carbon_intensity_g_per_kwh"]) for r in rows] == [
+        ("a", "56.0"),
+        ("b", "662.0"),
+    ]
+    assert rows[0]["carbon_intensity_source"] == "table, FR (recorded with the run)"
