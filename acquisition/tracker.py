@@ -77,7 +77,8 @@ class Tracker:
     ``only`` as for :class:`~acquisition.sampler.Sampler`; ``agent_data``: an agent's file sink
     directory to read instead of sampling (default: ``NRG_AGENT_DATA`` when set; False: always
     sample here; True: an agent must be named); the unit and carbon options as gpu_tracker's
-    (``ram_unit``, ``gpu_ram_unit``, ``time_unit``)."""
+    (``ram_unit``, ``gpu_ram_unit``, ``time_unit``); ``epochs``: the run's length, for
+    :meth:`forecast` from the epochs marked with :meth:`epoch`."""
 
     def __init__(
         self,
