@@ -13,7 +13,7 @@ from acquisition.errors import ConfigError
 from acquisition.secrets import read_secret
 from acquisition.summary_options import DEFAULT_CARBON_INTENSITY, DEFAULT_CARBON_SOURCE
 
-__all__ = ["plan_forecast", "prepare_run", "report_carbon", "report_service"]
+__all__ = ["given_carbon", "plan_forecast", "prepare_run", "report_carbon", "report_service"]
 
 FORECAST = "forecast"
 CARBON = "carbon"
@@ -36,6 +36,23 @@ def report_service(report: ReportConfig) -> IntensityService | None:
         report.carbon_service_timeout,
         report.carbon_service_cache,
     )
+
+
+def given_carbon(
+    given: float | str, report: ReportConfig | None, live: bool = True
+) -> CarbonFigure:
+    """The figure of ``--carbon-intensity`` (a number, or a country asked of ``[report]``'s
+    live service when one is configured)."""
+    service = None
+    if live and report is not None and isinstance(given, str):
+        service = report_service(report)
+    try:
+        figure = resolve_intensity(given, "--carbon-intensity", service)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if figure is None:
+        raise ConfigError("--carbon-intensity: expected a number or a country code")
+    return figure
 
 
 def report_carbon(report: ReportConfig, live: bool = True) -> CarbonFigure:
@@ -74,7 +91,12 @@ def plan_forecast(config: Config, epochs: int | None, steps_per_epoch: int | Non
 def prepare_run(config: Config, args: argparse.Namespace) -> Config:
     """``config`` with the forecast's plan and the run's carbon figure in its processors."""
     plan_forecast(config, getattr(args, "epochs", None), getattr(args, "steps_per_epoch", None))
-    figure = report_carbon(config.report, live=not getattr(args, "once", False))
+    live = not getattr(args, "once", False)
+    given = getattr(args, "carbon_intensity", None)
+    if given is not None:
+        figure = given_carbon(given, config.report, live=live)
+    else:
+        figure = report_carbon(config.report, live=live)
     specs = [s for s in config.processors if s.name == CARBON]
     if not specs:
         specs = [PluginSpec("processors", CARBON, {}, explicit=False)]

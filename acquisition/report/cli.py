@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from acquisition.carbon import CarbonFigure, resolve_intensity
+from acquisition.carbon import CarbonFigure
 from acquisition.config import load_config
 from acquisition.errors import ConfigError, NrgError
 from acquisition.paths import data_dir
@@ -34,7 +34,7 @@ from acquisition.report.formats import (
 )
 from acquisition.report.recorder import SummaryRecorder, attach_recorder
 from acquisition.report.runs import PointSource, RunInfo, find_runs, load_run, select_runs
-from acquisition.run_plan import report_carbon, report_service
+from acquisition.run_plan import given_carbon, report_carbon
 from acquisition.store import Store
 from acquisition.summary import RunSummary, SummaryOptions, summarize
 from acquisition.summary_options import add_summary_arguments, add_unit_arguments
@@ -73,13 +73,7 @@ def carbon_figure(args: argparse.Namespace, table: Mapping[str, Any]) -> CarbonF
     report = load_config(config).report if config else None
     given = getattr(args, "carbon_intensity", None)
     if given is not None:
-        service = None
-        if report is not None and report.carbon_service_url and isinstance(given, str):
-            service = report_service(report)
-        try:
-            return resolve_intensity(given, "--carbon-intensity", service)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        return given_carbon(given, report)
     if report is None or not (
         table.get("carbon_intensity") or "carbon_intensity_g_per_kwh" in table
     ):

@@ -27,11 +27,12 @@ from acquisition.carbon import (
     parse_intensity_argument,
     resolve_intensity,
 )
-from acquisition.config import load_config
+from acquisition.config import load_config, parse_config
 from acquisition.errors import ConfigError
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 from acquisition.report.cli import compare_main, report_main, summary_options
+from acquisition.run_plan import prepare_run
 from acquisition.summary import SummaryOptions, summarize
 
 TABLE = tomllib.loads(TABLE_PATH.read_text())
@@ -282,3 +283,15 @@ def test_report_and_compare_say_each_runs_figure_and_recompute_at_one(tmp_path: 
         ("b", "662.0"),
     ]
     assert rows[0]["carbon_intensity_source"] == "table, FR (recorded with the run)"
+
+
+def test_the_agent_records_the_figure_it_starts_with() -> None:
+    config = parse_config('[report]\ncarbon_intensity = {cloud = "azure", region = "norwayeast"}\n')
+    args = argparse.Namespace(epochs=None, steps_per_epoch=None, carbon_intensity=None)
+    (spec,) = [s for s in prepare_run(config, args).processors if s.name == "carbon"]
+    assert spec.options["g_per_kwh"] == TABLE["countries"]["NO"]["g_per_kwh"]
+    assert spec.options["source"].startswith("azure norwayeast -> Norway (NO)")
+    config = parse_config("[[processors.carbon]]\n")
+    given = argparse.Namespace(epochs=None, steps_per_epoch=None, carbon_intensity=123.0)
+    (spec,) = [s for s in prepare_run(config, given).processors if s.name == "carbon"]
+    assert spec.options == {"g_per_kwh": 123.0, "source": "--carbon-intensity = 123 g/kWh"}
