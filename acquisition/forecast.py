@@ -110,6 +110,8 @@ class EpochFigures:
     step_durations_s: list[float] = field(default_factory=list)
     step_energy_j: dict[str, list[float]] = field(default_factory=dict)
     """Per source, one energy per step (steps the source covered)."""
+    steps: int = 0
+    """Steps in the epoch (0: as many as ``step_durations_s`` holds)."""
 
 
 @dataclass
@@ -167,7 +169,7 @@ def _remaining(
     if len(epochs) >= EPOCH_BASIS_FROM:
         seen = [e.duration_s if source is None else e.energy_j.get(source, 0.0) for e in epochs]
         return predict_sum(seen, left)
-    per_epoch = steps_per_epoch or len(epochs[-1].step_durations_s)
+    per_epoch = steps_per_epoch or epochs[-1].steps or len(epochs[-1].step_durations_s)
     steps: list[float] = []
     for e in epochs:
         steps += e.step_durations_s if source is None else e.step_energy_j.get(source, [])

@@ -63,19 +63,30 @@ class ForecastConfig:
             raise ValueError("steps_per_epoch must be >= 0")
 
 
+STEPS_KEPT = 50_000
+"""Steps per epoch whose figures are kept for the spread (the first ones; all are counted)."""
+
+
 @dataclass
 class _Run:
     start_ns: int | None = None
     epochs: int = 0
     steps_per_epoch: int = 0
     epoch: str | None = None
-    epoch_start_ns: int = 0
-    steps: list[tuple[int, int]] = field(default_factory=list)
-    last_boundary_ns: int | None = None
-    done: list[EpochFigures] = field(default_factory=list)
+    queue: list[tuple[int, int]] = field(default_factory=list)
+    """Waiting for data, in time order: steps ``(start, end)`` and epoch ends ``(end, -1)``."""
+    ended_epochs: list[str] = field(default_factory=list)
+    """The epochs whose ends are queued, in order."""
+    cursor_ns: int | None = None
+    """The run's energies are summed up to here; the samples before it are not needed."""
+    window_ns: int | None = None
+    """Start of the current epoch (the first step's start, then each epoch's end)."""
+    epoch_j: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+    step_s: list[float] = field(default_factory=list)
+    step_j: dict[str, list[float]] = field(default_factory=dict)
     spent_j: dict[str, float] = field(default_factory=dict)
-    pending: list[tuple[str, int, int, list[tuple[int, int]]]] = field(default_factory=list)
-    """Finished epochs waiting for data: (epoch, start, end, steps)."""
+    done: list[EpochFigures] = field(default_factory=list)
     ended: bool = False
 
 
@@ -178,26 +189,33 @@ class RunForecast:
         if run.start_ns is None:
             run.start_ns = start
         if run.epoch is None:
-            run.epoch, run.epoch_start_ns = epoch, start
+            run.epoch = epoch
         elif epoch != run.epoch:
-            run.pending.append((run.epoch, run.epoch_start_ns, start, run.steps))
-            run.epoch, run.epoch_start_ns, run.steps = epoch, start, []
-        run.steps.append((start, end))
+            run.queue.append((start, -1))
+            run.ended_epochs.append(run.epoch)
+            run.epoch = epoch
+        run.queue.append((start, end))
 
     # -- forecasts --
 
-    def _ready(self, end_ns: int, force: bool) -> bool:
-        if force or self._clock - end_ns >= int(self._config.wait * _NS):
+    def _ready(self, t_ns: int, force: bool) -> bool:
+        if force or self._clock - t_ns >= int(self._config.wait * _NS):
             return True
         lasts = [s.last() for s in self._sources.values()]
-        return all(t is not None and t >= end_ns for t in lasts)
+        return all(t is not None and t >= t_ns for t in lasts)
 
     def _settle(self, emit: Emit, force: bool) -> None:
         for key, run in list(self._runs.items()):
-            while run.pending and self._ready(run.pending[0][2], force):
-                epoch, start, end, steps = run.pending.pop(0)
-                self._finish_epoch(key, run, epoch, (start, end), steps, emit)
-            if run.ended and not run.pending:
+            while run.queue:
+                a, b = run.queue[0]
+                if not self._ready(a if b < 0 else b, force):
+                    break
+                run.queue.pop(0)
+                if b < 0:
+                    self._finish_epoch(key, run, a, emit)
+                else:
+                    self._step(run, a, b)
+            if run.ended and not run.queue:
                 del self._runs[key]
         self._prune()
 
@@ -207,31 +225,45 @@ class RunForecast:
             start = first  # the source started after the run: from its first sample
         return src.energy(start, end) if end > start else None
 
-    def _finish_epoch(
-        self,
-        key: RunKey,
-        run: _Run,
-        epoch: str,
-        window: tuple[int, int],
-        steps: list[tuple[int, int]],
-        emit: Emit,
-    ) -> None:
-        start, end = window
-        since = run.last_boundary_ns if run.last_boundary_ns is not None else run.start_ns
-        since = start if since is None else since
-        figures = EpochFigures((end - start) / _NS, {}, [(b - a) / _NS for a, b in steps])
+    def _advance(self, run: _Run, t: int, in_epoch: bool) -> dict[str, float]:
+        """Sum every source's energy from the run's cursor to ``t``; the piece per source."""
+        if run.cursor_ns is None:
+            run.cursor_ns = run.start_ns if run.start_ns is not None else t
+        piece: dict[str, float] = {}
+        if t <= run.cursor_ns:
+            return piece
         for name, src in self._sources.items():
-            energy = self._energy(src, start, end)
-            spent = self._energy(src, since, end)
-            if energy is None or spent is None:
+            e = self._energy(src, run.cursor_ns, t)
+            if e is None:
                 continue
-            figures.energy_j[name] = energy
-            run.spent_j[name] = run.spent_j.get(name, 0.0) + spent
-            per_step = [self._energy(src, a, b) for a, b in steps]
-            figures.step_energy_j[name] = [e for e in per_step if e is not None]
+            piece[name] = e
+            run.spent_j[name] = run.spent_j.get(name, 0.0) + e
+            if in_epoch:
+                run.epoch_j[name] = run.epoch_j.get(name, 0.0) + e
+        run.cursor_ns = t
+        return piece
+
+    def _step(self, run: _Run, start: int, end: int) -> None:
+        """A step whose data is in: the time before it, then the step itself."""
+        first = run.window_ns is None
+        self._advance(run, start, in_epoch=not first)  # before the first step: the run's start
+        if first:
+            run.window_ns = start
+        piece = self._advance(run, end, in_epoch=True)
+        run.steps += 1
+        if run.epochs and len(run.step_s) < STEPS_KEPT:  # only planned runs need the spread
+            run.step_s.append((end - start) / _NS)
+            for name, e in piece.items():
+                run.step_j.setdefault(name, []).append(e)
+
+    def _finish_epoch(self, key: RunKey, run: _Run, end: int, emit: Emit) -> None:
+        self._advance(run, end, in_epoch=True)
+        start = run.window_ns if run.window_ns is not None else end
+        figures = EpochFigures((end - start) / _NS, run.epoch_j, run.step_s, run.step_j, run.steps)
+        run.window_ns, run.epoch_j, run.steps, run.step_s, run.step_j = end, {}, 0, [], {}
+        epoch = run.ended_epochs.pop(0)
         if not figures.energy_j:
             self._counts["epochs_without_energy"] += 1
-        run.last_boundary_ns = end
         run.done.append(figures)
         if run.epochs <= len(run.done):
             return
@@ -257,14 +289,12 @@ class RunForecast:
         return float(recorded[0]) if recorded else DEFAULT_CARBON_INTENSITY
 
     def _prune(self) -> None:
-        """Keep each source's samples from the oldest start a run may still need."""
+        """Keep each source's samples from the oldest cursor a run still sums from."""
         needs = [
-            r.pending[0][1] if r.pending else r.epoch_start_ns
-            for r in self._runs.values()
-            if r.epoch is not None
+            r.cursor_ns if r.cursor_ns is not None else r.start_ns for r in self._runs.values()
         ]
-        needs += [r.last_boundary_ns or r.start_ns or 0 for r in self._runs.values()]
-        floor = min(needs) if needs else self._clock - 60 * _NS
+        kept = [t for t in needs if t is not None]
+        floor = min(kept) if kept else self._clock - 60 * _NS
         for src in self._sources.values():
             src.counter.prune(floor)
             src.power.prune(floor)

@@ -164,3 +164,18 @@ def test_config_through_the_registry_and_the_command_line() -> None:
         ("attribution", {}),
         ("forecast", {"epochs": 12}),
     ]
+
+
+def test_samples_are_kept_only_from_where_the_run_is_summed() -> None:
+    """Energies are summed step by step, so a source's samples older than the last settled
+    step go: memory does not grow with the epoch's length (54 samples an epoch here); the most
+    kept is the run's start-up (1.5 s) and its first step: 34 samples."""
+    points, _ = job([[0.2] * 10] * 6)
+    proc = RunForecast(ForecastConfig(epochs=6), context())
+    out: list[Point] = []
+    most = 0
+    for p in points:
+        proc.process(p, out.append)
+        most = max(most, *(len(s.series().times) for s in proc._sources.values()), 0)
+    assert len(totals(out)) == 5
+    assert most <= 40
