@@ -5,13 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Cursor", "EnergyCounter", "Gpu", "GpuLost", "Integrator"]
+__all__ = ["Cadence", "Cursor", "EnergyCounter", "Gpu", "GpuLost", "Integrator"]
 
 
 class GpuLost(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
+
+
+@dataclass
+class Cadence:
+    """Whether a tick reads a costly set of calls: the first tick does, then the first tick at
+    least ``period_ns`` after the last read (less 5 % for the ticks' jitter); 0 = every tick."""
+
+    period_ns: int
+    last_ns: int | None = None
+
+    def due(self, now_ns: int) -> bool:
+        if self.last_ns is not None and now_ns - self.last_ns < self.period_ns * 19 // 20:
+            return False
+        self.last_ns = now_ns
+        return True
 
 
 @dataclass
