@@ -205,19 +205,22 @@ class RunForecast:
         return all(t is not None and t >= t_ns for t in lasts)
 
     def _settle(self, emit: Emit, force: bool) -> None:
+        moved = False
         for key, run in list(self._runs.items()):
             while run.queue:
                 a, b = run.queue[0]
                 if not self._ready(a if b < 0 else b, force):
                     break
                 run.queue.pop(0)
+                moved = True
                 if b < 0:
                     self._finish_epoch(key, run, a, emit)
                 else:
                     self._step(run, a, b)
             if run.ended and not run.queue:
                 del self._runs[key]
-        self._prune()
+        if moved or not self._runs:
+            self._prune()
 
     def _energy(self, src: Source, start: int, end: int) -> float | None:
         first = src.first()
