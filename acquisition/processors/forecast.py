@@ -117,6 +117,7 @@ class RunForecast:
             self._on_plan(point)
         elif m == "nrg_run":
             self._on_run(point)
+            self._prune()  # a run starts: nothing before it is needed
         else:
             return
         self._settle(emit, force=False)
