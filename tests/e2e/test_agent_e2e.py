@@ -120,7 +120,10 @@ def test_list_says_why_collectors_are_unavailable() -> None:
     rows = dict(line.split(None, 1) for line in out.stdout.splitlines())
     assert rows["procfs"].startswith("available")
     if not Path("/sys/class/powercap").exists():
-        assert rows["rapl"] == "unavailable: no powercap zones, no MSR device, no power PMU"
+        assert (
+            rows["rapl"]
+            == "unavailable: no powercap zones in /sys/class/powercap, no MSR device, no power PMU"
+        )
 
 
 def test_config_prints_a_sample_that_parses_as_printed_and_uncommented() -> None:
