@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from acquisition.summary.forecast import extra_lines
 from acquisition.summary.model import RunSummary
 from acquisition.summary.rank_text import straggler_lines
 
@@ -118,7 +119,7 @@ def _steps(s: RunSummary) -> list[str]:
 
 def format_text(s: RunSummary) -> str:
     """Energy, steps and modules, then resources as gpu_tracker prints them."""
-    out = _header(s) + _energy(s) + _steps(s) + straggler_lines(s)
+    out = _header(s) + _energy(s) + extra_lines(s) + _steps(s) + straggler_lines(s)
     out += [f"Note: {n}" for n in s.notes]
     res = s.resources
     for key in _RESOURCE_ORDER:
