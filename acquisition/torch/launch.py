@@ -20,7 +20,9 @@ them.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,8 @@ __all__ = [
     "detect_launch",
     "launch_fields",
     "prefixed",
+    "records_graph",
+    "resolve_tags",
     "unwrap_model",
 ]
 
@@ -150,3 +154,32 @@ def prefixed(per_module: Mapping[str, int], prefix: str) -> dict[str, int]:
     if "" in per_module:
         out[""] = per_module[""]
     return out
+
+
+def resolve_tags(
+    experiment: str | None,
+    run: str | None,
+    rank: int | str | None,
+    *,
+    pid: int,
+    launch: Launch | None = None,
+) -> dict[str, str]:
+    """``experiment``, ``run`` and ``rank`` from arguments, else ``NRG_EXPERIMENT``, ``NRG_RUN``,
+    else the launcher's (:func:`detect_launch`); a missing run gets ``<UTC time>-<pid>`` so its
+    steps group together."""
+    env = os.environ
+    launch = launch or detect_launch(env)
+    experiment = experiment or env.get("NRG_EXPERIMENT") or ""
+    run = run or env.get("NRG_RUN") or launch.run
+    run = run or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{pid}"
+    if rank is None:
+        rank = launch.rank or None
+    tags = {"experiment": experiment, "run": run, "rank": "" if rank is None else str(rank)}
+    return {k: v for k, v in tags.items() if v}
+
+
+def records_graph(tags: Mapping[str, str], launch: Launch) -> bool:
+    """Whether this process records the model graph: once per run, on rank 0 of a job its
+    launcher says has several ranks."""
+    size = launch.world_size
+    return tags.get("rank", "0") == "0" or not (size and int(size) > 1)

@@ -39,10 +39,11 @@ from acquisition.lineproto import LineEncoder
 from acquisition.paths import data_dir
 from acquisition.point import Point
 from acquisition.torch import cuda as gpu_timeline
+from acquisition.torch import launch as launching
 from acquisition.torch.analysis import ModelAnalysis
 from acquisition.torch.graph import GraphCapture
 from acquisition.torch.hooks import EPOCH, RESUME, STEP, EventLog, ModuleHooks
-from acquisition.torch.launch import Launch, cuda_uuid, detect_launch, launch_fields
+from acquisition.torch.launch import resolve_tags
 from acquisition.torch.steps import StepAggregator, StepLines
 from acquisition.torch.transport import LineSender, default_fallback_dir, default_socket_path
 
@@ -105,28 +106,6 @@ def _check_samples(value: object) -> int | None:
     return value
 
 
-def resolve_tags(
-    experiment: str | None,
-    run: str | None,
-    rank: int | str | None,
-    *,
-    pid: int,
-    launch: Launch | None = None,
-) -> dict[str, str]:
-    """``experiment``, ``run`` and ``rank`` from arguments, else ``NRG_EXPERIMENT``, ``NRG_RUN``,
-    else the launcher's (see :mod:`acquisition.torch.launch`); a missing run gets
-    ``<UTC time>-<pid>`` so its steps group together."""
-    env = os.environ
-    launch = launch or detect_launch(env)
-    experiment = experiment or env.get("NRG_EXPERIMENT") or ""
-    run = run or env.get("NRG_RUN") or launch.run
-    run = run or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{pid}"
-    if rank is None:
-        rank = launch.rank or None
-    tags = {"experiment": experiment, "run": run, "rank": "" if rank is None else str(rank)}
-    return {k: v for k, v in tags.items() if v}
-
-
 def _file_safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text)
 
@@ -163,7 +142,7 @@ class Session:
         """Steps with module hooks in: every Nth, counted from the first (step 0)."""
         self._steps_seen = 0
         self.pid = os.getpid()
-        self.launch = detect_launch(os.environ)
+        self.launch = launching.detect_launch(os.environ)
         self.tags = resolve_tags(experiment, run, rank, pid=self.pid, launch=self.launch)
         self.gpu_uuid = ""
         """The CUDA device UUID of the model's parameters (found at start)."""
@@ -173,7 +152,9 @@ class Session:
         self.fallback_path = Path(fallback_dir or default_fallback_dir()) / f"{stem}.lp"
         graph_root = graph_dir or os.environ.get("NRG_GRAPH_DIR") or data_dir() / "graphs"
         graph_path = (
-            Path(graph_root) / f"{stem}.graph.json" if graph and self._graph_rank() else None
+            Path(graph_root) / f"{stem}.graph.json"
+            if graph and launching.records_graph(self.tags, self.launch)
+            else None
         )
         if example_inputs is not None and not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)
@@ -265,7 +246,7 @@ class Session:
         model = self.model
         devices = gpu_timeline.cuda_devices(model.parameters())
         cuda = self._cuda = bool(devices)
-        self.gpu_uuid = cuda_uuid(model) if cuda else ""
+        self.gpu_uuid = launching.cuda_uuid(model) if cuda else ""
         self._param_ids = {id(p) for p in model.parameters()}
         self._aggregator = StepAggregator(self._names(), samples_per_step=self._samples_per_step)
         if cuda:
@@ -508,12 +489,6 @@ class Session:
 
     # --- model structure ---------------------------------------------------------------------
 
-    def _graph_rank(self) -> bool:
-        """Whether this process records the model graph: once per run, on rank 0 of a job
-        its launcher says has several ranks."""
-        size = self.launch.world_size
-        return self.tags.get("rank", "0") == "0" or not (size and int(size) > 1)
-
     # --- aggregation: at step boundaries, or on the idle thread -------------------------------
 
     def _names(self) -> dict[Any, str]:
@@ -618,5 +593,5 @@ class Session:
             "graph_path": str(self.graph_path) if self.graph_path else "",
         }
         if event == "start":
-            fields.update(launch_fields(self.launch, self.gpu_uuid))
+            fields.update(launching.launch_fields(self.launch, self.gpu_uuid))
         return Point("nrg_run", dict(self.tags), fields, time_ns)
