@@ -16,6 +16,7 @@ from acquisition.config import parse_config
 from acquisition.errors import NrgError
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
+from acquisition.summary import format_text
 from acquisition.tracker import NO_SUCH_WINDOW, NOT_STARTED, Tracker
 from tests.answers.fakepower import powercap_tree
 
@@ -136,7 +137,8 @@ def test_windows_nested_and_energy() -> None:
         PACKAGE_W * tail.duration_s, abs=2 * PACKAGE_W * STALE_S + tail.error_j
     )
     assert s.to_dict()["windows"][0]["name"] == "train/eval"
-    assert "Max RAM:" in str(s)
+    assert "Max RAM:" in format_text(s, full=True)
+    assert "n/a" not in str(s)
 
 
 def test_reads_an_agents_files_instead_of_sampling(tmp_path: Path) -> None:
