@@ -15,7 +15,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from acquisition.advancing import WINDOW_S
+from acquisition.energy import FIX_RAPL_STUCK
 from acquisition.summary import NO_ENERGY, SCHEMA
+from collectors.rapl import WHY_FIRMWARE
 from tests.answers import job_train
 from tests.answers.fakepower import powercap_tree
 
@@ -177,6 +180,58 @@ def test_uninstrumented_command_text_summary(short_tmp: Path, rapl_root: Path) -
     )
     assert data["steps"]["count"] == 0 and data["energy"]["outside_steps_j"] is None
     assert data["exit_code"] == 0
+    # the default text: short, no n/a line on this machine without a GPU
+    summary = proc.stderr[proc.stderr.index("nrg summary:") :]
+    assert "n/a" not in summary and "GPU" not in summary
+    assert "Peak RAM: job " in summary and "CPU use: job mean " in summary
+    assert "Max RAM:" not in summary
+    # --summary full: gpu_tracker's layout, every figure
+    full = nrg(
+        "-c", str(cfg), "--quiet", "--summary", "full", "--",
+        sys.executable, "-c", BUSY_JOB.format(s=0.5),
+    ).stderr  # fmt: skip
+    headings = [line for line in full.splitlines() if line and not line.startswith(" ")]
+    assert headings[-5:] == [
+        "Max RAM:",
+        "Max GPU RAM:",
+        "CPU utilization:",
+        "GPU utilization:",
+        "Compute time:",
+    ]
+    for line in ("   Unit: gigabytes", "   Main:", "      Total RSS: ", "   System core count: "):
+        assert line in full, line
+
+
+BUSY_JOB = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass"
+
+
+def test_counters_that_never_move_are_not_advancing_not_a_source(short_tmp: Path) -> None:
+    """A powercap tree whose counters stand still (as a VM's psys does): the start-up log says
+    they are not advancing and why, no rapl point is written (no zero power), and the summary's
+    text and JSON open with the no-energy sentence naming RAPL first with its fix."""
+    with powercap_tree({}) as still:
+        cfg = config(short_tmp, still)
+        proc = nrg(
+            "-c", str(cfg), "--summary-file", str(short_tmp / "s.json"), "--",
+            sys.executable, "-c", BUSY_JOB.format(s=WINDOW_S + 1.5),
+        )  # fmt: skip
+    log = [line for line in proc.stderr.splitlines() if "not advancing" in line]
+    for domain in ("package", "dram"):
+        said = f"rapl: not advancing: {domain} (socket 0) did not move in "
+        assert any(said in line and line.endswith(f" ({WHY_FIRMWARE})") for line in log), log
+    points = [line for f in (short_tmp / "out").glob("*.lp") for line in f.read_text().splitlines()]
+    assert points and not [line for line in points if line.startswith("rapl,")]
+    summary = proc.stderr[proc.stderr.index("No energy was measured") :]
+    first = summary.splitlines()[0]
+    assert first.startswith(
+        "No energy was measured: rapl: not advancing: package (socket 0), dram (socket 0) did "
+        "not move in "
+    )
+    assert f"({WHY_FIRMWARE}) (fix: {FIX_RAPL_STUCK}); emonpi: " in first
+    data = json.loads((short_tmp / "s.json").read_text())
+    validate(data)
+    assert data["no_energy_reason"] == first
+    assert data["energy"]["sources"] == [] and data["energy"]["total_j"] == 0.0
 
 
 def test_no_energy_source_is_said_first(short_tmp: Path) -> None:
