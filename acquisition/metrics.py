@@ -257,6 +257,12 @@ METRICS: tuple[Measurement, ...] = (
             _i("step", "count", "step index within the run, from 0"),
             _i("start_time_ns", "ns", "start of the step, Unix epoch"),
             _i("end_time_ns", "ns", "end of the step, Unix epoch"),
+            _i(
+                "gpu_start_time_ns",
+                "ns",
+                "start of the step on the GPU's timeline, Unix epoch (CUDA)",
+            ),
+            _i("gpu_end_time_ns", "ns", "end of the step on the GPU's timeline, Unix epoch (CUDA)"),
             _f("duration_seconds", "s", "end − start"),
             _i("samples", "count", "samples in the step, when the job says"),
             _i("epoch", "count", "epoch as an integer field: written by older versions"),
@@ -302,6 +308,8 @@ METRICS: tuple[Measurement, ...] = (
             _f("duration_seconds", "s", "step duration, module time, or time outside modules"),
             _f("mean_power_watts", "W", "energy_joules / duration_seconds (absent for 0 s)"),
             _f("error_joules", "J", "error bound of the step's energy (`scope=step`)"),
+            _f("error_start_joules", "J", "error bound of the energy up to the step's start"),
+            _f("error_end_joules", "J", "error bound of the energy up to the step's end"),
         ),
     ),
     Measurement(

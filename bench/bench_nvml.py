@@ -13,7 +13,16 @@ Prints, in one run:
 - points per tick and the rate of the emitted ``gpu_sample`` power series per GPU, beside the
   fake driver's sample rate.
 
-Run: ``.venv/bin/python bench/bench_nvml.py [--ticks 200] [--rounds 5]``
+Then, on one GPU at a 100 ms tick, the CPU per tick before and after the collector's cadences:
+every call every tick (``energy_interval = detail_interval = 0``, the collector's behaviour
+before them) beside the defaults (energy counter and detail reads once a second):
+
+- with the fake, each call busy-waiting its cost measured on an H100 (``H100_COSTS_US``), so the
+  proportions are the real ones;
+- with ``--real``, on the real NVML of this machine (GPU 0, real 100 ms ticks), after the cost of
+  each call the collector makes (200 calls each).
+
+Run: ``.venv/bin/python bench/bench_nvml.py [--ticks 200] [--rounds 5] [--real]``
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from acquisition.api import PluginContext
 from acquisition.point import Point
 from collectors.nvml import NvmlCollector, NvmlConfig
-from tests.nvml.fake_pynvml import FakeNvml
+from tests.nvml.fake_pynvml import H100_COSTS_US, MEASURED_COSTS_US, FakeNvml
 
 GPUS = 8
 PERIOD_US = 20_000
@@ -159,10 +169,152 @@ async def collector_ticks(
     return wall / ticks * 1e6, cpu / ticks * 1e6, points
 
 
+TICK_NS = 100_000_000
+EVERY_TICK = {"energy_interval": 0.0, "detail_interval": 0.0}
+"""The collector before its cadences: every call on every tick."""
+
+
+class Timed:
+    """An NVML module whose calls' CPU time is counted apart from the caller's."""
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        self.inside = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.nvml, name)
+        if not name.startswith("nvml") or not callable(value):
+            return value
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            c0 = time.thread_time()
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self.inside += time.thread_time() - c0
+
+        return timed
+
+
+def cadence_ticks(
+    nvml: Any, root: Path, ticks: int, config: dict[str, float], real: bool
+) -> tuple[float, float, float]:
+    """Per 100 ms tick on GPU 0 (``real``: real time between ticks), CPU µs: the worker job,
+    inside the NVML calls, and those calls at the H100's costs (the fake's call counts)."""
+    timed = Timed(nvml)
+    collector = NvmlCollector(NvmlConfig(root=str(root), gpus="0", **config), context(root),
+                              nvml=timed, environ={})  # fmt: skip
+    asyncio.run(collector.open())
+    calls = Counter(getattr(nvml, "calls", {}))
+    timed.inside = cpu = 0.0
+    start = time.time_ns()
+    try:
+        for step in range(1, ticks + 1):
+            now_ns = start + step * TICK_NS
+            if real:
+                time.sleep(max(now_ns - time.time_ns(), 0) / 1e9)
+            else:
+                nvml.step = step
+            c0 = time.thread_time()
+            collector._tick(now_ns, frozenset({41000}))
+            cpu += time.thread_time() - c0
+    finally:
+        asyncio.run(collector.aclose())
+    made = Counter(getattr(nvml, "calls", {})) - calls
+    made["nvmlShutdown"] = 0
+    modelled = sum(H100_COSTS_US.get(name, 0.0) * n for name, n in made.items())
+    return cpu / ticks * 1e6, timed.inside / ticks * 1e6, modelled / ticks
+
+
+def fake_h100(ticks: int, costs: dict[str, float] = H100_COSTS_US) -> FakeNvml:
+    """One H100 of the scenario, each call costing what it costs there, 100 ms per step."""
+    one = scenario(ticks)
+    gpu = dict(one["gpu"][0])
+    gpu["sample_generator"] = {**gpu["sample_generator"], "step_us": TICK_NS // 1000}
+    gpu["process_generator"] = {**gpu["process_generator"], "step_us": TICK_NS // 1000}
+    return FakeNvml({"gpu": [gpu]}, costs=costs)
+
+
+def call_costs(nvml: Any, calls: int = 200) -> dict[str, float]:
+    """CPU µs per call of each NVML call the collector makes, on GPU 0."""
+    nvml.nvmlInit()
+    try:
+        h = nvml.nvmlDeviceGetHandleByIndex(0)
+        probes = {
+            "nvmlDeviceGetTotalEnergyConsumption": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h),
+            "nvmlDeviceGetFieldValues": lambda: nvml.nvmlDeviceGetFieldValues(h, [186]),
+            "nvmlDeviceGetPowerUsage": lambda: nvml.nvmlDeviceGetPowerUsage(h),
+            "nvmlDeviceGetUtilizationRates": lambda: nvml.nvmlDeviceGetUtilizationRates(h),
+            "nvmlDeviceGetMemoryInfo_v2": lambda: nvml.nvmlDeviceGetMemoryInfo(h, version=0x02000028),
+            "nvmlDeviceGetTemperatureV": lambda: nvml.nvmlDeviceGetTemperatureV(h, 0),
+            "nvmlDeviceGetClockInfo": lambda: nvml.nvmlDeviceGetClockInfo(h, 1),
+            "nvmlDeviceGetEnforcedPowerLimit": lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h),
+            "nvmlDeviceGetSamples": lambda: nvml.nvmlDeviceGetSamples(h, 0, 0),
+            "nvmlDeviceGetComputeRunningProcesses_v3": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h),
+            "nvmlDeviceGetProcessesUtilizationInfo": lambda: nvml.nvmlDeviceGetProcessesUtilizationInfo(h, 0),
+        }  # fmt: skip
+        out: dict[str, float] = {}
+        for name, probe in probes.items():
+            c0 = time.thread_time()
+            for _ in range(calls):
+                try:
+                    probe()
+                except nvml.NVMLError:
+                    pass  # NOT_FOUND and the like cost what they cost
+            out[name] = (time.thread_time() - c0) / calls * 1e6
+        return out
+    finally:
+        nvml.nvmlShutdown()
+
+
+def cadence_report(root: Path, ticks: int, rounds: int, real: bool) -> None:
+    make: Any
+    if real:
+        import pynvml
+
+        costs = call_costs(pynvml)
+        print("\nNVML call costs on GPU 0 here (CPU µs per call, 200 calls each; H100 figures):")
+        for name, us in costs.items():
+            known = MEASURED_COSTS_US.get(name)
+            print(f"  {name:44} {us:9.1f}   {'' if known is None else f'{known:9.1f}'}")
+        make = lambda: pynvml  # noqa: E731
+    else:
+        make = lambda: fake_h100(ticks)  # noqa: E731
+    runs: dict[str, list[tuple[float, float, float]]] = {"before": [], "after": []}
+    for _ in range(rounds):  # interleaved, best of each
+        runs["before"].append(cadence_ticks(make(), root, ticks, EVERY_TICK, real))
+        runs["after"].append(cadence_ticks(make(), root, ticks, {}, real))
+    where = "the real NVML (GPU 0)" if real else "the fake NVML with the H100's call costs"
+    print(f"\nOne GPU, {ticks} ticks of 100 ms, {where}, best of {rounds}: CPU µs per tick")
+    if real:
+        print(f"  {'':44} {'total':>8} {'in NVML':>8}")
+    else:
+        print(f"  {'':44} {'total':>8} {'in fake':>8} {'own':>8} {'H100 est.':>10}")
+    label = {
+        "before": "every call every tick (before the cadences)",
+        "after": "defaults (energy, detail once a second)",
+    }
+    est = {}
+    for key, results in runs.items():
+        total = min(r[0] for r in results)
+        inside = min(r[1] for r in results)
+        own = min(r[0] - r[1] for r in results)  # the collector's own work
+        est[key] = own + results[0][2] if not real else total
+        line = f"  {label[key]:44} {total:8.0f} {inside:8.0f}"
+        if not real:
+            line += f" {own:8.0f} {est[key]:10.0f}"
+        print(line)
+    b, a = est["before"], est["after"]
+    what = "measured" if real else "estimated on the H100: own work + the calls at its costs"
+    print(f"  after / before: {a / b:.3f}; CPU-s per minute at 10 Hz ({what}): "
+          f"{b * 600 / 1e6:.2f} → {a * 600 / 1e6:.2f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=200, help="ticks per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--real", action="store_true", help="also on this machine's real NVML")
     args = parser.parse_args()
     ticks = args.ticks
     bare: list[tuple[float, float]] = []
@@ -199,6 +351,14 @@ def main() -> None:
         f"emitted power series: {rate:.1f} samples/s per GPU "
         f"(fake driver buffer: {1e6 / PERIOD_US:.1f}/s; a 1 Hz agent alone would give 1.0/s)"
     )
+    with tempfile.TemporaryDirectory() as tmp:
+        write_proc(Path(tmp))
+        cadence_report(Path(tmp), min(ticks, 100), min(args.rounds, 3), real=False)
+        if args.real:
+            try:
+                cadence_report(Path(tmp), min(ticks, 100), 1, real=True)
+            except Exception as exc:  # the driver's reason, on one line
+                sys.exit(f"--real: no usable NVIDIA GPU here: {exc}")
 
 
 if __name__ == "__main__":

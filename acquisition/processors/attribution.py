@@ -4,23 +4,28 @@ Source: the agent's bus, nothing else. Power sources read from it:
 
 - ``rapl`` points (tags ``socket``, ``domain``, optional ``die``): cumulative ``energy_joules`` (J);
 - ``gpu`` points (tag ``gpu``): cumulative ``energy_joules`` (J), else ``power_watts`` (W);
+- ``gpu_sample`` points (tag ``gpu``): the driver's power samples (``power_watts``, W), which
+  shape the GPU's counter between its readings (or stand in for its power without one);
 - ``emonpi`` points (tag ``node``), the wall meter: ``power<ch>_watts`` (W) of the configured
   channel, integrated; its ``energy<ch>_joules`` only with ``wall_counter = true`` (the firmware's
   counters step in whole Wh, 3600 J, far coarser than a training step).
 
 Training-job points (sent by ``acquisition.torch`` through the hooks collector): ``nrg_step``
-(``start_time_ns``/``end_time_ns``, Unix-epoch ns; tag ``epoch``, or an integer ``epoch`` field
-from older jobs), ``nrg_module`` (``exclusive_seconds``, optional ``gpu_seconds``, s) and
+(``start_time_ns``/``end_time_ns``, Unix-epoch ns; on CUDA ``gpu_start_time_ns``/
+``gpu_end_time_ns``, the step on the GPU's timeline, used for GPU sources; tag ``epoch``, or an
+integer ``epoch`` field from older jobs), ``nrg_module`` (``exclusive_seconds``, optional ``gpu_seconds``, s) and
 ``nrg_run`` (``event`` start/end).
 
 Emits ``nrg_energy`` points (tags ``experiment``, ``run``, ``rank``, ``epoch``, ``source``,
 ``scope``, and ``module``/``phase`` for ``scope=module``; fields ``step``, ``energy_joules``,
-``duration_seconds``, ``mean_power_watts``), stamped with the step's end time.
+``duration_seconds``, ``mean_power_watts``; on ``scope=step`` ``error_joules`` and the edge
+bounds ``error_start_joules``/``error_end_joules``), stamped with the step's end time.
 
 Model, per step interval [start, end] and per source:
 
-- step energy: an energy counter is interpolated linearly between the samples that bracket each
-  edge and differenced; a source with power samples only is integrated by trapezoids, with the
+- step energy: an energy counter is interpolated between the samples that bracket each edge
+  (linearly, or in proportion to a GPU's power samples where they cover the interval) and
+  differenced; a source with power samples only is integrated by trapezoids, with the
   power interpolated at the edges. A source whose samples do not bracket the step is left out
   and counted (``steps_missing:<source>``);
 - module energy: the step's mean power times the module's exclusive (self) time, GPU time on GPU
@@ -53,10 +58,12 @@ from acquisition.api import Emit, PluginContext
 from acquisition.config import duration, option
 from acquisition.point import FieldValue, Point
 from acquisition.processors.energy import (
+    Series,
     Source,
     SourceSample,
     counter_energy,
     interpolate,
+    parse_gpu_sample,
     parse_source,
     split_energy,
     trapezoid_energy,
@@ -193,7 +200,7 @@ class EnergyAttribution:
         elif m == "nrg_run":
             self._on_run(point, emit)
             return
-        elif m in ("rapl", "gpu", "emonpi"):
+        elif m in ("rapl", "gpu", "emonpi", "gpu_sample"):
             name = self._on_source(point)
             # Only a sample of a source some step waits for can complete a step (or time).
             if name not in self._blocking and self._clock < self._next_due:
@@ -238,12 +245,12 @@ class EnergyAttribution:
 
     def _on_source(self, point: Point) -> str | None:
         """Take a source sample; the source's name when the sample was kept."""
+        if point.measurement == "gpu_sample":
+            return self._on_gpu_sample(point)
         sample = parse_source(point, self._config.wall_channel, self._config.wall_counter)
         if sample is None:
             return None
-        src = self._sources.get(sample.source)
-        if src is None:
-            src = self._sources[sample.source] = Source(sample.source, sample.kind, sample.domain)
+        src = self._source(sample.source, sample.kind, sample.domain)
         series = src.counter if sample.counter else src.power
         if series.times and point.time_ns < series.times[-1]:
             self._counts["samples_out_of_order"] += 1
@@ -252,12 +259,33 @@ class EnergyAttribution:
             # The collector restarted (counters count from its open): the old base is gone.
             self._counts["counter_resets"] += 1
             series.clear()
-        if series.times and point.time_ns > series.times[-1]:
+        if series.times and point.time_ns > series.times[-1] and series is src.series():
             src.note_gap(point.time_ns - series.times[-1])
-        series.add(point.time_ns, sample.value)
+        self._add(series, point.time_ns, sample.value)
+        return src.name
+
+    def _source(self, name: str, kind: str, domain: str) -> Source:
+        src = self._sources.get(name)
+        if src is None:
+            src = self._sources[name] = Source(name, kind, domain)
+        return src
+
+    def _add(self, series: Series, t: int, value: float) -> None:
+        series.add(t, value)
         if len(series.times) > 64 and series.times[-1] - series.times[0] > 2 * self._history_ns:
             series.prune(series.times[-1] - self._history_ns)
-        return src.name
+
+    def _on_gpu_sample(self, point: Point) -> str | None:
+        """A driver power sample: kept beside the GPU's counter, never waited for."""
+        reading = parse_gpu_sample(point)
+        if reading is None:
+            return None
+        series = self._source(reading[0], "gpu", "").samples
+        if series.times and point.time_ns < series.times[-1]:
+            self._counts["samples_out_of_order"] += 1
+            return None
+        self._add(series, point.time_ns, reading[1])
+        return None
 
     def _step_for(self, run: RunKey, step: int) -> Step | None:
         done = self._done.get(run)
@@ -322,6 +350,9 @@ class EnergyAttribution:
             self._counts["steps_duplicate"] += 1
         entry.epoch = epoch_of(point)
         entry.start_ns, entry.end_ns = start, end
+        gpu_start, gpu_end = int_field(f, "gpu_start_time_ns"), int_field(f, "gpu_end_time_ns")
+        if gpu_start is not None and gpu_end is not None and gpu_end >= gpu_start:
+            entry.gpu_ns = (gpu_start, gpu_end)
         if end > self._run_end_ns.get(run, -1):
             self._run_end_ns[run] = end
         entry.arrived_ns = self._clock
@@ -360,13 +391,13 @@ class EnergyAttribution:
             until = min(until, last + max(self._grace_ns, _OVERDUE * gap))
         return until if self._clock < until else None
 
-    def _due(self, entry: Step, start: int, end: int) -> int | None:
+    def _due(self, entry: Step) -> int | None:
         """Data-clock time at which the step is emitted if nothing else arrives; None: now."""
         due = None if entry.complete else entry.arrived_ns + self._grace_ns
         if due is not None and self._clock >= due:
             due = None
         for src in self._sources.values():
-            wait = self._source_due(src, start, end)
+            wait = self._source_due(src, *entry.interval(src.kind))
             if wait is not None:
                 self._blocking.add(src.name)
                 if due is None or wait > due:
@@ -385,7 +416,7 @@ class EnergyAttribution:
                 else:
                     next_due = min(next_due, due)
                 continue
-            wait = None if force else self._due(entry, entry.start_ns, entry.end_ns)
+            wait = None if force else self._due(entry)
             if wait is None:
                 del self._steps[key]
                 self._done.setdefault(entry.run, DoneSteps()).add(entry.step)
@@ -405,11 +436,12 @@ class EnergyAttribution:
 
     # -- attribution and emission --
 
-    def _measure(self, start: int, end: int) -> list[tuple[Source, float]]:
-        """Each source's energy over [start, end]; sources that cannot bracket it are counted."""
+    def _measure(self, entry: Step) -> list[tuple[Source, float]]:
+        """Each source's energy over the step (on the GPU's timeline for a GPU, when the job
+        sent it); sources that cannot bracket it are counted."""
         measured = []
         for src in self._sources.values():
-            energy = src.energy(start, end)
+            energy = src.energy(*entry.interval(src.kind))
             if energy is None:
                 n = self._missing.get(src.name, 0)
                 if n == 0:
@@ -437,7 +469,7 @@ class EnergyAttribution:
 
     def _attribute(self, entry: Step, emit: Emit) -> None:
         assert entry.start_ns is not None and entry.end_ns is not None
-        measured = self._measure(entry.start_ns, entry.end_ns)
+        measured = self._measure(entry)
         if not measured:
             self._counts["steps_without_source"] += 1
             return
@@ -462,9 +494,9 @@ class EnergyAttribution:
         emit: Emit,
     ) -> None:
         """The step's energy from one source: the step, its modules and the unattributed rest."""
-        assert entry.start_ns is not None and entry.end_ns is not None
-        duration_s = (entry.end_ns - entry.start_ns) / _NS
-        error = src.error(entry.start_ns, entry.end_ns, energy)
+        start, end = entry.interval(src.kind)
+        duration_s = (end - start) / _NS
+        error = src.bounds(start, end, energy)
         self._emit(emit, entry, src.name, "step", {}, energy, duration_s, error)
         if detail == "off":
             return
@@ -511,7 +543,7 @@ class EnergyAttribution:
         extra: Mapping[str, str],
         joules: float,
         seconds: float,
-        error: float | None = None,
+        error: tuple[float, float, float] | None = None,
     ) -> None:
         tags = {**entry.base_tags(), "source": source, "scope": scope, **extra}
         fields: dict[str, FieldValue] = {
@@ -522,7 +554,9 @@ class EnergyAttribution:
         if seconds > 0.0:
             fields["mean_power_watts"] = joules / seconds
         if error is not None:
-            fields["error_joules"] = error
+            fields["error_joules"] = error[0]
+            fields["error_start_joules"] = error[1]
+            fields["error_end_joules"] = error[2]
         assert entry.end_ns is not None
         emit(Point("nrg_energy", tags, fields, entry.end_ns))
         self._counts["points_emitted"] += 1

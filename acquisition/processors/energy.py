@@ -9,16 +9,22 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from acquisition.point import FieldValue, Point
 
 __all__ = [
+    "CounterAt",
     "Source",
     "SourceSample",
+    "counter_at",
     "counter_energy",
     "edge_error",
+    "held_energy",
     "interpolate",
+    "parse_gpu_sample",
     "parse_source",
+    "shaped_energy",
     "split_energy",
     "trapezoid_energy",
 ]
@@ -29,6 +35,10 @@ UPDATE_PERIOD_S = {"rapl": 0.001, "gpu": 0.1}
 bar. Power series (a GPU without a counter, the wall meter) have none: their swing covers it."""
 _GAPS_KEPT = 8
 """Recent sample gaps a source remembers to tell "late" from "silent"."""
+SAMPLE_SLACK_NS = 100_000_000
+"""How far a GPU's power samples may stop short of either end of a counter interval and still
+shape it (the driver's newest sample is up to one sample period older than the counter read);
+the missing part is held at the nearest sample's power."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +76,16 @@ def parse_source(
         counter = f"energy{wall_channel}_joules" if wall_counter else None
         return _reading(name, "wall", "", fields, counter, f"power{wall_channel}_watts")
     return None
+
+
+def parse_gpu_sample(point: Point) -> tuple[str, float] | None:
+    """(source name, W) of a ``gpu_sample`` point carrying ``power_watts``, else None."""
+    if point.measurement != "gpu_sample":
+        return None
+    power = point.fields.get("power_watts")
+    if not is_number(power):
+        return None
+    return f"nvml:{point.tags.get('gpu', '0')}", float(power)  # type: ignore[arg-type]
 
 
 def _reading(
@@ -130,6 +150,90 @@ def trapezoid_energy(times: list[int], watts: list[float], start: int, end: int)
         prev_t, prev_p = times[i], watts[i]
     total += (end - prev_t) * (prev_p + p1) / 2
     return total / _NS
+
+
+def held_energy(times: list[int], watts: list[float], start: int, end: int) -> float:
+    """Energy (J) of a power series over [start, end] by trapezoids, the power held at the first
+    and last samples' values outside their span (0 for no samples)."""
+    if not times or end <= start:
+        return 0.0
+    total = 0.0
+    if start < times[0]:
+        total += watts[0] * (min(end, times[0]) - start) / _NS
+    if end > times[-1]:
+        total += watts[-1] * (end - max(start, times[-1])) / _NS
+    lo, hi = max(start, times[0]), min(end, times[-1])
+    if hi > lo:
+        total += trapezoid_energy(times, watts, lo, hi) or 0.0
+    return total
+
+
+class CounterAt(NamedTuple):
+    """Where a time falls on a counter: interval ``k`` = [times[k], times[k+1]]."""
+
+    k: int
+    joules: float
+    """The counter's value at the time: interpolated, shaped by power samples where they cover
+    the interval."""
+    fraction: float
+    """Share of the interval's energy before the time (0..1)."""
+    shaped: bool
+    """Power samples shaped the interval (or carried the counter past its last reading)."""
+    watts: float
+    """The interval's mean power (W): counter difference over its length."""
+
+
+def counter_at(
+    times: list[int], joules: list[float], st: list[int], sw: list[float], t: int
+) -> CounterAt | None:
+    """The counter (``times``, ``joules``) at ``t``, shaped between its samples by the power
+    samples (``st``, ``sw``) where they cover the interval holding ``t`` (within
+    :data:`SAMPLE_SLACK_NS`); linear otherwise. None outside the counter's span.
+
+    Shaping spreads each interval's counter energy in proportion to the samples' energy, so the
+    counter's own values are kept at its sample times and any split of time adds up exactly.
+    After the counter's last reading, samples that reach ``t`` carry it on (when the agent stops
+    between two readings).
+    """
+    if times and t > times[-1]:
+        return _carried(times, joules, st, sw, t)
+    if not times or t < times[0]:
+        return None
+    if len(times) == 1:
+        return CounterAt(0, joules[0], 0.0, False, 0.0)
+    k = min(bisect.bisect_right(times, t) - 1, len(times) - 2)
+    a, b = times[k], times[k + 1]
+    delta = joules[k + 1] - joules[k]
+    fraction = (t - a) / (b - a)
+    shaped = False
+    if st and st[0] <= a + SAMPLE_SLACK_NS and st[-1] >= b - SAMPLE_SLACK_NS:
+        whole = held_energy(st, sw, a, b)
+        if whole > 0.0:
+            fraction, shaped = held_energy(st, sw, a, t) / whole, True
+    return CounterAt(k, joules[k] + delta * fraction, fraction, shaped, delta * _NS / (b - a))
+
+
+def _carried(
+    times: list[int], joules: list[float], st: list[int], sw: list[float], t: int
+) -> CounterAt | None:
+    """The counter after its last reading, carried on by the power samples up to ``t``."""
+    last = times[-1]
+    if not st or st[0] > last + SAMPLE_SLACK_NS or st[-1] < t - SAMPLE_SLACK_NS:
+        return None
+    extra = held_energy(st, sw, last, t)
+    return CounterAt(len(times) - 1, joules[-1] + extra, 0.0, True, extra * _NS / (t - last))
+
+
+def shaped_energy(
+    times: list[int], joules: list[float], st: list[int], sw: list[float], start: int, end: int
+) -> float | None:
+    """Energy (J) a counter gained over [start, end], shaped by power samples (:func:`counter_at`);
+    None unless the counter brackets it."""
+    e0 = counter_at(times, joules, st, sw, start)
+    e1 = counter_at(times, joules, st, sw, end)
+    if e0 is None or e1 is None:
+        return None
+    return e1.joules - e0.joules
 
 
 def split_energy(
@@ -206,13 +310,18 @@ class Series:
 
 @dataclass
 class Source:
-    """One power source's samples (a counter or a power series) and the pace it sends them at."""
+    """One power source's samples (a counter or a power series) and the pace it sends them at.
+
+    A GPU also keeps the driver's power samples (``gpu_sample``, tens per second): they shape its
+    energy counter between the counter's readings, or stand in for its power series without one.
+    """
 
     name: str
     kind: str
     domain: str
     counter: Series = field(default_factory=Series)
     power: Series = field(default_factory=Series)
+    samples: Series = field(default_factory=Series)
     gaps: list[int] = field(default_factory=list)
     """The last few intervals between its samples (ns), to know when it is overdue."""
 
@@ -236,17 +345,27 @@ class Source:
         """The longest of its recent sample intervals (ns); None before two samples."""
         return max(self.gaps) if self.gaps else None
 
+    def _sampled(self, start: int, end: int) -> bool:
+        """Its power samples cover [start, end] (within the slack)."""
+        st = self.samples.times
+        return len(st) >= 2 and st[0] <= start + SAMPLE_SLACK_NS and st[-1] >= end - SAMPLE_SLACK_NS
+
     def energy(self, start: int, end: int) -> float | None:
-        if self.counter.times:
-            return counter_energy(self.counter.times, self.counter.values, start, end)
+        c, sm = self.counter, self.samples
+        if c.times:
+            if sm.times:
+                return shaped_energy(c.times, c.values, sm.times, sm.values, start, end)
+            return counter_energy(c.times, c.values, start, end)
+        if self._sampled(start, end):
+            return held_energy(sm.times, sm.values, start, end)
         return trapezoid_energy(self.power.times, self.power.values, start, end)
 
     def error(self, start: int, end: int, energy: float) -> float:
         """The documented error bound (J) of ``energy``, this source's energy over [start, end]:
         the power swing times the sample interval at each edge, plus twice the mean power times
-        the counter's update period."""
+        the counter's update period (see :meth:`bounds` for a counter shaped by samples)."""
         counter = bool(self.counter.times)
-        times, values = self.series().times, self.series().values
+        times, values = self._edge_series(start, end)
         # Samples up to the first at or after the end: all a step is sure to have when written.
         last = bisect.bisect_left(times, end)
         swing = edge_error(times, values, start, counter, last)
@@ -255,3 +374,57 @@ class Source:
             return swing
         mean_w = energy * _NS / (end - start)
         return swing + 2 * abs(mean_w) * UPDATE_PERIOD_S.get(self.kind, 0.0)
+
+    def _edge_series(self, start: int, end: int) -> tuple[list[int], list[float]]:
+        if not self.counter.times and self._sampled(start, end):
+            return self.samples.times, self.samples.values
+        series = self.series()
+        return series.times, series.values
+
+    def bounds(self, start: int, end: int, energy: float) -> tuple[float, float, float]:
+        """(the step's error bound, the bound at its start edge, at its end edge) in J.
+
+        An edge's bound is that of the cumulative energy at that time: a sum of adjacent steps
+        (an epoch, a run) is off by at most its first step's start bound plus its last step's
+        end bound, since the energy between is conserved.
+        """
+        c, sm = self.counter, self.samples
+        if not c.times or not sm.times:
+            return self.error(start, end, energy), self._edge(start, end), self._edge(end, end)
+        at0 = counter_at(c.times, c.values, sm.times, sm.values, start)
+        at1 = counter_at(c.times, c.values, sm.times, sm.values, end)
+        if at0 is None or at1 is None:
+            return self.error(start, end, energy), 0.0, 0.0
+        u = UPDATE_PERIOD_S.get(self.kind, 0.0)
+        swing0, swing1 = self._swing(start, end, at0), self._swing(end, end, at1)
+        edge0 = swing0 + abs(at0.watts) * u
+        edge1 = swing1 + abs(at1.watts) * u
+        step = edge0 + edge1
+        if at0.k == at1.k:
+            # Both edges in one counter interval: the counter's staleness at its two readings
+            # moves the step only by its share of the interval's energy.
+            share = max(at1.fraction - at0.fraction, 0.0)
+            step = min(step, swing0 + swing1 + 2 * abs(at0.watts) * u * share)
+        return step, edge0, edge1
+
+    def _swing(self, t: int, end: int, at: CounterAt) -> float:
+        """Power swing × sample interval at ``t``, over the samples that shaped its interval,
+        else over the counter."""
+        c, sm = self.counter, self.samples
+        cut = c.times[min(bisect.bisect_left(c.times, end), len(c.times) - 1)]
+        if at.shaped:
+            last = bisect.bisect_right(sm.times, cut) - 1
+            return edge_error(sm.times, sm.values, t, False, last)
+        return edge_error(c.times, c.values, t, True, bisect.bisect_left(c.times, cut))
+
+    def _edge(self, t: int, end: int) -> float:
+        """The bound at one edge of a source not shaped by samples: its swing there, plus the
+        mean power of the counter interval holding it times the counter's update period."""
+        times, values = self._edge_series(t, end)
+        counter = bool(self.counter.times)
+        swing = edge_error(times, values, t, counter, bisect.bisect_left(times, end))
+        if not counter:
+            return swing
+        at = counter_at(times, values, [], [], t)
+        watts = abs(at.watts) if at is not None else 0.0
+        return swing + watts * UPDATE_PERIOD_S.get(self.kind, 0.0)

@@ -36,6 +36,8 @@ class Step:
     epoch: str = "0"
     start_ns: int | None = None
     end_ns: int | None = None
+    gpu_ns: tuple[int, int] | None = None
+    """The step on the GPU's timeline (start, end), when the job sent it (CUDA)."""
     arrived_ns: int = 0
     seen_ns: int = 0
     modules: dict[tuple[str, str], tuple[float, float | None]] = field(default_factory=dict)
@@ -43,6 +45,14 @@ class Step:
     """All its module points are in: a later step's point or the run's end arrived after it."""
     tags: dict[str, str] | None = None
     """The run's tags and ``epoch``, built once when the step is written."""
+
+    def interval(self, kind: str) -> tuple[int, int]:
+        """The step's interval for a kind of source: the GPU's timeline for a GPU when known,
+        else the CPU's."""
+        if kind == "gpu" and self.gpu_ns is not None:
+            return self.gpu_ns
+        assert self.start_ns is not None and self.end_ns is not None
+        return self.start_ns, self.end_ns
 
     def base_tags(self) -> dict[str, str]:
         if self.tags is None:

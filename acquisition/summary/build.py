@@ -11,7 +11,8 @@ Sources of each figure:
 - rest of system = wall − (RAPL package + dram + GPUs) of the same host;
 - steps, epochs, samples: ``nrg_step`` (``epoch`` tag, else field; ``samples`` field);
 - energy per step, per epoch, per module: ``nrg_energy`` (``scope`` = ``step`` / ``module``),
-  counted once per host as ``total_j`` is (see :class:`EnergySummary`);
+  counted once per host as ``total_j`` is (see :class:`EnergySummary`); the error bar of the
+  steps' and each epoch's energy from the steps' edge bounds (:mod:`acquisition.summary.bounds`);
 - resources: ``memory``, ``cpu``, ``process`` (one tree: ``main``/``descendants``/``combined``),
   ``gpu`` and ``gpu_process`` points (see :mod:`acquisition.summary.resources`).
 """
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 from acquisition.energy import energy_problems
 from acquisition.point import FieldValue, Point
 from acquisition.processors.attribution import parse_source
+from acquisition.summary.bounds import StepBound, sum_bound
 from acquisition.summary.model import (
     J_PER_KWH,
     EnergySummary,
@@ -51,6 +53,7 @@ STEPS_WITHOUT_SOURCE = (
 )
 NO_SOURCE_POINTS = "no RAPL, GPU or wall-meter readings were recorded for this run"
 _ERROR_FIELDS = ("energy_error_joules", "error_joules")
+_EDGE_FIELDS = ("error_start_joules", "error_end_joules")
 _NS = 1e9
 _ROOT_MODULE = "(root)"
 """The whole model's module tag in nrg_model (acquisition.torch's ROOT_NAME)."""
@@ -248,7 +251,7 @@ def _int(p: Point, name: str) -> int | None:
 class _Steps:
     steps: dict[tuple[str, str, int], Point] = field(default_factory=dict)
     energy: dict[tuple[str, str, int], dict[str, float]] = field(default_factory=dict)
-    errors: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    bounds: dict[tuple[str, str, int], dict[str, StepBound]] = field(default_factory=dict)
     modules: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     """(host, module) → source → J."""
 
@@ -269,15 +272,29 @@ def _collect_steps(points: list[Point]) -> _Steps:
                 continue
             if scope == "step":
                 out.energy.setdefault((host, rank, step), {})[source] = energy
-                for name in _ERROR_FIELDS:
-                    err = _number(p.fields.get(name))
-                    if err is not None:
-                        key = (host, rank, step)
-                        out.errors[key] = out.errors.get(key, 0.0) + err
+                bound = _bound(p)
+                if bound is not None:
+                    out.bounds.setdefault((host, rank, step), {})[source] = bound
             elif scope == "module":
                 per = out.modules.setdefault((host, p.tags.get("module", "")), {})
                 per[source] = per.get(source, 0.0) + energy
     return out
+
+
+def _bound(p: Point) -> StepBound | None:
+    """A step point's error bounds: its own, and at its edges where it gives them."""
+    error = next((_number(p.fields.get(n)) for n in _ERROR_FIELDS if n in p.fields), None)
+    if error is None:
+        return None
+    start, end = (_number(p.fields.get(name)) for name in _EDGE_FIELDS)
+    return (
+        StepBound(error, start, end) if start is not None and end is not None else StepBound(error)
+    )
+
+
+def _sum_bound(data: _Steps, keys: Iterable[tuple[str, str, int]]) -> float | None:
+    counted = {k: counted_sources(v) for k, v in data.energy.items()}
+    return sum_bound(keys, data.bounds, data.steps, counted)
 
 
 def _step_total(per_source: Mapping[str, float]) -> float:
@@ -313,7 +330,7 @@ def _step_stats(data: _Steps) -> tuple[StepStats, dict[tuple[str, str, int], flo
         with_samples = [k for k, p in data.steps.items() if _int(p, "samples") and k in totals]
         n = sum(_int(data.steps[k], "samples") or 0 for k in with_samples)
         per_sample = sum(totals[k] for k in with_samples) / n if n else None
-    error = sum(data.errors.values()) if data.errors else None
+    error = _sum_bound(data, data.energy)
     count = len(data.steps) or len(totals)
     return StepStats(count, energy, samples, per_sample, error), totals
 
@@ -335,9 +352,8 @@ def _epochs(data: _Steps, totals: Mapping[tuple[str, str, int], float]) -> list[
             for source, joules in data.energy.get(k, {}).items():
                 sources[source] = sources.get(source, 0.0) + joules
         energies = [totals[k] for k in keys if k in totals]
-        out.append(
-            EpochSummary(epoch, len(keys), duration, sum(energies) if energies else None, sources)
-        )
+        total = sum(energies) if energies else None
+        out.append(EpochSummary(epoch, len(keys), duration, total, sources, _sum_bound(data, keys)))
     return out
 
 

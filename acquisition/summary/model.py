@@ -113,6 +113,8 @@ class EpochSummary:
     duration_s: float
     energy_j: float | None
     sources: dict[str, float] = field(default_factory=dict)
+    error_j: float | None = None
+    """Error bar of ``energy_j``: bounded at the edges of each run of adjacent steps."""
 
 
 @dataclass
@@ -123,7 +125,8 @@ class StepStats:
     samples: int | None
     energy_per_sample_j: float | None
     error_j: float | None = None
-    """Sum of the per-step error bars the attribution gives, when it gives them."""
+    """Error bar of the steps' summed energy: the bounds at the edges of each run of adjacent
+    steps (the energy between is conserved), when the attribution gives them."""
 
 
 @dataclass

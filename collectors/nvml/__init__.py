@@ -2,13 +2,17 @@
 
 Calls read (``pynvml`` names; units as NVML returns them → as emitted):
 
-- ``nvmlDeviceGetFieldValues([NVML_FI_DEV_POWER_INSTANT])`` mW → ``gpu.power_watts`` (instant);
-- ``nvmlDeviceGetPowerUsage`` mW → ``gpu.power_average_watts``: a 1 s trailing average on Ampere
-  and newer except GA100 (A100, A30, A800); on GA100 and older GPUs it is instantaneous, is not
-  emitted as an average, and stands in for ``power_watts`` when field 186 is not supported;
+- ``nvmlDeviceGetFieldValues([NVML_FI_DEV_POWER_INSTANT])`` mW → ``gpu.power_watts`` (instant),
+  in one call with ``NVML_FI_DEV_POWER_AVERAGE`` (185) → ``gpu.power_average_watts`` on Ampere and
+  newer except GA100;
+- ``nvmlDeviceGetPowerUsage`` mW, where field 185 gave nothing → ``gpu.power_average_watts``: a
+  1 s trailing average on Ampere and newer except GA100 (A100, A30, A800); on GA100 and older
+  GPUs it is instantaneous, is not emitted as an average, and stands in for ``power_watts`` when
+  field 186 is not supported;
 - ``nvmlDeviceGetTotalEnergyConsumption`` mJ since driver load (Volta+) → ``gpu.energy_joules``
-  since the collector opened, reloads corrected; without the counter, instant power integrated
-  over the agent's ticks → ``gpu.energy_integrated_joules``;
+  since the collector opened, reloads corrected, read every ``energy_interval`` (the call costs
+  milliseconds of CPU); without the counter, instant power integrated over the agent's ticks →
+  ``gpu.energy_integrated_joules``;
 - ``nvmlDeviceGetUtilizationRates`` % → ``utilization_ratio``, ``memory_utilization_ratio``;
 - ``nvmlDeviceGetMemoryInfo`` (v2, else v1) bytes → ``memory_used_bytes``, ``memory_total_bytes``,
   ``memory_reserved_bytes`` (v2 only);
@@ -17,7 +21,7 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
 - ``nvmlDeviceGetEnforcedPowerLimit`` mW → ``power_limit_watts``;
 - ``nvmlDeviceGetSamples`` (total power mW, GPU and memory utilisation %), everything the driver
   buffered since the last seen timestamp, each at its own driver timestamp (µs → ns) →
-  ``gpu_sample`` points;
+  ``gpu_sample`` points, emitted before the tick's ``gpu`` point;
 - ``nvmlDeviceGetComputeRunningProcesses`` bytes and ``nvmlDeviceGetProcessesUtilizationInfo``
   (else the older ``nvmlDeviceGetProcessUtilization``) % → ``gpu_process`` points per process (the
   pid an integer field and an ``instance`` tag, the process's slot on that GPU; or the pid as a
@@ -25,6 +29,10 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
   current and maximum GPU memory);
 - ``<root>/proc/<pid>/stat`` (parent pid, start time) to key processes by (pid, start time) and
   to find the tracked trees they belong to.
+
+Clocks, power limit, processes and the utilisation sample buffers are read every
+``detail_interval``; power (the power sample buffer too), utilisation, memory and temperature
+every tick.
 
 Every NVML call is a blocking ctypes call: all of them run on one worker thread owned by the
 collector, one executor job per tick. Errors map to four outcomes: *not supported* (that reading
@@ -39,9 +47,8 @@ import asyncio
 import importlib
 import logging
 import os
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -50,20 +57,15 @@ from acquisition.api import Emit, PluginContext
 from acquisition.errors import NoData, NrgError
 from acquisition.point import FieldValue, Point
 
+from .config import NvmlConfig
 from .parse import (
     _INIT_REASONS,
     _LOST,
     _SAMPLE_TYPES,
     _STALE_NS,
-    _UNSUPPORTED,
     ARCH_VOLTA,
-    CLOCK_MEM,
-    CLOCK_SM,
     ERROR_NOT_FOUND,
-    FI_DEV_POWER_INSTANT,
-    MEMORY_V2,
     NVML_SUCCESS,
-    TEMPERATURE_GPU,
     _is_number,
     decode_samples,
     is_ga100,
@@ -75,7 +77,8 @@ from .parse import (
     value_of,
 )
 from .processes import ProcessAccounting, ProcessReading
-from .state import Cursor, Gpu, GpuLost, Integrator
+from .readings import Readings
+from .state import Cadence, Cursor, Gpu, GpuLost, Integrator
 
 __all__ = [
     "NvmlCollector",
@@ -93,33 +96,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class NvmlConfig:
-    """``[[collectors.nvml]]`` keys."""
-
-    root: str = field(
-        default="/", metadata={"doc": "where proc/<pid>/stat is read (fixture trees, /host)"}
-    )
-    gpus: str = field(
-        default="all",
-        metadata={
-            "doc": '"all"; "visible" = the GPUs of this job (CUDA_VISIBLE_DEVICES); or NVML'
-            " indices and GPU-... UUIDs (unique prefixes), comma-separated"
-        },
-    )
-    samples: bool = field(
-        default=True, metadata={"doc": "read the driver's power/utilisation sample buffer"}
-    )
-    processes: bool = field(
-        default=True, metadata={"doc": "per-process and per-tracked-tree GPU memory and use"}
-    )
-    pid_tag: bool = field(
-        default=False,
-        metadata={"doc": "gpu_process points carry the pid as a tag (one series per process)"},
-    )
-
-
-class NvmlCollector:
+class NvmlCollector(Readings):
     """Per-GPU power, energy, utilisation, memory, clocks; driver samples; per-process use."""
 
     name: ClassVar[str] = "nvml"
@@ -146,6 +123,8 @@ class NvmlCollector:
         self._gpus: list[Gpu] = []
         self._driver = ""
         self._accounting = ProcessAccounting(self._proc, pid_tag=config.pid_tag)
+        self._energy_due = Cadence(int(config.energy_interval * 1e9))
+        self._detail_due = Cadence(int(config.detail_interval * 1e9))
         self._counts = {
             "gpus_lost": 0,
             "errors_transient": 0,
@@ -327,19 +306,20 @@ class NvmlCollector:
         points: list[Point] = []
         processes: list[ProcessReading] = []
         transient_before = self._counts["errors_transient"]
+        energy, detail = self._energy_due.due(now_ns), self._detail_due.due(now_ns)
         for gpu in self._gpus:
             if gpu.lost:
                 continue
             mark = len(points)
             try:
-                self._read_gpu(gpu, now_ns, points)
-                if self._config.processes:
+                self._read_gpu(gpu, now_ns, points, energy=energy, detail=detail)
+                if self._config.processes and detail:
                     processes.extend(self._read_processes(gpu, now_ns))
             except GpuLost as lost:
                 del points[mark:]  # what this GPU said in its last tick is not to be trusted
                 processes = [entry for entry in processes if entry[0] is not gpu]
                 self._lose(gpu, lost.code)
-        if self._config.processes:
+        if self._config.processes and detail:
             self._accounting.points(now_ns, processes, roots, points)
         errors = self._counts["errors_transient"] - transient_before
         if not points and errors:
@@ -357,60 +337,15 @@ class NvmlCollector:
             code,
         )
 
-    def _call(
-        self,
-        gpu: Gpu,
-        key: str,
-        function: Callable[..., Any],
-        *args: Any,
-        empty_codes: Collection[int] = (),
-        **kwargs: Any,
-    ) -> Any:
-        """One NVML call for one reading of one GPU; None when there is nothing to use.
-
-        Raises GpuLost; records NOT_SUPPORTED (never asked again) and transient errors.
-        """
-        if key in gpu.unsupported:
-            return None
-        nvml = self._nvml
-        try:
-            value = function(*args, **kwargs)
-        except nvml.NVMLError as exc:
-            code = int(exc.value)
-            if code in empty_codes:
-                self._recovered(gpu, key)
-                return None
-            if code in _LOST:
-                raise GpuLost(code) from None
-            if code in _UNSUPPORTED:
-                self._unsupported(gpu, key, f"{exc} (NVML error {code})")
-                return None
-            self._counts["errors_transient"] += 1
-            if key not in gpu.failing:
-                log.warning("GPU %d %s: NVML error %d (%s); retrying", gpu.index, key, code, exc)
-            gpu.failing[key] = code
-            return None
-        except nvml.NVMLLibraryMismatchError:
-            # The unversioned wrapper found no matching symbol in this driver.
-            self._unsupported(gpu, key, "function missing in this driver")
-            return None
-        self._recovered(gpu, key)
-        return value
-
-    def _recovered(self, gpu: Gpu, key: str) -> None:
-        if gpu.failing and gpu.failing.pop(key, None) is not None:
-            log.info("GPU %d %s: reading again", gpu.index, key)
-
-    def _unsupported(self, gpu: Gpu, key: str, why: str) -> None:
-        gpu.unsupported.add(key)
-        log.info("GPU %d (%s): %s not supported: %s; skipped from now on", gpu.index, gpu.name,
-                 key, why)  # fmt: skip
-
-    def _read_gpu(self, gpu: Gpu, now_ns: int, points: list[Point]) -> None:
+    def _read_gpu(
+        self, gpu: Gpu, now_ns: int, points: list[Point], *, energy: bool, detail: bool
+    ) -> None:
+        """One GPU's ``gpu`` point, after its ``gpu_sample`` points, so that a reader has the
+        samples up to the counter reading when the counter arrives."""
         nvml, call, handle = self._nvml, self._call, gpu.handle
         fields: dict[str, FieldValue] = {}
         instant = self._read_power(gpu, fields)
-        if "energy" not in gpu.unsupported:
+        if energy and "energy" not in gpu.unsupported:
             mj = call(gpu, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
             joules = None if mj is None else gpu.energy.update(int(mj))
             if joules is not None and gpu.energy_moves(joules, now_ns):
@@ -425,78 +360,19 @@ class NvmlCollector:
             fields["memory_utilization_ratio"] = rates.memory / 100.0
         self._read_memory(gpu, fields)
         self._read_temperature(gpu, fields)
-        self._read_clocks(gpu, fields)
+        if detail:
+            self._read_clocks(gpu, fields)
+        if self._config.samples:
+            # Power samples every tick; the utilisation buffers with the detail reads.
+            self._read_samples(gpu, now_ns, points, _SAMPLE_TYPES if detail else _SAMPLE_TYPES[:1])
         if fields:
             points.append(Point("gpu", gpu.tags, fields, now_ns))
-        if self._config.samples:
-            self._read_samples(gpu, now_ns, points)
 
-    def _read_power(self, gpu: Gpu, fields: dict[str, FieldValue]) -> float | None:
-        """``power_watts`` (instantaneous) and ``power_average_watts`` (1 s average); returns the
-        instantaneous power in W, or None."""
-        nvml, handle = self._nvml, gpu.handle
-        instant: float | None = None
-        values = self._call(gpu, "power_instant", nvml.nvmlDeviceGetFieldValues, handle,
-                            [FI_DEV_POWER_INSTANT])  # fmt: skip
-        if values is not None:
-            element = values[0]
-            if element.nvmlReturn == NVML_SUCCESS:
-                instant = value_of(element.valueType, element.value) / 1000.0
-            elif element.nvmlReturn in _LOST:
-                raise GpuLost(element.nvmlReturn)
-            elif element.nvmlReturn in _UNSUPPORTED:
-                self._unsupported(gpu, "power_instant", f"field 186: error {element.nvmlReturn}")
-            else:
-                self._counts["errors_transient"] += 1
-        usage = self._call(gpu, "power_usage", nvml.nvmlDeviceGetPowerUsage, handle)
-        if usage is not None:
-            if not gpu.power_usage_instant:
-                fields["power_average_watts"] = usage / 1000.0
-            elif "power_instant" in gpu.unsupported:
-                instant = usage / 1000.0  # instantaneous before Ampere and on GA100
-        if instant is not None:
-            fields["power_watts"] = instant
-        return instant
-
-    def _read_clocks(self, gpu: Gpu, fields: dict[str, FieldValue]) -> None:
-        nvml, call, handle = self._nvml, self._call, gpu.handle
-        sm = call(gpu, "sm_clock", nvml.nvmlDeviceGetClockInfo, handle, CLOCK_SM)
-        if sm is not None:
-            fields["sm_clock_hertz"] = int(sm) * 1_000_000
-        mem = call(gpu, "memory_clock", nvml.nvmlDeviceGetClockInfo, handle, CLOCK_MEM)
-        if mem is not None:
-            fields["memory_clock_hertz"] = int(mem) * 1_000_000
-        limit = call(gpu, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-        if limit is not None:
-            fields["power_limit_watts"] = limit / 1000.0
-
-    def _read_memory(self, gpu: Gpu, fields: dict[str, FieldValue]) -> None:
-        nvml = self._nvml
-        info = self._call(gpu, "memory_v2", nvml.nvmlDeviceGetMemoryInfo, gpu.handle,
-                          version=MEMORY_V2)  # fmt: skip
-        if info is not None:
-            fields["memory_reserved_bytes"] = int(info.reserved)
-        elif "memory_v2" in gpu.unsupported:
-            # Older driver: v1, whose `used` includes the memory the driver reserves.
-            info = self._call(gpu, "memory", nvml.nvmlDeviceGetMemoryInfo, gpu.handle)
-        if info is not None:
-            fields["memory_used_bytes"] = int(info.used)
-            fields["memory_total_bytes"] = int(info.total)
-
-    def _read_temperature(self, gpu: Gpu, fields: dict[str, FieldValue]) -> None:
-        nvml = self._nvml
-        celsius = self._call(gpu, "temperature_v", nvml.nvmlDeviceGetTemperatureV, gpu.handle,
-                             TEMPERATURE_GPU)  # fmt: skip
-        if celsius is None and "temperature_v" in gpu.unsupported:
-            # A driver without the versioned call: the deprecated one still answers there.
-            celsius = self._call(gpu, "temperature", nvml.nvmlDeviceGetTemperature, gpu.handle,
-                                 TEMPERATURE_GPU)  # fmt: skip
-        if celsius is not None:
-            fields["temperature_celsius"] = int(celsius)
-
-    def _read_samples(self, gpu: Gpu, now_ns: int, points: list[Point]) -> None:
+    def _read_samples(
+        self, gpu: Gpu, now_ns: int, points: list[Point], types: Sequence[tuple[int, str, float]]
+    ) -> None:
         by_time: dict[int, dict[str, FieldValue]] = {}
-        for stype, name, scale in _SAMPLE_TYPES:
+        for stype, name, scale in types:
             cursor = gpu.cursors.setdefault(stype, Cursor())
             if cursor.progress_ns is None:
                 cursor.progress_ns = now_ns

@@ -7,7 +7,7 @@ from typing import Any
 
 from acquisition.advancing import Advance
 
-__all__ = ["WHY_NVML", "Cursor", "EnergyCounter", "Gpu", "GpuLost", "Integrator"]
+__all__ = ["WHY_NVML", "Cadence", "Cursor", "EnergyCounter", "Gpu", "GpuLost", "Integrator"]
 
 WHY_NVML = "the driver does not update the energy counter of this GPU (a virtual GPU or VM)"
 
@@ -16,6 +16,21 @@ class GpuLost(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
+
+
+@dataclass
+class Cadence:
+    """Whether a tick reads a costly set of calls: the first tick does, then the first tick at
+    least ``period_ns`` after the last read (less 5 % for the ticks' jitter); 0 = every tick."""
+
+    period_ns: int
+    last_ns: int | None = None
+
+    def due(self, now_ns: int) -> bool:
+        if self.last_ns is not None and now_ns - self.last_ns < self.period_ns * 19 // 20:
+            return False
+        self.last_ns = now_ns
+        return True
 
 
 @dataclass

@@ -29,6 +29,9 @@ function named; scenario values are written in these units):
   power is returned"; NOT_SUPPORTED "if the device does not support power readings";
 - ``nvmlDeviceGetFieldValues`` with ``NVML_FI_DEV_POWER_INSTANT`` (186): milliwatts, the
   per-field result in ``nvmlFieldValue_t.nvmlReturn`` while the call itself returns SUCCESS;
+  ``NVML_FI_DEV_POWER_AVERAGE`` (185): milliwatts, "GPU power averaged over 1 sec interval,
+  supported on Ampere (except GA100) or newer architectures" (the value ``GetPowerUsage`` gives
+  there), NOT_SUPPORTED in its element elsewhere or where the architecture is not reported;
 - ``nvmlDeviceGetTotalEnergyConsumption``: millijoules "since the driver was last reloaded",
   "For Volta or newer fully supported devices", NOT_SUPPORTED otherwise;
 - ``nvmlDeviceGetEnforcedPowerLimit``: milliwatts;
@@ -70,11 +73,18 @@ the fake's ``step``; a shorter list holds its last value. Keys of a ``[[gpu]]``:
                                                          utilisation sample each per step
 
 Top level: ``driver_version``, ``init_error``, ``missing_functions`` (names the driver lacks).
+
+Cost model (``FakeNvml(scenario, costs=H100_COSTS_US)``): each call busy-waits the CPU time that
+call takes in the driver, so that a CPU benchmark shows the real proportions. The figures are
+those measured on an H100 80GB HBM3 (driver 580.159.04, 200 calls each); calls not measured
+there are given the cost of the measured call most like them (:data:`UNMEASURED_COSTS_US`).
+Off by default: tests count calls, never time them.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -83,7 +93,17 @@ from typing import Any, TypeVar
 
 import pynvml
 
-__all__ = ["FIXTURES", "FakeHandle", "FakeNvml", "load_scenario"]
+from collectors.nvml.parse import is_ga100
+
+__all__ = [
+    "FIXTURES",
+    "H100_COSTS_US",
+    "MEASURED_COSTS_US",
+    "UNMEASURED_COSTS_US",
+    "FakeHandle",
+    "FakeNvml",
+    "load_scenario",
+]
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
 
@@ -91,6 +111,29 @@ _NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 _SAMPLE_KEYS = {0: "samples_power", 1: "samples_gpu_util", 2: "samples_memory_util"}
 _GENERATOR_KEYS = {0: "power_mw", 1: "gpu_util", 2: "memory_util"}
 T = TypeVar("T")
+
+MEASURED_COSTS_US = {
+    "nvmlDeviceGetTotalEnergyConsumption": 3789.0,
+    "nvmlDeviceGetComputeRunningProcesses_v3": 48.0,
+    "nvmlDeviceGetPowerUsage": 19.0,
+    "nvmlDeviceGetUtilizationRates": 11.0,
+    "nvmlDeviceGetMemoryInfo_v2": 8.0,
+    "nvmlDeviceGetMemoryInfo": 8.0,
+    "nvmlDeviceGetTemperatureV": 5.0,
+    "nvmlDeviceGetTemperature": 5.0,
+}
+"""CPU µs per call on an H100 80GB HBM3, driver 580.159.04 (200 calls each, GPU busy)."""
+UNMEASURED_COSTS_US = {
+    "nvmlDeviceGetFieldValues": 19.0,  # a power reading, as GetPowerUsage
+    "nvmlDeviceGetClockInfo": 5.0,  # a sensor reading, as GetTemperature
+    "nvmlDeviceGetEnforcedPowerLimit": 5.0,
+    "nvmlDeviceGetSamples": 48.0,  # a driver list, as GetComputeRunningProcesses
+    "nvmlDeviceGetProcessesUtilizationInfo": 48.0,
+    "nvmlDeviceGetProcessUtilization": 48.0,
+}
+"""Calls not measured on the H100, costed as the measured call most like them (an assumption:
+``bench/bench_nvml.py --real`` measures them on a GPU)."""
+H100_COSTS_US = {**UNMEASURED_COSTS_US, **MEASURED_COSTS_US}
 
 
 def load_scenario(name: str) -> dict[str, Any]:
@@ -109,6 +152,14 @@ class FakeHandle:
         return f"<FakeHandle {self.index}>"
 
 
+def _averages(gpu: Mapping[str, Any]) -> bool:
+    """Whether the GPU has field 185 (a 1 s power average): Ampere and newer except GA100."""
+    architecture = gpu.get("architecture")
+    if architecture is None:
+        return False
+    return architecture > 7 or (architecture == 7 and not is_ga100(str(gpu["name"])))
+
+
 def _at(series: Any, step: int) -> Any:
     if not isinstance(series, list):
         return series
@@ -121,8 +172,12 @@ class FakeNvml:
     NVMLError = pynvml.NVMLError
     NVMLLibraryMismatchError = pynvml.NVMLLibraryMismatchError
 
-    def __init__(self, scenario: Mapping[str, Any]) -> None:
+    def __init__(
+        self, scenario: Mapping[str, Any], costs: Mapping[str, float] | None = None
+    ) -> None:
+        """``costs``: CPU µs each call busy-waits, by function (default: none)."""
         self.scenario = scenario
+        self.costs = dict(costs or {})
         self.gpus: list[Mapping[str, Any]] = list(scenario.get("gpu", []))
         self.step = 0
         self.refcount = 0
@@ -136,6 +191,11 @@ class FakeNvml:
     def _enter(self, function: str) -> None:
         self.calls[function] += 1
         self.threads.add(threading.current_thread().name)
+        cost = self.costs.get(function)
+        if cost:
+            until = time.thread_time() + cost * 1e-6
+            while time.thread_time() < until:
+                pass  # the driver's work: this thread's CPU time, however the machine is loaded
         if function in self._missing:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         if self.refcount == 0:
@@ -216,6 +276,12 @@ class FakeNvml:
                 element.nvmlReturn = pynvml.NVML_SUCCESS
                 element.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
                 element.value.uiVal = self._series(gpu, "power_instant_mw")
+            elif fid == pynvml.NVML_FI_DEV_POWER_AVERAGE and _averages(gpu):
+                element.nvmlReturn = pynvml.NVML_SUCCESS
+                element.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                element.value.uiVal = self._series(gpu, "power_usage_mw")
+            elif fid == pynvml.NVML_FI_DEV_POWER_AVERAGE:
+                element.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
             else:
                 element.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
         return values

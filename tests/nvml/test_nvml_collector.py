@@ -149,10 +149,10 @@ async def test_gpu_lost_mid_run_stops_that_gpu(
     assert [p.tags["gpu"] for p in second if p.measurement.startswith("gpu")] == ["0"]
     assert [p.tags["gpu"] for p in third if p.measurement.startswith("gpu")] == ["0"]
     assert only(third, "gpu")[0].fields["energy_joules"] == 183.0
-    # Tick 2: 11 calls for GPU 0 (field values, power usage, energy, utilisation, memory,
-    # temperature, 2 clocks, power limit, and 3 sample buffers = 12) and the single call that
-    # found GPU 1 lost.
-    assert calls_second == 12 + 1
+    # Tick 2: 11 calls for GPU 0 (field values 186 and 185 in one, energy, utilisation, memory,
+    # temperature, 2 clocks, power limit, and 3 sample buffers) and the single call that found
+    # GPU 1 lost.
+    assert calls_second == 11 + 1
     lost = [r for r in caplog.records if "lost" in r.getMessage()]
     assert len(lost) == 1
     assert lost[0].levelno == logging.WARNING

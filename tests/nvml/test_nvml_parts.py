@@ -49,6 +49,7 @@ def test_nvml_constants_match_the_binding() -> None:
         ("ERROR_LIB_RM_VERSION_MISMATCH", "NVML_ERROR_LIB_RM_VERSION_MISMATCH"),
         ("ERROR_ARGUMENT_VERSION_MISMATCH", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH"),
         ("ERROR_GPU_NOT_FOUND", "NVML_ERROR_GPU_NOT_FOUND"),
+        ("FI_DEV_POWER_AVERAGE", "NVML_FI_DEV_POWER_AVERAGE"),
         ("FI_DEV_POWER_INSTANT", "NVML_FI_DEV_POWER_INSTANT"),
         ("TEMPERATURE_GPU", "NVML_TEMPERATURE_GPU"),
         ("CLOCK_SM", "NVML_CLOCK_SM"),
@@ -198,11 +199,11 @@ class _StuckNvml(FakeNvml):
         self.release = threading.Event()
         self.stick = False
 
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         if self.stick:
             self.entered.set()
             self.release.wait(30)
-        return super().nvmlDeviceGetPowerUsage(handle)
+        return super().nvmlDeviceGetUtilizationRates(handle)
 
 
 async def test_a_stuck_tick_is_not_queued_behind(context: PluginContext) -> None:

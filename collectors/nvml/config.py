@@ -1,0 +1,47 @@
+"""``[[collectors.nvml]]`` keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from acquisition.config import duration
+
+__all__ = ["NvmlConfig"]
+
+
+@dataclass
+class NvmlConfig:
+    """``[[collectors.nvml]]`` keys."""
+
+    root: str = field(
+        default="/", metadata={"doc": "where proc/<pid>/stat is read (fixture trees, /host)"}
+    )
+    gpus: str = field(
+        default="all",
+        metadata={
+            "doc": '"all"; "visible" = the GPUs of this job (CUDA_VISIBLE_DEVICES); or NVML'
+            " indices and GPU-... UUIDs (unique prefixes), comma-separated"
+        },
+    )
+    samples: bool = field(
+        default=True, metadata={"doc": "read the driver's power/utilisation sample buffer"}
+    )
+    processes: bool = field(
+        default=True, metadata={"doc": "per-process and per-tracked-tree GPU memory and use"}
+    )
+    pid_tag: bool = field(
+        default=False,
+        metadata={"doc": "gpu_process points carry the pid as a tag (one series per process)"},
+    )
+    energy_interval: float = duration(
+        1.0,
+        "read the energy counter (the costly call) at most this often; ticks between emit power",
+    )
+    detail_interval: float = duration(
+        1.0,
+        "read clocks, power limit, processes, utilisation samples at most this often",
+    )
+
+    def validate(self) -> None:
+        if self.energy_interval < 0 or self.detail_interval < 0:
+            raise ValueError("energy_interval and detail_interval must be >= 0")

@@ -1,0 +1,140 @@
+"""GPU energy per step on the GPU's own timeline, shaped by the driver's power samples between
+readings of the energy counter: expectations computed by hand from the power profile fed in."""
+
+from __future__ import annotations
+
+import pytest
+
+from acquisition.point import Point
+from tests.attribution.test_processor import MS, RUN, T0, Harness, counter, run_event
+
+GPU = {"gpu": "0", "uuid": "GPU-0", "name": "NVIDIA H100 80GB HBM3"}
+LOW_W, HIGH_W = 300.0, 600.0
+RAMP_MS = (1000, 1020)
+"""The power steps from LOW_W to HIGH_W between these two sample times."""
+SAMPLE_MS = 20
+TICK_MS = 100
+COUNTER_MS = 1000
+STEP_MS = 37
+QUEUE_MS = 30
+"""The GPU runs each step this much later than the CPU launched it."""
+PACKAGE_W = 40.0
+
+
+def watts(t_ms: float) -> float:
+    """The GPU's power: LOW_W, a linear ramp over RAMP_MS, then HIGH_W."""
+    a, b = RAMP_MS
+    if t_ms <= a:
+        return LOW_W
+    if t_ms >= b:
+        return HIGH_W
+    return LOW_W + (HIGH_W - LOW_W) * (t_ms - a) / (b - a)
+
+
+def joules(t_ms: float) -> float:
+    """∫ watts from 0 to t (J), by hand: the constant parts and the ramp's trapezoid."""
+    a, b = RAMP_MS
+    if t_ms <= a:
+        return LOW_W * t_ms / 1000
+    if t_ms <= b:
+        return LOW_W * a / 1000 + (LOW_W + watts(t_ms)) / 2 * (t_ms - a) / 1000
+    return LOW_W * a / 1000 + (LOW_W + HIGH_W) / 2 * (b - a) / 1000 + HIGH_W * (t_ms - b) / 1000
+
+
+def bus(until_ms: int, steps: list[tuple[float, float]]) -> list[Point]:
+    """What the agent's bus carries, in order: per 100 ms tick the driver's samples since the last
+    tick, then the ``gpu`` point (the counter only every second); RAPL every tick; each step's
+    point when the CPU finished it, carrying its GPU interval."""
+    points: list[tuple[float, int, Point]] = []
+    for t in range(0, until_ms + 1, SAMPLE_MS):
+        points.append((t, 0, Point("gpu_sample", GPU, {"power_watts": watts(t)}, T0 + t * MS)))
+    for t in range(0, until_ms + 1, TICK_MS):
+        fields: dict[str, float] = {"power_watts": watts(t)}
+        if t % COUNTER_MS == 0:
+            fields["energy_joules"] = joules(t)
+        points.append((t, 1, Point("gpu", GPU, fields, T0 + t * MS)))
+    for p in counter("package", PACKAGE_W, 0, until_ms):
+        points.append((p.time_ns / MS - T0 / MS, 1, p))
+    for n, (start, end) in enumerate(steps):
+        fields = {
+            "step": n,
+            "start_time_ns": T0 + round(start * MS),
+            "end_time_ns": T0 + round(end * MS),
+            "gpu_start_time_ns": T0 + round((start + QUEUE_MS) * MS),
+            "gpu_end_time_ns": T0 + round((end + QUEUE_MS) * MS),
+        }
+        points.append(
+            (end, 2, Point("nrg_step", {**RUN, "epoch": "0"}, fields, T0 + round(end * MS)))
+        )
+    points.sort(key=lambda e: (e[0], e[1]))
+    return [p for _, _, p in points]
+
+
+def step_points(h: Harness, source: str) -> dict[int, Point]:
+    return {
+        p.fields["step"]: p  # type: ignore[misc]
+        for p in h.out
+        if p.tags["source"] == source and p.tags["scope"] == "step"
+    }
+
+
+def test_each_step_gets_the_energy_of_its_gpu_interval() -> None:
+    steps = [(500 + STEP_MS * k + 0.25, 500 + STEP_MS * (k + 1) + 0.25) for k in range(60)]
+    h = Harness(module_detail="off")
+    h.feed(bus(3000, steps))
+    h.feed([run_event("end", 3000)])
+    gpu = step_points(h, "nvml:0")
+    assert sorted(gpu) == list(range(len(steps)))
+    crossed = 0
+    for n, (start, end) in enumerate(steps):
+        g0, g1 = start + QUEUE_MS, end + QUEUE_MS
+        expected = joules(g1) - joules(g0)
+        assert gpu[n].fields["energy_joules"] == pytest.approx(expected, rel=1e-9), n
+        assert gpu[n].fields["duration_seconds"] == pytest.approx((g1 - g0) / 1000, rel=1e-9)
+        on_cpu = joules(end) - joules(start)
+        if abs(on_cpu - expected) > 0.1:
+            crossed += 1  # the steps around the power step tell the two timelines apart
+    assert crossed >= 2
+    # The CPU's sources keep the CPU interval.
+    package = step_points(h, "rapl:package-0")
+    for n, (start, end) in enumerate(steps):
+        assert package[n].fields["energy_joules"] == pytest.approx(
+            PACKAGE_W * (end - start) / 1000, rel=1e-9
+        )
+
+
+def test_the_steps_gpu_energy_adds_up_to_the_counter_over_their_union() -> None:
+    # Steps cross the counter's readings at 1 s and 2 s; the union ends on no sample.
+    steps = [(900 + STEP_MS * k, 900 + STEP_MS * (k + 1)) for k in range(40)]
+    h = Harness(module_detail="off")
+    h.feed(bus(3000, steps))
+    h.feed([run_event("end", 3000)])
+    gpu = step_points(h, "nvml:0")
+    total = sum(p.fields["energy_joules"] for p in gpu.values())  # type: ignore[misc]
+    union = (steps[0][0] + QUEUE_MS, steps[-1][1] + QUEUE_MS)
+    assert total == pytest.approx(joules(union[1]) - joules(union[0]), rel=1e-12)
+
+
+def test_without_samples_the_counter_is_interpolated_linearly() -> None:
+    steps = [(1200.0, 1237.0)]
+    h = Harness(module_detail="off")
+    h.feed([p for p in bus(3000, steps) if p.measurement != "gpu_sample"])
+    h.feed([run_event("end", 3000)])
+    (point,) = step_points(h, "nvml:0").values()
+    # Linear between the readings at 1 s and 2 s: the second's mean power times the duration.
+    mean_w = (joules(2000) - joules(1000)) / 1.0
+    assert point.fields["energy_joules"] == pytest.approx(mean_w * 0.037, rel=1e-9)
+
+
+def test_steps_after_the_last_counter_reading_are_carried_by_the_samples_at_shutdown() -> None:
+    # The agent stops at 2.95 s: its last counter reading was at 2 s, its samples reach 2.94 s.
+    steps = [(1900 + STEP_MS * k, 1900 + STEP_MS * (k + 1)) for k in range(25)]
+    h = Harness(module_detail="off")
+    h.feed([p for p in bus(2950, steps) if p.time_ns <= T0 + 2950 * MS])
+    h.proc.flush(h.out.append)
+    gpu = step_points(h, "nvml:0")
+    assert sorted(gpu) == list(range(len(steps)))
+    for n, (start, end) in enumerate(steps):
+        expected = joules(end + QUEUE_MS) - joules(start + QUEUE_MS)
+        assert gpu[n].fields["energy_joules"] == pytest.approx(expected, rel=1e-9), n
+        assert gpu[n].fields["error_joules"] >= 0.0  # type: ignore[operator]
