@@ -93,8 +93,10 @@ class Gpu:
     advance: Advance | None = None  # the proof that the energy counter measures
 
     def energy_moves(self, joules: float, now_ns: int) -> bool:
-        """Whether ``energy_joules`` (since open) is to be written: not until the counter has
-        moved (see :mod:`acquisition.advancing`)."""
+        """Whether ``energy_joules`` (since open) is to be written: the first reading (0 J, the
+        baseline a reader differences from), then nothing until the counter has moved (see
+        :mod:`acquisition.advancing`)."""
         if self.advance is None:
             self.advance = Advance("nvml", f"GPU {self.index} energy counter", WHY_NVML)
+            return self.advance.observe(joules != 0.0, now_ns) or True
         return self.advance.observe(joules != 0.0, now_ns)

@@ -25,6 +25,7 @@ from acquisition.energy import (
     no_energy_message,
 )
 from acquisition.point import Point
+from tests.answers.fakepower import powercap_tree
 from tests.rapl.scenarios import FIXTURES
 
 NRG = str(Path(sys.executable).with_name("nrg-collect"))
@@ -79,13 +80,16 @@ def _wait(cond: object, what: str, timeout: float = 60.0) -> None:
 def test_live_line_stays_below_the_jobs_output_and_shows_power_and_energy(
     tmux: Tmux,
 ) -> None:
-    with tempfile.TemporaryDirectory(prefix="nrg-") as d:
+    with (
+        tempfile.TemporaryDirectory(prefix="nrg-") as d,
+        powercap_tree({"package-0": 30.0, "dram": 5.0}) as rapl,  # counters that measure
+    ):
         work = Path(d)
         (work / "job.py").write_text(_JOB)
         cfg = work / "nrg.toml"
         cfg.write_text(
             f'[agent]\ninterval = "200ms"\nstate_dir = "{work}/state"\n'
-            f'[[collectors.rapl]]\nroot = "{FIXTURES / "xeon-2s-dram" / "tree"}"\n'
+            f'[[collectors.rapl]]\nroot = "{rapl}"\n'
             f'[[sinks.file]]\npath = "{work}/out/nrg.lp"\n'
         )
         command = (
