@@ -19,10 +19,16 @@ from typing import Any
 from acquisition.api import PluginContext
 from acquisition.bus import Bus, ProcessorStats
 from acquisition.config import Config, PluginSpec
-from acquisition.errors import ConfigError, NoData
+from acquisition.errors import ConfigError, NoData, install_hint
 from acquisition.paths import data_dir, runtime_dir, state_dir
 from acquisition.point import Point
-from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin, quick_unavailable
+from acquisition.registry import (
+    COLLECTORS,
+    PROCESSORS,
+    build_plugin,
+    check_extras,
+    quick_unavailable,
+)
 from acquisition.running import Clock, CollectorRunner, StreamRunner, SystemClock
 from acquisition.selfstats import cumulative_stats, plugin_stats
 from acquisition.sinking import SinkRunner
@@ -78,6 +84,7 @@ class Agent:
     """Owns the bus, the runners and the plugin instances."""
 
     def __init__(self, config: Config, *, clock: Clock | None = None) -> None:
+        check_extras(config.sinks)
         self.config = config
         agent = config.agent
         self._fixed_clock = clock
@@ -131,8 +138,8 @@ class Agent:
         except ImportError as exc:
             if spec.explicit:
                 raise ConfigError(
-                    f"[{spec.where}] cannot load: {exc} (install the matching extra, e.g. "
-                    f"pip install 'nrg[{_EXTRAS.get(spec.name, spec.name)}]')"
+                    f"[{spec.where}] cannot load: {exc} (install the matching extra: "
+                    f"{install_hint(_EXTRAS.get(spec.name, spec.name))})"
                 ) from exc
             self.state.unavailable.append(
                 Unavailable(plugin_label(spec), f"unavailable: cannot import ({exc})")

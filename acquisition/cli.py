@@ -27,19 +27,19 @@ from typing import Any
 
 from acquisition import __version__
 from acquisition.agent import Agent, default_config
-from acquisition.config import (
-    Config,
-    load_config,
-    parse_config,
-    parse_duration,
-    sanitize_tag,
-)
+from acquisition.config import Config, load_config, parse_config, parse_duration, sanitize_tag
 from acquisition.energy import EnergyTotals, no_energy_message
 from acquisition.errors import ConfigError, NoData
-from acquisition.job import Job, JobNotStartable, check_command, default_run_name
+from acquisition.job import (
+    Job,
+    JobNotStartable,
+    check_command,
+    default_run_name,
+    exit_point,
+    job_env,
+)
 from acquisition.lineproto import LineEncoder
 from acquisition.live import live_line_wanted
-from acquisition.paths import ENV_AGENT_DATA
 from acquisition.point import Point
 
 __all__ = ["SUBCOMMANDS", "RunOutcome", "Subcommand", "after_run", "main"]
@@ -70,6 +70,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "run": Subcommand(lambda argv: _main_run(argv, "run"), "run the agent (the default)"),
     "list": Subcommand(lambda argv: _main_run(argv, "list"), "collectors available here"),
     "config": Subcommand(lambda argv: _print_sample(), "print a commented sample config", False),
+    "simulate": Subcommand("acquisition.simulate:main", "simulated RAPL or emonPi sources", False),
     "emonpi-sim": Subcommand(
         "collectors.emonpi.sim:main", "emonPi simulator on a pseudo-terminal", False
     ),
@@ -128,6 +129,9 @@ def _setup_logging(level: str) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nrg-collect",
+        usage="%(prog)s [options] [-- COMMAND ...]\n       %(prog)s {"
+        + ",".join(SUBCOMMANDS)
+        + "} ...",
         description="Measure the energy and resources of training runs (procfs, RAPL, NVML, "
         "emonPi) and write InfluxDB line protocol (local files by default).",
         epilog="Subcommands: "
@@ -434,23 +438,15 @@ def _announce(message: str) -> None:
         pass
 
 
-def _job_env(agent: Agent, socket_path: str) -> dict[str, str]:
-    """The job's environment: the run's tags, its own hooks socket and, where the agent writes
-    files, their directory (a ``Tracker`` in the job reads it instead of sampling again)."""
-    env = dict(os.environ)
-    for tag in ("experiment", "run"):
-        if tag in agent.tags:
-            env[f"NRG_{tag.upper()}"] = agent.tags[tag]
-    env["NRG_SOCKET"] = socket_path
-    if (files := agent.files_dir()) is not None:
-        env[ENV_AGENT_DATA] = str(files)
-    return env
-
-
 def _own_socket(config: Config, agent: Agent) -> str:
     """The hooks socket of a tracked job: ``NRG_SOCKET`` when set, else the ``socket_path`` the
     config gives, else ``hooks-<agent pid>.sock`` in the runtime dir, so that another agent
-    listening on the default socket never receives this job's steps."""
+    listening on the default socket never receives this job's steps. Its listener ingests no
+    fallback file (unless the config sets ``ingest``): those are other runs', left for an agent
+    that runs without a command, and ingesting them would put them in this run."""
+    for spec in config.collectors:
+        if spec.name == "hooks":
+            spec.options.setdefault("ingest", False)
     if os.environ.get("NRG_SOCKET"):
         return os.environ["NRG_SOCKET"]
     path = str(agent.context.runtime_dir / f"hooks-{os.getpid()}.sock")
@@ -492,6 +488,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     try:
         if job is not None and not signals.stop.is_set():
             exit_code = await _track(job, agent, socket_path, tracked)
+            agent.bus.emit(exit_point(exit_code))
         else:
             await signals.stop.wait()
             exit_code = 130 if job is not None else 0
@@ -567,7 +564,9 @@ async def _track(job: Job, agent: Agent, socket_path: str, tracked: set[int]) ->
     """Start the job and wait for it; its exit status (127/126 when it cannot start)."""
     agent.bus.add_sink(_RunWatch(agent.tags.get("run", "")).offer)
     try:
-        await job.start(_job_env(agent, socket_path))
+        unavailable = {u.label: u.reason for u in agent.state.unavailable}
+        collectors = {"available": [c.label for c in agent.collectors], "unavailable": unavailable}
+        await job.start(job_env(agent.tags, socket_path, agent.files_dir(), collectors))
     except JobNotStartable as exc:
         print(exc, file=sys.stderr)
         return exc.status

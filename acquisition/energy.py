@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from acquisition.errors import install_hint
 from acquisition.point import Point
 
 __all__ = [
@@ -48,7 +49,7 @@ FIX_RAPL_ABSENT = (
 )
 FIX_NVML = (
     "no NVIDIA GPU is readable: install the NVIDIA driver (it provides libnvidia-ml.so.1) and "
-    "pip install 'nrg[nvml]'"
+    f"{install_hint('nvml')}"
 )
 FIX_EMONPI = (
     "no wall meter: connect an emonPi and set its port in [[collectors.emonpi]] "

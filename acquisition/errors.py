@@ -10,7 +10,13 @@ __all__ = [
     "NrgError",
     "PartialWriteError",
     "WriteError",
+    "install_hint",
 ]
+
+
+def install_hint(extra: str) -> str:
+    """How to install one of nrg's extras, in the words every message uses."""
+    return f"pip install '.[{extra}]' in nrg's checkout"
 
 
 class NrgError(Exception):

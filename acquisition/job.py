@@ -11,12 +11,17 @@ announced on stderr. The exit status is the job's, or 128 + n when signal n ende
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from acquisition.paths import ENV_AGENT_COLLECTORS, ENV_AGENT_DATA
+from acquisition.point import Point
 
 __all__ = [
     "ANNOUNCE_FORWARDED",
@@ -27,7 +32,9 @@ __all__ = [
     "Job",
     "JobNotStartable",
     "check_command",
+    "exit_point",
     "exit_status",
+    "job_env",
 ]
 
 LADDER = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
@@ -259,3 +266,29 @@ def job_name(argv: Sequence[str]) -> str:
 def default_run_name(argv: Sequence[str], utc: str) -> str:
     """``train.py-20260101T120000Z``: the job's name and its UTC start time."""
     return f"{job_name(argv)}-{utc}"
+
+
+def job_env(
+    tags: Mapping[str, str],
+    socket_path: str,
+    files_dir: Path | None,
+    collectors: Mapping[str, object],
+) -> dict[str, str]:
+    """The job's environment: the run's tags, its own hooks socket and, where the agent writes
+    files, their directory and the agent's collectors (a ``Tracker`` in the job reads them
+    instead of sampling again)."""
+    env = dict(os.environ)
+    for tag in ("experiment", "run"):
+        if tag in tags:
+            env[f"NRG_{tag.upper()}"] = tags[tag]
+    env["NRG_SOCKET"] = socket_path
+    if files_dir is not None:
+        env[ENV_AGENT_DATA] = str(files_dir)
+        env[ENV_AGENT_COLLECTORS] = json.dumps(collectors)
+    return env
+
+
+def exit_point(exit_code: int) -> Point:
+    """The tracked command's exit status, kept with the run's points so that ``report`` shows
+    it for past runs too."""
+    return Point("nrg_run", {}, {"event": "exit", "exit_code": exit_code}, time.time_ns())

@@ -226,8 +226,9 @@ METRICS: tuple[Measurement, ...] = (
         "start and end of an instrumented training run",
         (*_RUN_TAGS, *_JOB_TAGS),
         (
-            Field("event", "string", "", "`start` or `end`"),
+            Field("event", "string", "", "`start` or `end`; `exit` from `nrg-collect -- CMD`"),
             _i("pid", "", "the training process's pid"),
+            _i("exit_code", "", "the tracked command's exit status (event `exit`)"),
             Field("graph_path", "string", "", "where the model graph was written"),
         ),
     ),

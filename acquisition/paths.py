@@ -18,7 +18,12 @@ import platformdirs
 ENV_AGENT_DATA = "NRG_AGENT_DATA"
 """Set by ``nrg-collect -- CMD`` in the job's environment: the agent's file sink directory."""
 
+ENV_AGENT_COLLECTORS = "NRG_AGENT_COLLECTORS"
+"""Set by ``nrg-collect -- CMD`` in the job's environment: JSON ``{"available": [labels],
+"unavailable": {label: reason}}``, the agent's collectors."""
+
 __all__ = [
+    "ENV_AGENT_COLLECTORS",
     "ENV_AGENT_DATA",
     "data_dir",
     "default_fallback_dir",

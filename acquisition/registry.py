@@ -15,14 +15,17 @@ from typing import Any
 
 from acquisition.api import PluginContext
 from acquisition.config import COLLECTOR_KEYS, SINK_KEYS, PluginSpec, build_dataclass
-from acquisition.errors import ConfigError
+from acquisition.errors import ConfigError, install_hint
 
 __all__ = [
     "COLLECTORS",
+    "EXTRA_MISSING",
     "PROCESSORS",
     "QUICK_CHECKS",
+    "REQUIRES",
     "SINKS",
     "build_plugin",
+    "check_extras",
     "load_class",
     "quick_unavailable",
 ]
@@ -43,6 +46,13 @@ PROCESSORS: dict[str, str] = {
     "process_power": "acquisition.processors.process_power:ProcessPowerShare",
     "attribution": "acquisition.processors.attribution:EnergyAttribution",
 }
+REQUIRES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "influxdb": ("influx", ("aiohttp", "influxdb_client")),
+}
+"""Plugins that import optional packages only once running: (their extra, those packages),
+checked when the agent starts or lists, so a missing extra is a start-up error."""
+EXTRA_MISSING = "[{where}] needs {module}, which is not installed: {hint}"
+
 _COMMON_KEYS = {"collectors": COLLECTOR_KEYS, "sinks": SINK_KEYS}
 _TABLES = {"collectors": COLLECTORS, "sinks": SINKS, "processors": PROCESSORS}
 
@@ -57,7 +67,7 @@ def _rapl_absent() -> str | None:
         return None
     if Path("/sys/bus/event_source/devices/power").exists():
         return None
-    return "no powercap zones, no MSR device, no power PMU"
+    return f"no powercap zones in {powercap}, no MSR device, no power PMU"
 
 
 def _nvidia_absent() -> str | None:
@@ -117,3 +127,16 @@ def build_plugin(spec: PluginSpec, context: PluginContext) -> Any:
     common = _COMMON_KEYS.get(spec.kind, set())
     config = build_dataclass(config_class, spec.options, spec.where, common)
     return cls(config, context)
+
+
+def check_extras(specs: list[PluginSpec]) -> None:
+    """ConfigError (:data:`EXTRA_MISSING`) for the first plugin whose extra is not installed."""
+    for spec in specs:
+        extra, modules = REQUIRES.get(spec.name, ("", ()))
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                raise ConfigError(
+                    EXTRA_MISSING.format(where=spec.where, module=module, hint=install_hint(extra))
+                ) from None

@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from acquisition.config import Config, PluginSpec, parse_config
 from acquisition.errors import ConfigError, NoData
 from acquisition.paths import data_dir, runtime_dir, state_dir
 from acquisition.point import Point
-from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin
+from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin, quick_unavailable
 from acquisition.running import CollectorRunner, StreamRunner, SystemClock
 
 if TYPE_CHECKING:
@@ -212,6 +212,10 @@ class Sampler:
         run here. A ConfigError, or any failure of a collector the config names, is raised."""
         label = spec.name if spec.index == 0 else f"{spec.name}-{spec.index}"
         interval = spec.interval or self.interval_s
+        absent = None if spec.explicit else quick_unavailable(spec.name)
+        if absent is not None:  # the agent's own reason, in the agent's words
+            self.unavailable[label] = absent
+            return None
         try:
             instance = build_plugin(spec, dataclasses.replace(context, interval_s=interval))
             await instance.open()
@@ -289,7 +293,10 @@ class AgentSampler:
     last, and never a file last changed well before ``start()``); nothing is opened in this
     process.
 
-    ``measurements``: what to read (default: the power readings; None: everything);
+    ``measurements``: what to read (default: the power readings; None: everything); ``tags``:
+    only the points carrying them (the agent's ``run``, so other runs in the same directory are
+    left out); ``collectors``: what the agent opened (``available``, a list of labels) and why
+    the others are missing (``unavailable``, label → reason), shown as the sampler's own;
     ``margin_s``: readings this long before ``start()`` are read too (they bracket the first
     events); ``latency_s``: how long a caller may wait at the end for the agent's readings after
     the last event to reach the file (its interval plus its flush interval).
@@ -304,8 +311,14 @@ class AgentSampler:
         measurements: Iterable[str] | None = POWER_MEASUREMENTS,
         margin_s: float = 5.0,
         latency_s: float = 3.0,
+        tags: Mapping[str, str] | None = None,
+        collectors: Mapping[str, Any] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).expanduser()
+        self.tags = dict(tags or {})
+        """Only points carrying these tags are read (e.g. the agent's ``run``)."""
+        self.available: list[str] = list((collectors or {}).get("available", []))
+        self.unavailable: dict[str, str] = dict((collectors or {}).get("unavailable", {}))
         self.measurements = tuple(measurements) if measurements is not None else None
         self.margin_s = margin_s
         self.latency_s = latency_s
@@ -328,7 +341,8 @@ class AgentSampler:
             from acquisition.store import Query
 
             start = self.start_ns - int(self.margin_s * _NS)
-            self._follower = Follower(self.data_dir, Query.of(self.measurements, start_ns=start))
+            query = Query.of(self.measurements, start_ns=start, tags=self.tags)
+            self._follower = Follower(self.data_dir, query)
         points = self._follower.points()
         if self.stop_ns is None:
             return points

@@ -47,13 +47,24 @@ def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_unit_arguments(g: Any) -> None:
     """gpu_tracker's unit options and the carbon intensity."""
-    g.add_argument("--ram-unit", choices=tuple(RAM_UNITS), default="gigabytes")
+    g.add_argument(
+        "--ram-unit",
+        choices=tuple(RAM_UNITS),
+        default="gigabytes",
+        help="unit of the summary's RAM figures (default: gigabytes)",
+    )
     g.add_argument(
         "--gpu-ram-unit",
         choices=tuple(u for u in RAM_UNITS if u != "terabytes"),
         default="gigabytes",
+        help="unit of its GPU memory figures (default: gigabytes)",
     )
-    g.add_argument("--time-unit", choices=tuple(TIME_UNITS), default="hours")
+    g.add_argument(
+        "--time-unit",
+        choices=tuple(TIME_UNITS),
+        default="hours",
+        help="unit of its compute time (default: hours)",
+    )
     g.add_argument(
         "--carbon-intensity",
         type=float,

@@ -20,6 +20,7 @@ itself inside a job that ``nrg-collect -- CMD`` runs (the agent puts its file si
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import Collection, Iterator
@@ -29,7 +30,7 @@ from typing import Any, Literal
 
 from acquisition.config import Config, load_config
 from acquisition.errors import NrgError
-from acquisition.paths import ENV_AGENT_DATA
+from acquisition.paths import ENV_AGENT_COLLECTORS, ENV_AGENT_DATA
 from acquisition.point import Point
 from acquisition.summary import RunSummary, SummaryOptions, counted_sources, summarize
 
@@ -39,6 +40,7 @@ NOT_STARTED = "the tracker is not running (call start() or use it in a with bloc
 NO_SUCH_WINDOW = "no open window named {name!r}"
 _SOURCES = ("rapl", "gpu", "emonpi")
 _NS = 1_000_000_000
+_STALE_S = 5.0
 
 
 @dataclass
@@ -118,6 +120,9 @@ class Tracker:
         self._open: dict[str, int] = {}
         self._stack: list[str] = []
         self.windows: list[WindowResult] = []
+        self.waits_timed_out = 0
+        """Waits for a reading after a window's end (or the stop) that ran out before every
+        source had one (a starved machine; the energy up to the end is then extrapolated)."""
 
     # -- start / stop -------------------------------------------------------------------------
 
@@ -127,7 +132,8 @@ class Tracker:
 
     @property
     def available(self) -> list[str]:
-        """Collectors opened in this process (none where an agent's data is read)."""
+        """Collectors opened in this process, or by the agent whose data is read (where it
+        said: ``nrg-collect -- CMD`` does)."""
         return list(getattr(self._sampler, "available", []))
 
     @property
@@ -144,7 +150,9 @@ class Tracker:
             self._sampler = Sampler(self.config, interval_s=self.interval_s, only=self.only)
         else:
             # Resources too, not only power: the summary's memory and CPU figures.
-            self._sampler = AgentSampler(self.agent_data, measurements=None, margin_s=60.0)
+            self._sampler = AgentSampler(
+                self.agent_data, measurements=None, margin_s=60.0, **_agent_view(self.agent_data)
+            )
         self._sampler.start()
         self.start_ns = time.time_ns()
         return self
@@ -242,15 +250,20 @@ class Tracker:
         latency = float(getattr(self._sampler, "latency_s", 0.0))
         # Returns as soon as the samples are in; the bound only matters on a starved machine.
         deadline = time.monotonic() + max(20 * interval, 2.0, latency)
+        # A series with nothing this recent has ended (another run's, a source that stopped):
+        # no reading of it will come, so it is not waited for.
+        stale_ns = t_ns - int(max(_STALE_S, 3 * latency, 5 * interval) * _NS)
         while time.monotonic() < deadline:
             latest: dict[str, int] = {}
             for p in self._sampler.snapshot():
                 if p.measurement in _SOURCES:
                     key = p.measurement + str(sorted(p.tags.items()))
                     latest[key] = max(latest.get(key, 0), p.time_ns)
-            if not latest or min(latest.values()) >= t_ns:
+            live = [t for t in latest.values() if t >= stale_ns]
+            if not live or min(live) >= t_ns:
                 return
             time.sleep(min(interval / 4, 0.05) if latency == 0 else interval)
+        self.waits_timed_out += 1
 
     def _window_result(self, name: str, start: int, end: int, points: list[Point]) -> WindowResult:
         sources = [p for p in points if p.measurement in _SOURCES]
@@ -277,3 +290,16 @@ def _agent_dir(agent_data: str | os.PathLike[str] | bool | None) -> Path | None:
             return None
         return Path(env).expanduser()
     return Path(agent_data).expanduser()
+
+
+def _agent_view(agent_data: Path) -> dict[str, Any]:
+    """What ``nrg-collect -- CMD`` tells its job about the agent whose directory is read: the
+    run to keep (other runs share the directory) and the collectors it opened, or why not."""
+    if os.environ.get(ENV_AGENT_DATA) != str(agent_data):
+        return {}
+    run = os.environ.get("NRG_RUN", "")
+    try:
+        collectors = json.loads(os.environ.get(ENV_AGENT_COLLECTORS, "") or "{}")
+    except ValueError:
+        collectors = {}
+    return {"tags": {"run": run} if run else None, "collectors": collectors}

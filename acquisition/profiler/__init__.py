@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from acquisition.errors import install_hint
 from acquisition.profiler.compare import compare_profiles, format_comparison
 from acquisition.profiler.energy import EnergyResult, EventEnergy, Span, compute_energy
 from acquisition.profiler.series import EnergySeries, build_series
@@ -54,7 +55,7 @@ def profile(*args: Any, **kwargs: Any) -> EnergyProfile:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         if exc.name == "torch":
             raise ImportError(
-                "acquisition.torch.profile needs torch: pip install 'nrg[torch]'"
+                f"acquisition.torch.profile needs torch: {install_hint('torch')}"
             ) from exc
         raise
     return EnergyProfile(*args, **kwargs)

@@ -27,7 +27,22 @@ from dataclasses import dataclass, field
 
 from acquisition.profiler.series import EnergySeries, cpu_sources, gpu_source
 
-__all__ = ["EnergyResult", "EventEnergy", "Span", "TrackEnergy", "compute_energy"]
+__all__ = [
+    "NO_CPU_SOURCE",
+    "NO_SAMPLE",
+    "EnergyResult",
+    "EventEnergy",
+    "Span",
+    "TrackEnergy",
+    "compute_energy",
+]
+
+NO_SAMPLE = "%d of %d profiler events got no energy: no source sampled their interval (sources: %s)"
+NO_CPU_SOURCE = (
+    "%d of %d profiler events ran on the CPU, and no CPU energy source was sampled (RAPL "
+    "package or DRAM; sampled: %s, which cover the whole platform or a GPU and are not charged "
+    "to operators): they got no energy"
+)
 
 log = logging.getLogger("nrg.profiler")
 
@@ -237,7 +252,7 @@ def compute_energy(
         by_track[span.track].append(i)
     cpu = cpu_sources(series)
     tracks: list[TrackEnergy] = []
-    unmeasured = 0
+    unmeasured = no_cpu = 0
     for track, indices in by_track.items():
         if track[0] == "gpu":
             device = int(track[1])  # type: ignore[call-overload]
@@ -249,19 +264,16 @@ def compute_energy(
             sources, scale = [name], 1.0
         else:
             if not cpu:
-                unmeasured += len(indices)
+                no_cpu += len(indices)
                 continue
             unmeasured += _cpu_track(indices, spans, series, cpu, out, cpu_scale)
             sources, scale = cpu, cpu_scale
         account = _track_account(track, indices, out, series, sources, window, scale)
         if account is not None and track[0] in ("cpu", "gpu"):
             tracks.append(account)
+    names = ", ".join(sorted(series)) or "none"
+    if no_cpu:
+        log.warning(NO_CPU_SOURCE, no_cpu, len(spans), names)
     if unmeasured:
-        log.warning(
-            "%d of %d profiler events got no energy: no source sampled their interval "
-            "(sources: %s)",
-            unmeasured,
-            len(spans),
-            ", ".join(sorted(series)) or "none",
-        )
-    return EnergyResult(out, tracks, window, sorted(series), unmeasured)
+        log.warning(NO_SAMPLE, unmeasured, len(spans), names)
+    return EnergyResult(out, tracks, window, sorted(series), unmeasured + no_cpu)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from acquisition.errors import NrgError
+from acquisition.errors import NrgError, install_hint
 from acquisition.point import FieldValue, Point
 from acquisition.report.influx import LibraryStore, influx_error
 from acquisition.report.influx_target import InfluxTarget
@@ -36,7 +36,7 @@ __all__ = [
     "rfc3339_ns",
 ]
 
-INFLUX_NEEDS_EXTRA = "reading from InfluxDB 2.x needs influxdb-client: pip install 'nrg[influx]'"
+INFLUX_NEEDS_EXTRA = f"reading from InfluxDB 2.x needs influxdb-client: {install_hint('influx')}"
 INFLUX_NEEDS_ORG = "reading from InfluxDB 2.x at {url} needs its organization: set {setting}"
 
 _DROPPED: Final = frozenset({"result", "table", "_start", "_stop"})

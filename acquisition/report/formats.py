@@ -91,16 +91,26 @@ def summaries_csv(summaries: Sequence[RunSummary]) -> str:
 
 
 def list_text(rows: Sequence[tuple[RunInfo, RunSummary]]) -> str:
-    header = (
-        f"{'experiment':<16} {'run':<32} {'host':<16} {'start':<24} {'duration':>10} {'energy':>12}"
-    )
-    lines = [header]
-    for info, s in rows:
-        energy = "no energy" if s.no_energy_reason else human_joules(s.energy.total_j)
-        lines.append(
-            f"{info.experiment or '-':<16} {info.run:<32} {','.join(sorted(info.hosts)) or '-':<16} "
-            f"{s.start:<24} {s.duration_s:>9.1f}s {energy:>12}"
+    """One line per run; each column as wide as its widest value (names of any length)."""
+    cells = [
+        (
+            info.experiment or "-",
+            info.run,
+            ",".join(sorted(info.hosts)) or "-",
+            s.start,
+            f"{s.duration_s:.1f}s",
+            "no energy" if s.no_energy_reason else human_joules(s.energy.total_j),
         )
+        for info, s in rows
+    ]
+    header = ("experiment", "run", "host", "start", "duration", "energy")
+    minimum = (16, 32, 16, 24, 10, 12)
+    widths = [max(m, *(len(c[i]) for c in [header, *cells])) for i, m in enumerate(minimum)]
+    lines = []
+    for row in [header, *cells]:
+        left = " ".join(f"{v:<{w}}" for v, w in zip(row[:4], widths[:4], strict=True))
+        right = " ".join(f"{v:>{w}}" for v, w in zip(row[4:], widths[4:], strict=True))
+        lines.append(f"{left} {right}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,6 @@
 """The HTML report: one self-contained file (plots inline as SVG, no network at view time).
 
-Plots are drawn by matplotlib (``pip install 'nrg[report]'``), imported only here:
+Plots are drawn by matplotlib (``pip install '.[report]'``), imported only here:
 
 - power per source over time (W, from consecutive counter readings or power readings), epochs
   as vertical lines, time outside steps (start-up, evaluation in ``paused()``) shaded;
@@ -22,15 +22,16 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from acquisition.errors import install_hint
 from acquisition.point import Point
 from acquisition.processors.attribution import parse_source
 from acquisition.report.compare import Comparison
 from acquisition.report.formats import _cell
 from acquisition.summary import RAM_UNITS, RunSummary
 
-__all__ = ["MATPLOTLIB_MISSING", "compare_html", "fmt", "report_html"]
+__all__ = ["MATPLOTLIB_MISSING", "compare_html", "fmt", "in_run", "report_html", "resource_rows"]
 
-MATPLOTLIB_MISSING = "the HTML report draws its plots with matplotlib: pip install 'nrg[report]'"
+MATPLOTLIB_MISSING = f"the HTML report draws its plots with matplotlib: {install_hint('report')}"
 _NS = 1e9
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
@@ -116,12 +117,28 @@ def _steps(points: Sequence[Point]) -> list[tuple[int, int, int]]:
     return sorted(out, key=lambda s: s[1])
 
 
+def in_run(
+    times: Sequence[float], values: Sequence[float], s: RunSummary
+) -> tuple[list[float], list[float]]:
+    """(seconds since the run's start, value) of the readings inside the run's window."""
+    pairs = [(t, v) for t, v in zip(times, values, strict=True) if s.start_ns <= t <= s.end_ns]
+    return [(t - s.start_ns) / _NS for t, _ in pairs], [v for _, v in pairs]
+
+
+def _run_axis(ax: Any, s: RunSummary, label: str) -> None:
+    """The run's span on the x axis, the same on every time chart; the legend beside it."""
+    ax.set_xlim(0, max(s.duration_s, 1e-9))
+    ax.set_xlabel(label)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
 def _power_plot(s: RunSummary, points: Sequence[Point]) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 3.2))
     t0 = s.start_ns
     for source, (times, watts) in _power_series(points).items():
-        ax.plot([(t - t0) / _NS for t in times], watts, label=source, linewidth=1)
+        ax.plot(*in_run(times, watts, s), label=source, linewidth=1)
     steps = _steps(points)
     if steps:
         # shade what lies outside steps inside the run: start-up, evaluation, the tail
@@ -136,14 +153,14 @@ def _power_plot(s: RunSummary, points: Sequence[Point]) -> str:
             if epoch not in seen:
                 seen.add(epoch)
                 ax.axvline((start - t0) / _NS, color="0.4", linestyle="--", linewidth=0.8)
-    ax.set_xlabel("time since start (s); grey: outside steps; dashed: epoch starts")
+    _run_axis(ax, s, "time since start (s); grey: outside steps; dashed: epoch starts")
     ax.set_ylabel("power (W)")
-    ax.legend(fontsize="small", loc="upper right")
     ax.set_title("Power per source")
     return _svg(fig)
 
 
-def _epoch_plot(s: RunSummary) -> str | None:
+def _epoch_plot(s: RunSummary, top_j: float | None = None) -> str | None:
+    """Energy per epoch; ``top_j``: the y axis's top, the same for runs shown side by side."""
     epochs = [e for e in s.epochs if e.energy_j is not None]
     if not epochs:
         return None
@@ -152,6 +169,8 @@ def _epoch_plot(s: RunSummary) -> str | None:
     ax.bar([str(e.epoch) for e in epochs], [e.energy_j for e in epochs], color="#4a7")
     ax.set_xlabel("epoch")
     ax.set_ylabel("energy (J)")
+    if top_j:
+        ax.set_ylim(0, top_j * 1.05)
     ax.set_title("Energy per epoch")
     return _svg(fig)
 
@@ -202,14 +221,10 @@ def _memory_plot(s: RunSummary, points: Sequence[Point]) -> str | None:
     for label, series in (("system used", system), ("job combined RSS", job)):
         pairs = sorted((t, v) for t, v in series if isinstance(v, int | float))
         if pairs:
-            ax.plot(
-                [(t - s.start_ns) / _NS for t, _ in pairs],
-                [v / unit for _, v in pairs],
-                label=label,
-            )
-    ax.set_xlabel("time since start (s)")
+            times = [t for t, _ in pairs]
+            ax.plot(*in_run(times, [v / unit for _, v in pairs], s), label=label)
+    _run_axis(ax, s, "time since start (s)")
     ax.set_ylabel(f"memory ({unit_name})")
-    ax.legend(fontsize="small")
     ax.set_title("Memory")
     return _svg(fig)
 
@@ -227,6 +242,35 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
         out.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>")
     out.append("</table>")
     return "".join(out)
+
+
+_GROUPS = {
+    "max_ram": "Max RAM",
+    "max_gpu_ram": "Max GPU RAM",
+    "cpu_utilization": "CPU utilization",
+    "gpu_utilization": "GPU utilization",
+    "compute_time": "Compute time",
+}
+
+
+def resource_rows(resources: dict[str, Any]) -> list[list[str]]:
+    """The text summary's resource tables as rows: ``Max RAM: main total RSS (gigabytes)``."""
+    rows: list[list[str]] = []
+
+    def walk(prefix: str, node: Any, unit: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key != "unit":
+                    walk(f"{prefix} {key.replace('_', ' ')}".strip(), value, unit)
+            return
+        value = "n/a" if node is None else fmt(node) if isinstance(node, float) else str(node)
+        rows.append([prefix + (f" ({unit})" if unit else ""), value])
+
+    for key, title in _GROUPS.items():
+        group = resources.get(key)
+        if isinstance(group, dict):
+            walk(f"{title}:", group, str(group.get("unit", "")))
+    return rows
 
 
 def _module_tree(s: RunSummary) -> str:
@@ -271,6 +315,7 @@ def _summary_section(s: RunSummary, points: Sequence[Point]) -> str:
                 ["CO2e (g)", fmt(s.co2e_g)],
                 ["steps", s.steps.count],
                 ["energy per step, mean (J)", fmt((s.steps.energy_j or {}).get("mean"))],
+                ["energy per step, p50 (J)", fmt((s.steps.energy_j or {}).get("p50"))],
                 ["energy per step, p95 (J)", fmt((s.steps.energy_j or {}).get("p95"))],
                 ["energy per sample (J)", fmt(s.steps.energy_per_sample_j, 6)],
             ],
@@ -305,13 +350,15 @@ def _summary_section(s: RunSummary, points: Sequence[Point]) -> str:
     if s.modules:
         parts.append("<div class='side'><div>")
         parts.append(_module_plot(s) or "")
-        parts.append("</div><div>" + _module_tree(s) + "</div></div>")
+        parts.append("</div><div><h3>Share of energy, by module path</h3>")
+        parts.append(_module_tree(s) + "</div></div>")
         parts.append(
             _table(
                 ["module", "energy (J)", "share (%)"],
                 [[m.module, fmt(m.energy_j), fmt(m.share * 100, 1)] for m in s.modules],
             )
         )
+    parts.append(_table(["resource", "value"], resource_rows(s.resources)))
     memory = _memory_plot(s, points)
     if memory:
         parts.append("<div class='plots'>" + memory + "</div>")
@@ -353,11 +400,13 @@ def compare_html(c: Comparison, groups: Sequence[Sequence[RunSummary]]) -> str:
     body = _table(["figure", *c.labels], rows)
     body += "<p>[±x%]: difference to the first column; *: outside the error bars.</p>"
     plots = []
+    top = max((e.energy_j or 0.0 for g in groups for s in g for e in s.epochs), default=0.0)
     for label, runs in zip(c.labels, groups, strict=True):
         for s in runs:
-            plot = _epoch_plot(s)
+            plot = _epoch_plot(s, top)
+            heading = label if s.run == label else f"{label}: {s.run}"
             if plot:
-                plots.append(f"<div><h2>{_e(label)}: {_e(s.run)}</h2>{plot}</div>")
+                plots.append(f"<div><h2>{_e(heading)}</h2>{plot}</div>")
     body += "<div class='side'>" + "".join(plots) + "</div>"
     data = json.dumps(c.to_dict(), allow_nan=False).replace("</", "<\\/")
     body += f"<script type='application/json' class='nrg-compare'>{data}</script>"

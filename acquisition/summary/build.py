@@ -395,7 +395,8 @@ def _window(points: list[Point]) -> tuple[int, int, int | None]:
     times = [p.time_ns for p in points]
     start = min(starts) if starts else min(times)
     end = max(p.time_ns for p in ends) if ends else max(times)
-    code = next((_int(p, "exit_code") for p in ends if _int(p, "exit_code") is not None), None)
+    runs = [p for p in points if p.measurement == "nrg_run"]  # "end", or the agent's "exit"
+    code = next((_int(p, "exit_code") for p in runs if _int(p, "exit_code") is not None), None)
     return start, max(end, start), code
 
 

@@ -21,6 +21,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from acquisition.errors import install_hint
+
 if TYPE_CHECKING:
     from torch import nn
 
@@ -78,7 +80,7 @@ def instrument(
     try:
         import torch  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("acquisition.torch needs torch: pip install 'nrg[torch]'") from exc
+        raise ImportError(f"acquisition.torch needs torch: {install_hint('torch')}") from exc
     from acquisition.torch.session import Session
 
     return Session(

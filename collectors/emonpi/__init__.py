@@ -36,7 +36,7 @@ from typing import ClassVar
 
 from acquisition.advancing import Advance, not_advancing
 from acquisition.api import Emit, PluginContext
-from acquisition.errors import ConfigError, NoData
+from acquisition.errors import ConfigError, NoData, install_hint
 from acquisition.point import FieldValue, Point
 
 from .config import EmonPiConfig
@@ -189,7 +189,7 @@ class EmonPiCollector:
             import serial_asyncio  # noqa: F401
         except ImportError as exc:
             raise NoData(
-                f"pyserial-asyncio is not installed ({exc}): pip install 'nrg[serial]'"
+                f"pyserial-asyncio is not installed ({exc}): {install_hint('serial')}"
             ) from None
         if not self.port:
             tried = []

@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 
 from acquisition.advancing import not_advancing
 from acquisition.api import Emit, PluginContext
-from acquisition.errors import NoData, NrgError
+from acquisition.errors import NoData, NrgError, install_hint
 from acquisition.point import FieldValue, Point
 
 from .config import NvmlConfig
@@ -140,7 +140,7 @@ class NvmlCollector(Readings):
             try:
                 self._nvml = importlib.import_module("pynvml")
             except ImportError as exc:
-                raise NoData("nvidia-ml-py is not installed (pip install 'nrg[nvml]')") from exc
+                raise NoData(f"nvidia-ml-py is not installed ({install_hint('nvml')})") from exc
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nrg-nvml")
         try:
             await asyncio.wrap_future(self._executor.submit(self._open_sync))

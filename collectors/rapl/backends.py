@@ -31,6 +31,7 @@ from .sysio import RaplIO
 
 __all__ = [
     "COUNTER_RANGE",
+    "NO_ZONES",
     "Counter",
     "Unavailable",
     "open_msr",
@@ -40,6 +41,8 @@ __all__ = [
 
 log = logging.getLogger("collectors.rapl")
 
+NO_ZONES = "no powercap zones in {where}"
+"""The powercap backend's reason when the class directory lists no RAPL zone (or is absent)."""
 MSG_RANGE_ZERO = "rapl: powercap zone %s: max_energy_range_uj reads 0; assuming it wraps at %d µJ"
 
 # powercap control types that carry RAPL zones; intel-rapl-mmio duplicates package 0 of intel-rapl.
@@ -209,7 +212,7 @@ def open_powercap(root: Path, io: RaplIO) -> list[Counter]:
             zones.append(entry)
     zones.sort(key=_zone_key)
     if not zones:
-        raise Unavailable("no powercap zones")
+        raise Unavailable(NO_ZONES.format(where=class_dir))
 
     counters: list[Counter] = []
     seen_dirs: set[str] = set()

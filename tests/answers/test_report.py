@@ -20,8 +20,9 @@ from acquisition.report.cli import (
     report_main,
     summary_options,
 )
+from acquisition.report.formats import list_text
 from acquisition.report.influx_target import INFLUX_NO_DATABASE
-from acquisition.report.runs import NO_SUCH_RUN, select_runs
+from acquisition.report.runs import NO_SUCH_RUN, RunInfo, select_runs
 from acquisition.store import Store
 from acquisition.summary import summarize
 from tests.answers.runs import NS, T0, KnownRun
@@ -179,3 +180,18 @@ def test_recorder_bounded_and_exact(tmp_path: Path) -> None:
     assert printed is not None and "thinned" in printed.notes[0]
     assert out.getvalue().startswith("\nnrg summary: run r1")
     assert json.loads((tmp_path / "s.json").read_text())["exit_code"] == 0
+
+
+def test_list_columns_stay_aligned_with_long_names() -> None:
+    rows = []
+    for experiment, run in (("e", "short"), ("an-experiment-name-of-30-chars", "r" * 45)):
+        known = KnownRun(run=run, experiment=experiment)
+        info = RunInfo(experiment, run, {"h1"}, known.t0, known.t0)
+        rows.append((info, summarize(known.points())))
+    lines = list_text(rows).splitlines()
+    header = lines[0]
+    for line in lines[1:]:
+        # every column starts where its header does
+        for name, value in (("run", line.split()[1]), ("host", "h1")):
+            assert line.index(value) == header.index(name), (name, line)
+        assert len(line) == len(header)

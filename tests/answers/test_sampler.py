@@ -3,14 +3,17 @@ tree driven at known powers) on the sampler's own thread and loop."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
 import pytest
 
+from acquisition.agent import Agent, default_config
 from acquisition.config import parse_config
 from acquisition.errors import ConfigError
 from acquisition.point import Point
+from acquisition.registry import QUICK_CHECKS
 from acquisition.sampler import NOT_STARTED, UNKNOWN_COLLECTOR, Sampler
 from tests.answers.fakepower import powercap_tree
 
@@ -129,3 +132,24 @@ def test_stop_before_start() -> None:
 def test_interval_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="interval_s"):
         Sampler(interval_s=0)
+
+
+def test_in_process_reasons_are_the_agents(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where a source is absent (no driver, no powercap, no serial port: the device files the
+    agent looks at, made absent here whatever this host has), the in-process sampler says why
+    in the agent's words."""
+    absent = {
+        "rapl": "no powercap zones, no MSR device, no power PMU",
+        "nvml": "no NVIDIA driver here (none of /dev/nvidiactl exists)",
+        "emonpi": "no serial port configured and none of /dev/ttyAMA0 exists",
+    }
+    for name, reason in absent.items():
+        monkeypatch.setitem(QUICK_CHECKS, name, lambda reason=reason: reason)
+    monkeypatch.setenv("NRG_STATE_DIR", str(tmp_path))
+    agent = Agent(default_config(parse_config("", "<embedded default>")))
+    asyncio.run(agent.open_collectors(streams=False))
+    by_agent = {u.label: u.reason for u in agent.state.unavailable}
+    sampler = Sampler(only=list(absent))
+    sampler.start()
+    sampler.stop()
+    assert sampler.unavailable == {name: by_agent[name] for name in absent} == absent

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import pytest
 
 from acquisition.advancing import WINDOW_S
 from acquisition.energy import FIX_RAPL_STUCK
-from acquisition.lineproto import decode_line
+from acquisition.lineproto import LineEncoder, decode_line
+from acquisition.point import Point
 from acquisition.summary import NO_ENERGY, SCHEMA
 from collectors.rapl import WHY_FIRMWARE
 from tests.answers import job_train
@@ -284,9 +286,103 @@ def test_a_tracker_inside_a_tracked_job_reads_the_agent(short_tmp: Path, rapl_ro
     proc = nrg("-c", str(cfg), "--quiet", "--summary", "none", "--", sys.executable, "-c",
                TRACKER_JOB)  # fmt: skip
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert data["available"] == []  # nothing opened in the job: the agent's files were read
+    assert data["available"] == ["rapl", "procfs", "hooks"]  # the agent's, opened there
     assert data["agent_data"] == str(short_tmp / "out")
     watts = PACKAGE_W + DRAM_W
     bound = 2 * watts * stale(short_tmp, rapl_root)
     assert data["total_j"] == pytest.approx(watts * data["duration_s"], abs=bound)
     assert data["eval_j"] == pytest.approx(watts * data["eval_s"], abs=bound)
+
+
+CROWDED_JOB = """
+import json, time
+from acquisition import Tracker
+t = Tracker()
+with t:
+    for i in range(3):
+        with t.window(f"w{i}"):
+            time.sleep(0.2)
+own = {p.tags.get("run") for p in t.points()}
+print(json.dumps({"available": t.available, "unavailable": t.unavailable, "runs": sorted(own),
+                  "timed_out": t.waits_timed_out, "windows": [w.to_dict() for w in t.windows]}))
+"""
+
+
+def other_runs(out: Path, n: int) -> None:
+    """``n`` earlier runs of other agents in the same directory, their last readings 1 to 20 s
+    old: their series never advance again."""
+    now = time.time_ns()
+    encoder = LineEncoder()
+    for i in range(n):
+        end = now - (1 + i) * 1_000_000_000
+        points = [
+            Point(
+                "rapl",
+                {"host": "h", "run": f"old-{i}", "socket": "0", "domain": "package"},
+                {"energy_joules": 10.0 * k},
+                end - (40 - k) * 100_000_000,
+            )
+            for k in range(41)
+        ]
+        (out / f"nrg-old-{i}.lp").write_text(encoder.encode_many(points))
+
+
+def test_a_tracker_in_a_directory_of_other_runs_waits_only_for_its_agent(
+    short_tmp: Path, rapl_root: Path
+) -> None:
+    cfg = config(short_tmp, rapl_root)
+    (short_tmp / "out").mkdir()
+    other_runs(short_tmp / "out", 20)
+    proc = nrg("-c", str(cfg), "--quiet", "--summary", "none", "--run", "mine", "--",
+               sys.executable, "-c", CROWDED_JOB)  # fmt: skip
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert data["available"] == ["rapl", "procfs", "hooks"]
+    assert data["unavailable"] == {}
+    assert data["runs"] == ["mine"]  # no other run's readings
+    assert data["timed_out"] == 0  # every window end waited for its agent's readings only
+    watts = PACKAGE_W + DRAM_W
+    for w in data["windows"]:
+        assert w["energy_j"] == pytest.approx(watts * w["duration_s"], abs=2 * watts * STALE_S)
+
+
+def standalone_fallback_file(directory: Path, run: str) -> Path:
+    """The fallback file an instrumented job run earlier without an agent left: its run's
+    start, three steps and end, a minute ago, written by a process that has exited."""
+    writer = subprocess.Popen([sys.executable, "-c", "pass"])
+    writer.wait()
+    t0 = time.time_ns() - 60_000_000_000
+    tags = {"experiment": "demo", "run": run}
+    points = [Point("nrg_run", tags, {"event": "start", "pid": writer.pid}, t0)]
+    for k in range(3):
+        start, end = t0 + k * 100_000_000, t0 + (k + 1) * 100_000_000
+        fields = {"step": k, "start_time_ns": start, "end_time_ns": end, "duration_seconds": 0.1}
+        points.append(Point("nrg_step", {**tags, "epoch": "0"}, fields, end))
+    points.append(Point("nrg_run", tags, {"event": "end", "pid": writer.pid}, t0 + 400_000_000))
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"nrg-{run}-{writer.pid}.lp"
+    path.write_text(LineEncoder().encode_many(points))
+    return path
+
+
+def test_a_tracked_run_leaves_other_runs_fallback_files_alone(
+    short_tmp: Path, rapl_root: Path
+) -> None:
+    cfg = config(short_tmp, rapl_root)
+    earlier = standalone_fallback_file(short_tmp / "fallback", "sgd-lr0.1")
+    out = short_tmp / "b.json"
+    nrg("-c", str(cfg), "--run", "b", "--quiet", "--summary", "json", "--summary-file", str(out),
+        "--", sys.executable, "-c", "import time; time.sleep(0.3)")  # fmt: skip
+    data = json.loads(out.read_text())
+    assert data["steps"]["count"] == 0  # the uninstrumented command's run has no steps of another
+    assert data["duration_s"] < 30  # nor does it start a minute early, with the earlier run
+    assert earlier.exists()  # left for an agent that runs without a command
+    listing = nrg("report", "--data", str(short_tmp / "out"), "--list").stdout
+    assert [line.split()[1] for line in listing.splitlines()[1:]] == ["b"]
+
+
+def test_report_keeps_the_exit_code_of_a_past_run(short_tmp: Path, rapl_root: Path) -> None:
+    cfg = config(short_tmp, rapl_root)
+    job = [sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(3)"]
+    nrg("-c", str(cfg), "--run", "r", "--quiet", "--summary", "none", "--", *job, check_rc=3)
+    rep = json.loads(nrg("report", "-c", str(cfg), "r", "--format", "json").stdout)
+    assert rep["exit_code"] == 3

@@ -132,7 +132,8 @@ root = "{FIXTURES / "rapl/vm-none/tree"}"
     assert out.returncode == 0, out.stderr
     rows = dict(line.split(None, 1) for line in out.stdout.splitlines())
     assert rows["procfs"].startswith("available")
-    assert rows["rapl"] == "unavailable: no powercap zones, no MSR device, no power PMU"
+    where = FIXTURES / "rapl/vm-none/tree/sys/class/powercap"
+    assert rows["rapl"] == f"unavailable: no powercap zones in {where}, no MSR device, no power PMU"
 
 
 def test_config_prints_a_sample_that_parses_as_printed_and_uncommented() -> None:

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from acquisition.point import Point
-from acquisition.profiler.energy import Span, compute_energy
+from acquisition.profiler.energy import NO_CPU_SOURCE, Span, compute_energy
 from acquisition.profiler.series import EnergySeries, build_series
 
 MS = 1_000_000
@@ -64,6 +64,18 @@ def test_core_and_psys_are_not_charged_to_cpu_operators() -> None:
     (energy,) = compute_energy([cpu(10, 110)], series).events
     assert set(energy.by_source) == {"rapl:package-0", "rapl:dram-0"}
     assert energy.total_j == pytest.approx(2.5)
+
+
+def test_cpu_events_with_only_psys_sampled_say_no_cpu_source_was_sampled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    series = build_series(rapl_points({"psys": 50.0}))
+    result = compute_energy([cpu(10, 110), cpu(20, 30)], series)
+    assert result.unmeasured == 2
+    assert [e.total_j for e in result.events] == [None, None]
+    assert [r.msg for r in caplog.records] == [NO_CPU_SOURCE]
+    assert caplog.records[0].getMessage() == NO_CPU_SOURCE % (2, 2, "rapl:psys-0")
+    assert "no source sampled their interval" not in caplog.text
 
 
 def test_nested_self_energies_sum_to_the_parent_total() -> None:

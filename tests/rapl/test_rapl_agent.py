@@ -33,7 +33,11 @@ def test_list_says_why_rapl_is_unavailable(tmp_path: Path) -> None:
     cfg.write_text(f'[[collectors.rapl]]\nroot = "{FIXTURES / "vm-none" / "tree"}"\n')
     done = _nrg("list", "--config", str(cfg))
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "rapl  unavailable: no powercap zones, no MSR device, no power PMU\n"
+    where = FIXTURES / "vm-none" / "tree" / "sys/class/powercap"
+    assert (
+        done.stdout
+        == f"rapl  unavailable: no powercap zones in {where}, no MSR device, no power PMU\n"
+    )
 
 
 @contextmanager

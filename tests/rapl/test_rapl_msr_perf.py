@@ -131,7 +131,7 @@ async def test_msr_not_readable_says_so(tmp_path: Path) -> None:
     with pytest.raises(NoData) as info:
         await collector.open()
     assert str(info.value) == (
-        "unavailable: no powercap zones, MSR device not readable (Permission denied: needs root "
+        f"unavailable: no powercap zones in {root}/sys/class/powercap, MSR device not readable (Permission denied: needs root "
         "with CAP_SYS_RAWIO), no power PMU"
     )
 
@@ -144,7 +144,7 @@ async def test_msr_device_without_rapl_registers(tmp_path: Path) -> None:
     with pytest.raises(NoData) as info:
         await collector.open()
     assert str(info.value) == (
-        "unavailable: no powercap zones, MSR: no RAPL unit register 0x606 (short read of MSR "
+        f"unavailable: no powercap zones in {root}/sys/class/powercap, MSR: no RAPL unit register 0x606 (short read of MSR "
         "0x606), no power PMU"
     )
 
@@ -289,7 +289,7 @@ async def test_perf_not_permitted(tmp_path: Path) -> None:
     with pytest.raises(NoData) as info:
         await collector.open()
     assert str(info.value) == (
-        "unavailable: no powercap zones, no MSR device, power PMU not permitted "
+        f"unavailable: no powercap zones in {root}/sys/class/powercap, no MSR device, power PMU not permitted "
         "(perf_event_paranoid must be <= 0, or CAP_PERFMON: Permission denied)"
     )
 

@@ -23,7 +23,9 @@ from tests.rapl.scenarios import (
     run_powercap,
 )
 
-VM_MESSAGE = "unavailable: no powercap zones, no MSR device, no power PMU"
+VM_MESSAGE = (
+    "unavailable: no powercap zones in {root}/sys/class/powercap, no MSR device, no power PMU"
+)
 
 
 def test_every_scenario_is_covered() -> None:
@@ -168,10 +170,11 @@ def test_bad_config_is_rejected() -> None:
 
 
 async def test_vm_fixture_says_why_rapl_is_unavailable() -> None:
-    collector = RaplCollector(RaplConfig(root=str(FIXTURES / "vm-none" / "tree")), context())
+    root = FIXTURES / "vm-none" / "tree"
+    collector = RaplCollector(RaplConfig(root=str(root)), context())
     with pytest.raises(NoData) as info:
         await collector.open()
-    assert str(info.value) == VM_MESSAGE
+    assert str(info.value) == VM_MESSAGE.format(root=root)
 
 
 async def test_empty_powercap_class_dir_is_no_zones(tmp_path: Path) -> None:
@@ -179,7 +182,7 @@ async def test_empty_powercap_class_dir_is_no_zones(tmp_path: Path) -> None:
     collector = RaplCollector(RaplConfig(root=str(tmp_path)), context())
     with pytest.raises(NoData) as info:
         await collector.open()
-    assert str(info.value) == VM_MESSAGE
+    assert str(info.value) == VM_MESSAGE.format(root=tmp_path)
 
 
 def _machine_has_rapl() -> bool:
@@ -196,7 +199,7 @@ async def test_this_machine() -> None:
     if not _machine_has_rapl():
         with pytest.raises(NoData) as info:
             await collector.open()
-        assert str(info.value) == VM_MESSAGE
+        assert str(info.value) == VM_MESSAGE.format(root="")
         return
     try:
         await collector.open()
