@@ -170,6 +170,10 @@ class Sampler:
             data_dir=Path(agent.data_dir).expanduser() if agent.data_dir else data_dir(),
             runtime_dir=runtime_dir(),
             tags=self.tags,
+            # This process's tree is the tracked one: the NVML collector then gives its GPU
+            # memory and use (gpu_process, scopes main/descendants/combined), as an agent does
+            # for the job it runs.
+            status={"tracked_pids": {os.getpid()}},
         )
 
     async def _main(self) -> None:

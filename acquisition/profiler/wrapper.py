@@ -363,12 +363,16 @@ class EnergyProfile(torch.profiler.profile):
 
     # -- trace --------------------------------------------------------------------------------
 
-    def export_chrome_trace(self, path: str, use_python_export: bool = False) -> None:
+    def export_chrome_trace(self, path: str, *args: Any, **kwargs: Any) -> None:
         """The profiler's trace plus power and energy counters and each event's energy
-        (``.gz`` paths are gzip-compressed as the profiler does)."""
+        (``.gz`` paths are gzip-compressed as the profiler does).
+
+        Further arguments go to this torch's own ``export_chrome_trace`` as given: none is
+        added, so the call works on every torch release whatever keywords it has (2.11 has no
+        ``use_python_export``)."""
         with tempfile.TemporaryDirectory(prefix="nrg-trace-") as tmp:
             plain = os.path.join(tmp, "trace.json")
-            super().export_chrome_trace(plain, use_python_export=use_python_export)
+            super().export_chrome_trace(plain, *args, **kwargs)
             trace = load_trace(plain)
         if "traceName" in trace:
             trace["traceName"] = path  # the profiler names the file it wrote: the temporary one

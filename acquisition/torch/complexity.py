@@ -24,8 +24,10 @@ if TYPE_CHECKING:
     from torch import nn
 
 __all__ = [
+    "meta_copy",
     "model_points",
     "module_flops",
+    "module_flops_private",
     "module_sizes",
     "parse_flop_counts",
     "preserved_state",
@@ -95,6 +97,73 @@ def module_flops(
     with preserved_state(model), torch.no_grad(), counter:
         model(*args, **dict(kwargs or {}))
     return parse_flop_counts(type(model).__name__, counter.get_flop_counts())
+
+
+def meta_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` on the meta device: the same modules and shapes, no data, no hooks.
+
+    Parameters and buffers become meta tensors (no memory, no copy of their values); the hook
+    dictionaries of every module are left empty in the copy, so nothing registered on the
+    model runs when the copy does."""
+    import copy
+
+    import torch
+    from torch import nn
+
+    memo: dict[int, Any] = {}
+    for p in model.parameters():
+        memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), p.requires_grad)
+    for module in model.modules():
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and id(value) not in memo:
+                memo[id(value)] = torch.empty_like(value, device="meta")
+            elif "hook" in name and isinstance(value, dict):
+                memo[id(value)] = type(value)()
+        for value in module._buffers.values():
+            if value is not None and id(value) not in memo:
+                memo[id(value)] = torch.empty_like(value, device="meta")
+    return copy.deepcopy(model, memo)
+
+
+def module_flops_private(
+    model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None
+) -> dict[str, int]:
+    """:func:`module_flops` for a model no other thread uses (a :func:`meta_copy`), safe to run
+    beside training: the same formulas (``torch.utils.flop_counter``'s registry), counted by a
+    dispatch mode (thread-local) and attributed through hooks on this model's own modules,
+    where ``FlopCounterMode`` tracks modules with global hooks that would also see the training
+    thread's calls."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    stack: list[str] = []
+    counts: dict[str, int] = {}
+
+    class Count(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                flops = int(formula(*args, **kwargs, out_val=out))
+                for name in set(stack):
+                    counts[name] = counts.get(name, 0) + flops
+            return out
+
+    handles = []
+    for name, module in model.named_modules():
+        handles.append(module.register_forward_pre_hook(lambda m, a, n=name: stack.append(n)))
+        handles.append(
+            module.register_forward_hook(lambda m, a, o: stack.pop() and None, always_call=True)
+        )
+    try:
+        with torch.no_grad(), Count():  # type: ignore[no-untyped-call]
+            model(*args, **dict(kwargs or {}))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return counts
 
 
 def model_points(

@@ -215,10 +215,21 @@ def _jit_type(value: Any) -> dict[str, Any]:
 
 
 def capture_graph(
-    model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    preserve: bool = True,
 ) -> GraphCapture:
-    """Export (or trace) ``model(*args, **kwargs)`` without side effects on training state."""
+    """Export (or trace) ``model(*args, **kwargs)`` without side effects on training state
+    (``preserve=False``: a private copy of the model, whose state and the process's random
+    number generators are left alone)."""
+    import contextlib
+
     import torch
+
+    def state() -> contextlib.AbstractContextManager[None]:
+        return complexity.preserved_state(model) if preserve else contextlib.nullcontext()
 
     header: dict[str, Any] = {
         "format": FORMAT,
@@ -228,7 +239,7 @@ def capture_graph(
     }
     kwargs = dict(kwargs or {})
     try:
-        with complexity.preserved_state(model):
+        with state():
             ep = torch.export.export(model, args, kwargs=kwargs, strict=False)
     except Exception as exc:  # export raises many types; every one means "use the fallback"
         reason = f"torch.export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:300]})"
@@ -245,7 +256,7 @@ def capture_graph(
         header.update(source="none", nodes=[], outputs=[])
         return GraphCapture(header, "none")
     try:
-        with complexity.preserved_state(model), warnings.catch_warnings(record=True) as caught:
+        with state(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             doc = _jit_document(model, args)
     except Exception as exc:  # the tracer's failures are as varied as export's

@@ -9,7 +9,10 @@ Each hook body does one ``time.perf_counter_ns()`` and one ``list.append`` of a
 ``(module, t_ns, kind)`` tuple into the session's :class:`EventLog`; names, nesting and sums are
 worked out later by :mod:`acquisition.torch.steps`, once per step. On CUDA the hooks also
 record a ``torch.cuda.Event`` (a fourth tuple item) so GPU execution time can be resolved off the
-hot path: the hooks fire when kernels are *launched*, not when they run.
+hot path: the hooks fire when kernels are *launched*, not when they run. The backward hooks
+run wherever autograd runs the node: the session switches autograd's device threads off on the
+training thread for the steps that have module hooks, so on CUDA they run on the training thread
+too, never as Python callbacks on autograd's device thread.
 
 Why a list and not a preallocated ring: an indexed store into a preallocated ring measured
 ~0.5 µs per module call faster (``bench/bench_hooks.py``; some of that is the leaf check the real
@@ -143,8 +146,9 @@ def _make_cuda_hooks(
 
     def _mark(module: Any, kind: int) -> None:
         ev = event_cls(enable_timing=True)
-        ev.record()  # on the current stream; read later by the aggregator thread
-        append((id(module), perf_counter_ns(), kind, ev))
+        t = perf_counter_ns()
+        ev.record()  # on the current stream; read by the aggregator once the step has run
+        append((id(module), t, kind, ev))
 
     def fwd_pre(module: Any, args: Any) -> None:
         _mark(module, 0)

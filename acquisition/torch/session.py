@@ -4,8 +4,18 @@ Calls used: the global module and optimizer hooks of torch (``register_module_fo
 ``register_module_forward_hook``, ``torch.optim.optimizer.register_optimizer_step_post_hook``,
 ``register_module_module_registration_hook``), autograd-node hooks on leaf modules' outputs for
 backward timing (see :mod:`acquisition.torch.hooks`), one root forward pre-hook with kwargs to
-capture the first call's inputs when no example inputs were given. Clock: ``time.perf_counter_ns()`` on the hot path, converted to Unix-epoch ns with one
-offset measured at start (``time.time_ns() - perf_counter_ns()``).
+capture the first call's inputs when no example inputs were given. Clock:
+``time.perf_counter_ns()`` on the hot path, converted to Unix-epoch ns with one offset measured
+at start (``time.time_ns() - perf_counter_ns()``).
+
+On CUDA (a model on one GPU) each step boundary also records one CUDA event, placed on the host
+clock through anchors (:mod:`acquisition.torch.cuda`), and the aggregator thread reads a step's
+events in one batch once the GPU has reached its boundary, never waiting for the GPU. Module
+detail records a CUDA event at each module enter and exit; for a detailed step, autograd's
+device threads are switched off on the training thread (``torch.autograd``'s
+``set_multithreading_enabled``, which is thread-local), so the backward node hooks run on the
+training thread between the kernels it launches, not as Python callbacks on autograd's CUDA
+device thread. Steps without module detail have no hooks at all and keep torch's defaults.
 
 Points (wire contract): ``nrg_run`` (start/end), ``nrg_model`` (per module, once), ``nrg_step``
 and ``nrg_module`` (per step), tagged ``experiment``, ``run`` and ``rank``.
@@ -14,12 +24,12 @@ and ``nrg_module`` (per step), tagged ``experiment``, ``run`` and ``rank``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -28,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 from acquisition.lineproto import LineEncoder
 from acquisition.paths import data_dir
 from acquisition.point import Point
-from acquisition.torch import complexity
-from acquisition.torch.graph import GraphCapture, capture_graph
-from acquisition.torch.hooks import EPOCH, RESUME, RETIME, STEP, EventLog, ModuleHooks
+from acquisition.torch import cuda as gpu_timeline
+from acquisition.torch.analysis import ModelAnalysis
+from acquisition.torch.graph import GraphCapture
+from acquisition.torch.hooks import EPOCH, RESUME, STEP, EventLog, ModuleHooks
 from acquisition.torch.steps import StepAggregator, StepLines
 from acquisition.torch.transport import LineSender, default_fallback_dir, default_socket_path
 
@@ -49,6 +60,11 @@ __all__ = [
 
 log = logging.getLogger("acquisition.torch")
 
+NO_CUDA_BACKWARD = (
+    "nrg: backward of modules not timed on CUDA: %s (forward and steps are); "
+    "autograd's device threads would run the hooks as Python callbacks"
+)
+
 SAMPLES_ERROR = "samples must be a positive integer (the batch size of the step), got {value!r}"
 """Raised (formatted) by :meth:`Session.step` and ``instrument(samples_per_step=...)``."""
 
@@ -60,6 +76,10 @@ _HANDOVER_S = 0.25
 DETAIL_MODULES = 64
 """``module_detail_every`` by default: every step for a model of up to this many modules, else
 every ⌈modules / 64⌉-th step, so the hook work per step stays about that of a 64-module model."""
+
+_CUDA_BACKLOG = 65_536
+"""On CUDA, events waiting for a step boundary are aggregated anyway beyond this many (a job
+that never ends a step)."""
 
 DETAIL_EVERY_ERROR = "module_detail_every must be a positive integer, got {value!r}"
 
@@ -135,15 +155,16 @@ class Session:
         self.socket_path = Path(socket_path) if socket_path else default_socket_path()
         self.fallback_path = Path(fallback_dir or default_fallback_dir()) / f"{stem}.lp"
         graph_root = graph_dir or os.environ.get("NRG_GRAPH_DIR") or data_dir() / "graphs"
-        self.graph_path: Path | None = Path(graph_root) / f"{stem}.graph.json" if graph else None
+        graph_path = Path(graph_root) / f"{stem}.graph.json" if graph else None
         if example_inputs is not None and not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)
         self._example = (example_inputs, dict(example_kwargs or {}))
-        self._graph = graph
         self._backward = backward
         self._auto_step = auto_step
         self._flush_interval_s = flush_interval_s
-        self.capture: GraphCapture | None = None
+        self._model_analysis = ModelAnalysis(
+            model, graph_path, tags=self.tags, model_tags=self._model_tags, send=self._send
+        )
         self._encoder = LineEncoder()
         self._events = EventLog()
         self._hooks: ModuleHooks | None = None
@@ -168,6 +189,11 @@ class Session:
         self._pending_bytes = 0
         self._handed_at = 0.0
         self._cuda = False
+        self._timeline: gpu_timeline.GpuTimeline | None = None
+        self._boundaries: deque[Any] = deque()
+        """CUDA events of the step boundaries the aggregator has not seen the GPU reach."""
+        self._threads_switch: Any = None
+        self._threads_before = True
         self._thread: threading.Thread | None = None
         self._started = False
         self._closed = False
@@ -176,6 +202,16 @@ class Session:
         self.start_time_ns = 0
 
     # --- public API -----------------------------------------------------------------------
+
+    @property
+    def graph_path(self) -> Path | None:
+        """Where the model graph JSON is (None: off, or it could not be written)."""
+        return self._model_analysis.graph_path
+
+    @property
+    def capture(self) -> GraphCapture | None:
+        """The captured op graph, once the model analysis has run."""
+        return self._model_analysis.capture
 
     @property
     def sender(self) -> LineSender:
@@ -196,7 +232,6 @@ class Session:
 
     def start(self) -> Session:
         """Install the hooks and start sending; returns the session (for code without ``with``)."""
-        import torch
         from torch.nn.modules import module as torch_module
         from torch.optim import optimizer as torch_optimizer
 
@@ -206,18 +241,24 @@ class Session:
         self.offset_ns = time.time_ns() - time.perf_counter_ns()
         self.start_time_ns = time.time_ns()
         model = self.model
-        cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
-        self._cuda = cuda
+        devices = gpu_timeline.cuda_devices(model.parameters())
+        cuda = self._cuda = bool(devices)
         self._param_ids = {id(p) for p in model.parameters()}
         self._aggregator = StepAggregator(self._names(), samples_per_step=self._samples_per_step)
+        if cuda:
+            self._timeline = gpu_timeline.GpuTimeline(self.offset_ns)
+            self._timeline.anchor()
+            self._aggregator.gpu_time = self._timeline.host_ns
+            self._backward = self._backward and self._backward_on_this_thread(devices)
         self._step_lines = StepLines(self.tags, self.offset_ns)
         self._hooks = ModuleHooks(self._events, cuda=cuda)
         self._sender = LineSender(self.socket_path, self.fallback_path)
         self._sender.start()
         self._send([self._run_point("start", self.start_time_ns)])
+        self._model_analysis.time_ns = self.start_time_ns
         args, kwargs = self._example
         if args is not None:
-            self._capture(args, kwargs)
+            self._model_analysis.here(args, kwargs, self._hooks)
         else:
             self._first_call = model.register_forward_pre_hook(
                 self._on_first_call, with_kwargs=True
@@ -225,6 +266,7 @@ class Session:
         if self._backward:
             self._hooks.set_backward(self._leaves())
         self._hooks.install_forward()
+        self._device_threads(False)
         self._handles.append(torch_optimizer.register_optimizer_step_post_hook(self._on_optimizer))
         self._handles.append(
             torch_module.register_module_module_registration_hook(self._on_registration)
@@ -240,8 +282,7 @@ class Session:
         step's ``samples`` field; without it, ``samples_per_step`` of :func:`instrument`."""
         samples = _check_samples(samples)
         self._manual_steps = True
-        self._events.append((samples, time.perf_counter_ns(), STEP))
-        self._next_step()
+        self._boundary(samples)
 
     def epoch(self, number: int | None = None) -> int:
         """Set the epoch of the steps that follow and return it; without ``number`` the first
@@ -261,15 +302,17 @@ class Session:
             return
         self._paused = True
         self._hooks.remove_forward()
+        self._device_threads(True)
 
     def resume(self) -> None:
         """Record again; a step with no module call yet starts now."""
         if self._hooks is None or not self._paused or self._closed:
             return
         self._paused = False
-        self._events.append((None, time.perf_counter_ns(), RESUME))
+        self._restart_clock()
         if self._detail_step():
             self._hooks.install_forward()
+            self._device_threads(False)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -294,9 +337,14 @@ class Session:
         self._handles = []
         if self._hooks is not None:
             self._hooks.remove_all()
+        self._device_threads(True)
+        if self._model_analysis.wait():
+            self._model_analysis.late(self._hooks)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._timeline is not None:
+            self._timeline.synchronize()  # every boundary event reached: the steps can end
         self._process()
         assert self._aggregator is not None
         last = self._aggregator.finish_pending(end_perf)
@@ -326,11 +374,14 @@ class Session:
     # --- hooks (training thread) ------------------------------------------------------------
 
     def _on_first_call(self, module: Any, args: Any, kwargs: Any) -> None:
-        if self._first_call is not None:
-            self._first_call.remove()
-            self._first_call = None
-            self._capture(tuple(args), dict(kwargs))
-            self._events.append((id(module), time.perf_counter_ns(), RETIME))
+        if self._first_call is None:
+            return
+        self._first_call.remove()
+        self._first_call = None
+        assert self._hooks is not None
+        event = self._model_analysis.first_call(module, tuple(args), dict(kwargs), self._hooks)
+        if event is not None:  # analysed here: the call's clock restarts
+            self._events.append(event)
 
     def _on_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._manual_steps or not self._auto_step or self._paused:
@@ -347,8 +398,50 @@ class Session:
             self._step_optimizer = weakref.ref(optimizer)
         elif chosen is not optimizer:
             return
-        self._events.append((None, time.perf_counter_ns(), STEP))
+        self._boundary(None)
+
+    def _restart_clock(self) -> None:
+        """A step with no module call yet starts now (on CUDA, on the GPU's timeline too)."""
+        if self._timeline is None:
+            self._events.append((None, time.perf_counter_ns(), RESUME))
+        else:
+            self._events.append((None, time.perf_counter_ns(), RESUME, self._timeline.mark()[0]))
+
+    def _boundary(self, samples: int | None) -> None:
+        """A step ends now: one event (on CUDA also one CUDA event), then the next step."""
+        timeline = self._timeline
+        if timeline is None:
+            self._events.append((samples, time.perf_counter_ns(), STEP))
+            self._next_step()
+            return
+        perf = time.perf_counter_ns()
+        event, anchor = timeline.mark()
+        self._events.append((samples, perf, STEP, event, anchor))
+        self._boundaries.append(event)
         self._next_step()
+        if timeline.due(perf):
+            timeline.anchor()
+
+    def _backward_on_this_thread(self, devices: set[int]) -> bool:
+        """Whether backward node hooks can run on the training thread (one GPU, and a torch
+        that can switch autograd's device threads off for this thread); logs why not."""
+        import torch
+
+        switch = gpu_timeline.backward_thread_switch()
+        if switch is None:
+            log.info(NO_CUDA_BACKWARD, "this torch cannot run backward on the calling thread")
+            return False
+        if len(devices) > 1:
+            log.info(NO_CUDA_BACKWARD, f"the model spans {len(devices)} GPUs")
+            return False
+        self._threads_switch = switch
+        self._threads_before = bool(torch._C._is_multithreading_enabled())
+        return True
+
+    def _device_threads(self, on: bool) -> None:
+        """Autograd's device threads on (torch's default) or off, for the training thread."""
+        if self._threads_switch is not None:
+            self._threads_switch(on and self._threads_before)
 
     def _detail_step(self) -> bool:
         return self._steps_seen % self.module_detail_every == 0
@@ -358,75 +451,24 @@ class Session:
         CPU; on CUDA the idle thread does, since it waits for the GPU), then put the module
         hooks in for a detailed step or take them out for the others."""
         self._steps_seen += 1
+        if self._model_analysis.due:
+            self._model_analysis.late(self._hooks)
+            self._restart_clock()
         if not self._cuda:  # on CUDA, reading the step's events waits for the GPU: not here
             self._process()
         if self.module_detail_every == 1 or self._paused or self._hooks is None:
             return
         if self._detail_step():
             self._hooks.install_forward()
+            self._device_threads(False)
         else:
             self._hooks.remove_forward()
+            self._device_threads(True)
 
     def _on_registration(self, module: Any, name: str, submodule: Any) -> None:
         self._names_dirty = True
 
     # --- model structure ---------------------------------------------------------------------
-
-    def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Record sizes, FLOPs and graph; decide the backward hooks. Runs once.
-
-        Runs inside the model's first forward call when no example inputs were given: whatever
-        goes wrong is logged, never raised into training (a warning the user turned into an
-        error excepted)."""
-        try:
-            self._analyse(args, kwargs)
-        except Warning:
-            raise
-        except Exception:
-            log.exception("nrg: model analysis failed; no graph, FLOPs or backward timing")
-
-    def _analyse(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        assert self._hooks is not None
-        model = self.model
-        reinstall = self._hooks.forward_installed
-        # Our own hooks must not see the analysis passes.
-        self._hooks.remove_forward()
-        try:
-            sizes = complexity.module_sizes(model)
-            try:
-                flops = complexity.module_flops(model, args, kwargs)
-            except Exception as exc:  # a model FlopCounterMode cannot run is still trained
-                log.warning("nrg: FLOP counting failed (%s: %s)", type(exc).__name__, exc)
-                flops = {}
-            if self._graph:
-                self.capture = capture_graph(model, args, kwargs)
-                if self.graph_path is not None:
-                    self._write_graph(self.capture, sizes, flops)
-            self._send(complexity.model_points(sizes, flops, self._model_tags, self.start_time_ns))
-        finally:
-            if reinstall:
-                self._hooks.install_forward()
-
-    def _write_graph(
-        self, capture: GraphCapture, sizes: Mapping[str, tuple[int, int]], flops: Mapping[str, int]
-    ) -> None:
-        assert self.graph_path is not None
-        types = {n: type(m).__qualname__ for n, m in self.model.named_modules()}
-        doc = dict(capture.doc)
-        doc["experiment"] = self.tags.get("experiment", "")
-        doc["run"] = self.tags["run"]
-        doc["modules"] = {
-            name: {"type": types[name], "params": p, "buffers": b, "flops": flops.get(name, 0)}
-            for name, (p, b) in sizes.items()
-        }
-        try:
-            self.graph_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.graph_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
-            tmp.replace(self.graph_path)
-        except OSError as exc:
-            log.warning("nrg: cannot write the model graph to %s: %s", self.graph_path, exc)
-            self.graph_path = None
 
     # --- aggregation: at step boundaries, or on the idle thread -------------------------------
 
@@ -441,12 +483,26 @@ class Session:
         hand-overs than the aggregation itself, so a step's own boundary does it."""
         interval = self._flush_interval_s
         while not self._stop.wait(interval):
-            if time.monotonic() - self._processed_at >= interval:
+            if self._timeline is not None:
+                reached = self._gpu_reached()
+                if reached or len(self._events.events) > _CUDA_BACKLOG:
+                    self._process(reached or None)
+            elif time.monotonic() - self._processed_at >= interval:
                 self._process()
             self._send_text("")  # lines waiting longer than _HANDOVER_S go now
 
-    def _process(self) -> None:
-        """Aggregate the recorded events and send the finished steps' lines.
+    def _gpu_reached(self) -> int:
+        """How many step boundaries not yet read the GPU has reached (``query()``: no wait)."""
+        boundaries = self._boundaries
+        reached = 0
+        while boundaries and boundaries[0].query():
+            boundaries.popleft()
+            reached += 1
+        return reached
+
+    def _process(self, steps: int | None = None) -> None:
+        """Aggregate the recorded events and send the finished steps' lines (with ``steps``:
+        those of that many step boundaries; the later events wait).
 
         Never raises into training: a failure is logged (once) and the events are dropped."""
         if self._aggregator is None or self._step_lines is None:
@@ -455,13 +511,13 @@ class Session:
             self._processed_at = time.monotonic()
             events = self._events.drain()
             try:
-                self._aggregate(events)
+                self._aggregate(events, steps)
             except Exception:
                 if not self._process_failed:
                     self._process_failed = True
                     log.exception("nrg: cannot aggregate %d hook events (logged once)", len(events))
 
-    def _aggregate(self, events: list[Any]) -> None:
+    def _aggregate(self, events: list[Any], steps: int | None) -> None:
         assert self._aggregator is not None and self._step_lines is not None
         # After the drain: a module registered before any of its calls in this batch has set
         # the flag by now, so the batch is named with the rebuilt map.
@@ -470,7 +526,7 @@ class Session:
             self._aggregator.names = self._names()
             if self._backward and self._hooks is not None:
                 self._hooks.set_backward(self._leaves())
-        records = self._aggregator.feed(events)
+        records = self._aggregator.feed(events, steps)
         if records:
             lines = self._step_lines.lines
             self._send_text("".join(lines(r) for r in records))

@@ -6,7 +6,10 @@ Input: the ``(module, perf_counter_ns, kind[, cuda_event])`` tuples of
 boundary with, per ``(module qualname, phase)``, the call count, inclusive time (enter to exit)
 and exclusive ("self") time (inclusive minus the inclusive time of instrumented child calls), in
 ns of ``time.perf_counter_ns``; on CUDA also GPU milliseconds between the events recorded at
-enter and exit, inclusive and exclusive.
+enter and exit, inclusive and exclusive, and the step's interval on the GPU's own timeline
+(:mod:`acquisition.torch.cuda`): a step boundary that carries a CUDA event is finished only once
+the GPU has reached it (``query()``); the events after it wait in a backlog for the next feed, so
+every event of a step is read in one batch and nothing here ever waits for the GPU.
 
 Steps tile time: step *k* runs from the boundary of step *k-1* (for the first step, the first
 event after the session started) to its own boundary. Modules that are not part of the
@@ -16,7 +19,7 @@ enclosing module's exclusive time. A call is accounted to the step in which it e
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +75,10 @@ class StepRecord:
     """Keyed by ``(qualname, phase)``; the root's qualname is ``""``."""
     samples: int | None = None
     """Samples (batch size) the job said this step processed, if it said."""
+    gpu_start_ns: int | None = None
+    """Unix-epoch ns at which the GPU began this step's work (CUDA; None elsewhere)."""
+    gpu_end_ns: int | None = None
+    """Unix-epoch ns at which the GPU reached this step's boundary event (CUDA)."""
 
 
 @dataclass
@@ -113,19 +120,30 @@ class StepAggregator:
         # (module, kind of the exit event) -> [calls, inclusive_ns, exclusive_ns]
         self._stats: dict[tuple[Any, int], list[int]] = {}
         self._gpu: list[_GpuSpan] = []
+        self.gpu_time: Callable[..., int] | None = None
+        """``(cuda_event, anchor) -> Unix-epoch ns`` of a completed event
+        (:meth:`acquisition.torch.cuda.GpuTimeline.host_ns`); set on CUDA."""
+        self.gpu_unresolved = 0
+        """Module calls whose CUDA events could not be read (recorded on another stream)."""
+        self._gpu_begin: Any = None
+        """Where the current step began on the GPU: the previous step's end (ns), else the
+        first CUDA event recorded in it (read when the step ends), else None."""
+        self._backlog: list[Event] = []
 
     @property
     def pending(self) -> bool:
         """Whether module calls were recorded since the last step boundary."""
         return bool(self._stats)
 
-    def feed(self, events: Sequence[Event]) -> list[StepRecord]:
+    def feed(self, events: Sequence[Event], max_steps: int | None = None) -> list[StepRecord]:
         """Consume events; return the steps they completed.
 
         Module enters and exits (nearly every event) are handled inline; step, epoch and timing
-        marks go to :meth:`_mark`.
+        marks go to :meth:`_mark`. With ``max_steps``, the events after that many step
+        boundaries wait in the backlog (on CUDA: the steps the GPU is still running).
         """
         done: list[StepRecord] = []
+        events = self._pending(events, max_steps)
         names = self.names
         stacks = self._stacks
         stats = self._stats
@@ -135,7 +153,10 @@ class StepAggregator:
             module, t, kind = ev[0], ev[1], ev[2]
             if kind in (FWD_PRE, BWD_PRE):
                 if module in names:
-                    stacks[kind].append([module, t, 0, ev[3] if len(ev) > 3 else None, None])
+                    gpu = ev[3] if len(ev) > 3 else None
+                    if gpu is not None and self._gpu_begin is None:
+                        self._gpu_begin = gpu
+                    stacks[kind].append([module, t, 0, gpu, None])
             elif kind in (FWD_POST, BWD_POST):
                 if module not in names:
                     continue
@@ -159,9 +180,33 @@ class StepAggregator:
                     stack[-1][_CHILD] += inclusive
                 if frame[_EVENT] is not None and len(ev) > 3:
                     self._gpu_exit(stack, frame, key, ev[3])
-            else:
-                self._mark(ev, done)
+            elif not self._mark(ev, done):
+                self._backlog = list(events[events.index(ev) :])
+                break
         return done
+
+    def _pending(self, events: Sequence[Event], max_steps: int | None) -> Sequence[Event]:
+        """The backlog then ``events``, cut after ``max_steps`` boundaries."""
+        if self._backlog:
+            events = [*self._backlog, *events]
+            self._backlog = []
+        if max_steps is not None:
+            events = self._through_steps(events, max_steps)
+        return events
+
+    def _through_steps(self, events: Sequence[Event], steps: int) -> Sequence[Event]:
+        """The events up to and including the ``steps``-th boundary; the rest to the backlog."""
+        seen = 0
+        for i, ev in enumerate(events):
+            if ev[2] == STEP:
+                seen += 1
+                if seen == steps:
+                    self._backlog = list(events[i + 1 :])
+                    return events[: i + 1]
+        if steps == 0:
+            self._backlog = list(events)
+            return []
+        return events
 
     def _gpu_exit(self, stack: list[list[Any]], frame: list[Any], key: Any, end: Any) -> None:
         """Keep the CUDA event pair of a finished call (and give it to its parent's frame)."""
@@ -171,11 +216,15 @@ class StepAggregator:
                 stack[-1][_CHILD_EVENTS] = []
             stack[-1][_CHILD_EVENTS].append((frame[_EVENT], end))
 
-    def _mark(self, ev: Event, done: list[StepRecord]) -> None:
-        """A step boundary, an epoch change, or a restart of the clock (retime, resume)."""
+    def _mark(self, ev: Event, done: list[StepRecord]) -> bool:
+        """A step boundary, an epoch change, or a restart of the clock (retime, resume).
+
+        False for a step boundary whose CUDA event the GPU has not reached yet."""
         kind = ev[2]
         if kind == STEP:
-            done.append(self._finish(ev[1], ev[0]))
+            if len(ev) > 3 and not ev[3].query():
+                return False
+            done.append(self._finish(ev[1], ev[0], ev[3:]))
         elif kind == EPOCH:
             self.epoch = int(ev[0])
         elif kind == RETIME:
@@ -186,6 +235,14 @@ class StepAggregator:
                 self._start_ns = ev[1]
         elif kind == RESUME and not self._stats:
             self._start_ns = ev[1]
+            if len(ev) > 3:
+                self._gpu_begin = ev[3]
+        return True
+
+    @property
+    def waiting(self) -> bool:
+        """Whether events wait for the GPU to reach a step boundary."""
+        return bool(self._backlog)
 
     def finish_pending(self, end_ns: int) -> StepRecord | None:
         """Close a last, unfinished step (module calls after the last boundary), if any."""
@@ -204,7 +261,20 @@ class StepAggregator:
         self.unmatched_exits += 1
         return None
 
-    def _finish(self, end_ns: int, samples: int | None = None) -> StepRecord:
+    def _gpu_interval(self, mark: Sequence[Any]) -> tuple[int | None, int | None]:
+        """The step's GPU interval from its boundary ``(cuda_event, anchor)``, if it has one."""
+        if not mark or self.gpu_time is None:
+            return None, None
+        anchor = mark[1] if len(mark) > 1 else None
+        end = self.gpu_time(mark[0], anchor)
+        begin = self._gpu_begin
+        start = begin if isinstance(begin, int) or begin is None else self.gpu_time(begin, anchor)
+        self._gpu_begin = end
+        return start, end
+
+    def _finish(
+        self, end_ns: int, samples: int | None = None, mark: Sequence[Any] = ()
+    ) -> StepRecord:
         start = self._start_ns if self._start_ns is not None else end_ns
         names = self.names
         modules: dict[tuple[str, str], ModuleTiming] = {}
@@ -216,28 +286,37 @@ class StepAggregator:
             timing = ModuleTiming(calls, inclusive, exclusive)
             modules[(name, _PHASE[key[1]])] = by_key[key] = timing
         if self._gpu:
-            _resolve_gpu(self._gpu, by_key)
+            self.gpu_unresolved += _resolve_gpu(self._gpu, by_key)
             self._gpu = []
+        gpu_start, gpu_end = self._gpu_interval(mark)
         self._stats.clear()  # in place: feed() holds a reference to it
         self.step += 1
         self._start_ns = end_ns
         if samples is None:
             samples = self.samples_per_step
-        return StepRecord(self.step - 1, self.epoch, start, end_ns, modules, samples)
+        record = StepRecord(self.step - 1, self.epoch, start, end_ns, modules, samples)
+        record.gpu_start_ns, record.gpu_end_ns = gpu_start, gpu_end
+        return record
 
 
-def _resolve_gpu(spans: list[_GpuSpan], modules: dict[tuple[Any, int], ModuleTiming]) -> None:
-    """Read CUDA event pairs (blocking the session's idle thread, never the training thread)."""
-    spans[-1].end.synchronize()
+def _resolve_gpu(spans: list[_GpuSpan], modules: dict[tuple[Any, int], ModuleTiming]) -> int:
+    """Read CUDA event pairs of a step the GPU has finished; never waits.
+
+    Returns how many calls could not be read (events on another stream, not yet run)."""
+    unresolved = 0
     for span in spans:
-        span.end.synchronize()
-        inclusive = float(span.start.elapsed_time(span.end))
-        children = sum(float(s.elapsed_time(e)) for s, e in span.children)
         timing = modules.get(span.key)
         if timing is None:
             continue
+        try:
+            inclusive = float(span.start.elapsed_time(span.end))
+            children = sum(float(s.elapsed_time(e)) for s, e in span.children)
+        except RuntimeError:  # CUDA's "device not ready"
+            unresolved += 1
+            continue
         timing.gpu_inclusive_ms = (timing.gpu_inclusive_ms or 0.0) + inclusive
         timing.gpu_exclusive_ms = (timing.gpu_exclusive_ms or 0.0) + max(0.0, inclusive - children)
+    return unresolved
 
 
 def step_points(record: StepRecord, tags: Mapping[str, str], offset_ns: int) -> list[Point]:
@@ -256,6 +335,9 @@ def step_points(record: StepRecord, tags: Mapping[str, str], offset_ns: int) -> 
     step_fields["start_time_ns"] = start
     step_fields["end_time_ns"] = end
     step_fields["duration_seconds"] = (end - start) / 1e9
+    if record.gpu_start_ns is not None and record.gpu_end_ns is not None:
+        step_fields["gpu_start_time_ns"] = record.gpu_start_ns
+        step_fields["gpu_end_time_ns"] = record.gpu_end_ns
     points = [Point("nrg_step", step_tags, step_fields, end)]
     for (name, phase), timing in record.modules.items():
         fields: dict[str, float | int] = {
@@ -318,9 +400,14 @@ class StepLines:
         step_prefix = prefixes.get((epoch, "", "")) or self._series(epoch, "", "")
         head = f" step={record.step}i,"
         samples = "" if record.samples is None else f"samples={record.samples}i,"
+        on_gpu = ""
+        if record.gpu_start_ns is not None and record.gpu_end_ns is not None:
+            on_gpu = (
+                f",gpu_start_time_ns={record.gpu_start_ns}i,gpu_end_time_ns={record.gpu_end_ns}i"
+            )
         out = [
             f"{step_prefix}{head}{samples}start_time_ns={start}i,end_time_ns={end}i,"
-            f"duration_seconds={(end - start) / 1e9!r} {end}\n"
+            f"duration_seconds={(end - start) / 1e9!r}{on_gpu} {end}\n"
         ]
         for (name, phase), timing in record.modules.items():
             prefix = prefixes.get((epoch, name, phase)) or self._series(epoch, name, phase)

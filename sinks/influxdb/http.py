@@ -124,8 +124,8 @@ def server_message(headers: Any, body: Any, reason: str, redact: Callable[[str],
             return _cut(text.strip())
         if isinstance(data, dict):
             for key in ("message", "error"):
-                if data.get(key):
-                    return _cut(str(data[key]))
+                if data.get(key):  # decoded: a secret JSON-escaped in the body shows now
+                    return _cut(redact(str(data[key])))
         return _cut(text.strip())
     return _cut(redact(reason or "no message"))
 

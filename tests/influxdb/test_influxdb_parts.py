@@ -53,6 +53,7 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after(None) is None
     assert parse_retry_after("") is None
     assert parse_retry_after("7") == 7.0
+    assert parse_retry_after("nan") is None  # not a number: ignored, not 0 s
     assert parse_retry_after(" 1.5 ") == 1.5
     assert parse_retry_after("-3") == 0.0
     # HTTP date: 2026-11-23 08:00:30 GMT, 30 s after "now".

@@ -319,6 +319,35 @@ async def test_disk_full_drops_only_the_failed_record_and_the_spool_recovers(
         await again.close()
 
 
+async def test_a_write_cut_short_by_a_full_disk_is_cut_back_off(tmp_path: Path) -> None:
+    """Guards: a record whose write stopped part-way (the disk had 8 KiB left for a 38 KB
+    record) is truncated back off its segment: the segment keeps exactly what it had, and a
+    restart finds no torn record."""
+    with small_disk(tmp_path / "disk", 256 * 1024) as disk:
+        spool = Spool(disk / "spool", max_bytes=1 << 30, segment_bytes=1 << 20)
+        await spool.open()
+        assert await spool.append(lines(0, 10), 10)
+        (seg,) = segments(disk / "spool")
+        before = seg.stat().st_size  # MAGIC + one record of 10 lines
+        filler = fill(disk)
+        os.truncate(filler, filler.stat().st_size - 8192)  # two pages free again
+        big = lines(10, 2000)  # 2000 lines of 19 bytes = 38,000 bytes
+        assert len(big) == 38_000
+        assert spool.append_nowait(big, 2000)  # queued; its write fails part-way
+        # queued behind it, placed after it: refused too, though it would fit once cut back
+        assert spool.append_nowait(lines(2010, 1), 1)
+        await spool.flush()
+        assert (spool.failed_records, spool.failed_points) == (2, 2001)
+        assert seg.stat().st_size == before
+        filler.unlink()
+        await spool.close()
+        again = Spool(disk / "spool", max_bytes=1 << 30)
+        await again.open()
+        assert (again.records, again.points, again.torn_records) == (1, 10, 0)
+        assert await drain(again) == lines(0, 10)
+        await again.close()
+
+
 async def test_awaited_append_raises_and_leaves_the_points_to_the_caller(tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk", 128 * 1024) as disk:
         spool = Spool(disk / "spool", max_bytes=1 << 30)
@@ -370,20 +399,29 @@ async def test_corruption_in_the_middle_costs_one_record_at_restart(tmp_path: Pa
     await again.close()
 
 
-@pytest.mark.parametrize("policy", ["always", "never", "50ms"])
+@pytest.mark.parametrize("policy", ["always", "never", "60m"])
 async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
 ) -> None:
     """Spy on os.fsync and os.replace: "always" syncs every append and the cursor before its
     rename; a duration syncs the segment once its timer fires, and the cursor before its rename;
-    "never" syncs nothing."""
+    "never" syncs nothing.
+
+    The interval's timer is the event loop's: the test moves the loop's clock past it (an hour
+    in no time) and waits for the sync itself, so no real time has to pass and none decides."""
     events: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
+    loop = asyncio.get_running_loop()
+    segment_synced = asyncio.Event()
+    real_time = loop.time
+    ahead_s = [0.0]
 
     def fsync(fd: int) -> None:
-        target = os.readlink(f"/proc/self/fd/{fd}")
-        events.append("fsync " + Path(target).name)
+        target = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        events.append("fsync " + target)
         real_fsync(fd)
+        if target.startswith("seg-"):
+            loop.call_soon_threadsafe(segment_synced.set)  # fsync runs on the writer thread
 
     def replace(src: str | Path, dst: str | Path) -> None:
         events.append(f"rename {Path(src).name}")
@@ -391,6 +429,7 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(loop, "time", lambda: real_time() + ahead_s[0])
     spool = Spool(tmp_path, max_bytes=1 << 20, fsync=parse_fsync_policy(policy))
     await spool.open()
     events.clear()
@@ -398,7 +437,10 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
     seg_name = segments(tmp_path)[0].name
     appended = list(events)
     events.clear()
-    await asyncio.sleep(0.15)  # the interval policy's timer fires
+    segment_synced.clear()
+    if policy == "60m":
+        ahead_s[0] = 3600.0  # the interval's timer is due now
+        await asyncio.wait_for(segment_synced.wait(), 60)  # a hang guard, not a timing
     await spool.sync_barrier()
     timed = list(events)
     events.clear()
@@ -409,7 +451,7 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
     if policy == "always":
         assert synced_segment in appended and timed == []
         assert committed[:2] == ["fsync cursor.tmp", "rename cursor.tmp"]
-    elif policy == "50ms":
+    elif policy == "60m":
         assert synced_segment not in appended and timed == [synced_segment]
         assert committed[:2] == ["fsync cursor.tmp", "rename cursor.tmp"]
     else:

@@ -1,0 +1,103 @@
+"""Mutation run: small deliberate bugs, applied one at a time, each against the tests that
+should notice it. A mutant is *killed* when its tests fail; a *survivor* shows a test gap.
+
+    python scripts/mutate.py               # every mutant in scripts/mutants.py
+    python scripts/mutate.py --only build  # those whose file or name contains "build"
+    python scripts/mutate.py --only "peak is" --only secrets  # either
+    python scripts/mutate.py --list
+
+Each mutant replaces one exact snippet (it must occur exactly once in its file) and the file
+is restored afterwards, on failure, Ctrl-C and SIGTERM too. The mutated module's cached bytecode is
+removed and none is written, so a mutant of the same size within the same second as the
+original is never mistaken for it. Prints one line per mutant and the score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from mutants import MUTANTS, Mutant  # noqa: E402
+
+TIMEOUT_S = 300
+
+
+def _drop_bytecode(path: Path) -> None:
+    cached = Path(importlib.util.cache_from_source(str(path)))
+    cached.unlink(missing_ok=True)
+
+
+def _pytest(tests: tuple[str, ...]) -> tuple[int, float]:
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return -1, time.monotonic() - start  # a hang: the tests noticed (they never finish)
+    return proc.returncode, time.monotonic() - start
+
+
+def run_one(m: Mutant) -> bool:
+    """Apply ``m``, run its tests, restore the file; True when the tests failed (killed)."""
+    path = ROOT / m.path
+    original = path.read_text()
+    if original.count(m.old) != 1:
+        raise SystemExit(f"{m.name}: snippet found {original.count(m.old)} times in {m.path}")
+    try:
+        path.write_text(original.replace(m.old, m.new))
+        _drop_bytecode(path)
+        rc, seconds = _pytest(m.tests)
+    finally:
+        path.write_text(original)
+        _drop_bytecode(path)
+    if rc in (2, 3, 4, 5):
+        raise SystemExit(f"{m.name}: pytest could not run its tests (exit {rc})")
+    killed = rc != 0
+    print(f"{'killed ' if killed else 'SURVIVED'} {seconds:5.1f}s  {m.name}: {m.path}", flush=True)
+    return killed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="mutants whose file or name contains this (repeat for several)",
+    )
+    ap.add_argument("--list", action="store_true", help="list the mutants and stop")
+    args = ap.parse_args(argv)
+    # SIGTERM (and SIGINT in a background job, where it is ignored) ends the run the way
+    # Ctrl-C does: through run_one's finally, which restores the mutated file.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    wanted = args.only or [""]
+    chosen = [m for m in MUTANTS if any(w in m.path or w in m.name for w in wanted)]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}: {m.path}  ({m.why})")
+        return 0
+    for tests in dict.fromkeys(m.tests for m in chosen):  # each subset passes unmutated
+        rc, _ = _pytest(tests)
+        if rc != 0:
+            print(f"{' '.join(tests)} fail without any mutant: fix them first", file=sys.stderr)
+            return 2
+    survivors = [m for m in chosen if not run_one(m)]
+    killed = len(chosen) - len(survivors)
+    print(f"\n{killed}/{len(chosen)} killed ({100 * killed / max(len(chosen), 1):.1f} %)")
+    for m in survivors:
+        print(f"  survivor {m.name}: {m.path} ({m.why})")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Step statistics of the run summary on steps of unequal energy, written as storage holds
+them (``nrg_step`` and the attribution's ``nrg_energy`` points), each figure by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from acquisition.point import Point
+from acquisition.report.compare import compare
+from acquisition.summary import summarize
+
+S = 1_000_000_000
+T0 = 1_764_000_000 * S
+TAGS = {"host": "h1", "run": "r1", "experiment": "e1"}
+# per step: package J, dram J, samples; totals 1, 2 and 6 J
+STEPS = [(0.8, 0.2, 10), (1.5, 0.5, 10), (5.0, 1.0, 20)]
+
+
+def points(epochs: tuple[int, ...] = (0, 0, 0), scale: float = 1.0) -> list[Point]:
+    """The steps of STEPS (energies × ``scale``) in ``epochs``, and the model's forward FLOPs."""
+    out = [Point("nrg_model", {**TAGS, "module": "(root)"}, {"flops": 1000}, T0)]
+    for n, (package, dram, samples) in enumerate(STEPS):
+        start, end = T0 + n * S, T0 + (n + 1) * S
+        fields = {"step": n, "start_time_ns": start, "end_time_ns": end, "samples": samples}
+        epoch = str(epochs[n])
+        out.append(Point("nrg_step", {**TAGS, "epoch": epoch}, fields, end))
+        for source, joules, error in (
+            ("rapl:package-0", package, 0.1),
+            ("rapl:dram-0", dram, 0.05),
+        ):
+            tags = {**TAGS, "epoch": epoch, "source": source, "scope": "step"}
+            energy = {"step": n, "energy_joules": joules * scale, "error_joules": error}
+            out.append(Point("nrg_energy", tags, energy, end))
+    return out
+
+
+def test_step_statistics_of_unequal_steps() -> None:
+    """Guards: the sample standard deviation (n − 1), the quantiles' interpolation, the energy
+    per sample over all samples, and the steps' error bars summed over sources and steps.
+
+    Totals 1, 2, 6 J: mean 3; sd √(((1−3)² + (2−3)² + (6−3)²) / 2) = √7; p50 the middle, 2 J;
+    p95 at position 0.95 × 2 = 1.9: 2 + (6 − 2) × 0.9 = 5.6 J. Per sample 9 J / 40 = 0.225 J.
+    Error 3 steps × (0.1 + 0.05) = 0.45 J."""
+    s = summarize(points())
+    assert s.steps.count == 3
+    assert s.steps.energy_j == pytest.approx(
+        {"mean": 3.0, "sd": math.sqrt(7), "p50": 2.0, "p95": 5.6}, rel=1e-12
+    )
+    assert s.steps.samples == 40
+    assert s.steps.energy_per_sample_j == pytest.approx(0.225, rel=1e-12)
+    assert s.steps.error_j == pytest.approx(0.45, rel=1e-12)
+    # the epoch: 3 s from the first start to the last end, 9 J
+    (epoch,) = s.epochs
+    assert (epoch.steps, epoch.duration_s) == (3, 3.0)
+    assert epoch.energy_j == pytest.approx(9.0, rel=1e-12)
+
+
+def test_compare_error_bars_of_unequal_steps_and_epochs() -> None:
+    """Guards: the per-step error bar is sd/√n over steps, the per-epoch one sd/√n over epochs,
+    the energy per FLOP is the step's energy ÷ FLOPs; a difference is other − base and its ratio
+    is relative to the base.
+
+    Steps 1, 2, 6 J: per step 3 J ± √7/√3 ≈ 1.5275 J. Epochs {1 + 2, 6} = {3, 6} J: per epoch
+    4.5 J ± stdev(3, 6)/√2 = 2.1213/1.4142 = 1.5 J. Per FLOP 3 J / 1000 = 0.003 J. The other
+    run has every step twice as large: per step 6 J, a difference of +3 J, ratio +1.0."""
+    base = summarize(points(epochs=(0, 0, 1)))
+    other = summarize(points(epochs=(0, 0, 1), scale=2.0))
+    figures = {f.name: f for f in compare(["a", "b"], [[base], [other]]).figures}
+    step = figures["energy per step"].values
+    assert step[0].value == pytest.approx(3.0, rel=1e-12)
+    assert step[0].error == pytest.approx(math.sqrt(7) / math.sqrt(3), rel=1e-12)
+    assert step[1].diff == pytest.approx(3.0, rel=1e-12)
+    assert step[1].diff_ratio == pytest.approx(1.0, rel=1e-12)
+    epoch = figures["energy per epoch"].values[0]
+    assert epoch.value == pytest.approx(4.5, rel=1e-12)
+    assert epoch.error == pytest.approx(1.5, rel=1e-12)
+    flop = figures["energy per forward FLOP"].values[0]
+    assert flop.value == pytest.approx(0.003, rel=1e-12)
+    assert flop.error == pytest.approx(math.sqrt(7) / math.sqrt(3) / 1000, rel=1e-12)

@@ -1,0 +1,31 @@
+"""The file sink's size limit: a file may hold up to ``max_bytes``, not one byte less."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from acquisition.api import PluginContext
+from acquisition.lineproto import LineEncoder
+from acquisition.point import Point
+from sinks.file import FileConfig, FileSink
+
+
+def ctx(tmp_path: Path) -> PluginContext:
+    return PluginContext(
+        "h1", 1.0, tmp_path / "state", tmp_path / "data", tmp_path / "run", tags={"host": "h1"}
+    )
+
+
+async def test_a_file_is_filled_up_to_max_bytes_exactly(tmp_path: Path) -> None:
+    """Guards: two batches that together make exactly ``max_bytes`` share one file; the third
+    starts the next file."""
+    batch = [Point("m", {"k": "v"}, {"n": i}, 1_000 + i) for i in range(10)]
+    size = len(LineEncoder({"host": "h1"}).encode_many(batch).encode())
+    sink = FileSink(FileConfig(dir=str(tmp_path), max_bytes=2 * size, fsync="never"), ctx(tmp_path))
+    await sink.open()
+    await sink.write(batch)
+    await sink.write(batch)
+    assert [f.stat().st_size for f in tmp_path.glob("nrg-*.lp")] == [2 * size]
+    await sink.write(batch)
+    await sink.aclose()
+    assert sorted(f.stat().st_size for f in tmp_path.glob("nrg-*.lp")) == [size, 2 * size]

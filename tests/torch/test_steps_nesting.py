@@ -1,0 +1,68 @@
+"""The step aggregator with three levels of nesting, and a resume inside a step."""
+
+from __future__ import annotations
+
+from acquisition.torch.hooks import FWD_POST, FWD_PRE, RESUME, RETIME, STEP
+from acquisition.torch.steps import ModuleTiming, StepAggregator
+
+
+class M:
+    """Stands for a module: the aggregator only needs identity."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+root, block, leaf = M("root"), M("block"), M("leaf")
+NAMES = {root: "", block: "block", leaf: "block.leaf"}
+
+
+def test_exclusive_time_subtracts_children_not_grandchildren_twice() -> None:
+    """Guards: root (0–100) holds block (10–80) which holds leaf (20–50). Exclusive times:
+    leaf 30; block 70 − 30 = 40; root 100 − 70 = 30 (its child's inclusive time; the leaf is
+    inside the block, so it is neither added back nor subtracted again)."""
+    agg = StepAggregator(NAMES)
+    (record,) = agg.feed(
+        [
+            (root, 0, FWD_PRE),
+            (block, 10, FWD_PRE),
+            (leaf, 20, FWD_PRE),
+            (leaf, 50, FWD_POST),
+            (block, 80, FWD_POST),
+            (root, 100, FWD_POST),
+            (None, 110, STEP),
+        ]
+    )
+    assert record.modules == {
+        ("block.leaf", "forward"): ModuleTiming(1, 30, 30),
+        ("block", "forward"): ModuleTiming(1, 70, 40),
+        ("", "forward"): ModuleTiming(1, 100, 30),
+    }
+    exclusive = sum(t.exclusive_ns for t in record.modules.values())
+    assert exclusive == 100  # the exclusive times tile root's 100 ns
+
+
+def test_a_resume_moves_the_start_only_of_a_step_with_no_calls_yet() -> None:
+    """Guards: a resume (the clock restarting after a pause) right after a boundary moves the
+    next step's start (30 → 35); one after module calls in the same step does not (the step
+    began at 60 with the call at 62, so a resume at 70 leaves it at 60)."""
+    agg = StepAggregator(NAMES)
+    done = agg.feed([(leaf, 10, FWD_PRE), (leaf, 20, FWD_POST), (None, 30, STEP)])
+    done += agg.feed([(None, 35, RESUME), (leaf, 40, FWD_PRE), (leaf, 45, FWD_POST)])
+    done += agg.feed([(None, 60, STEP), (leaf, 62, FWD_PRE), (leaf, 64, FWD_POST)])
+    done += agg.feed([(None, 70, RESUME), (leaf, 72, FWD_PRE), (leaf, 74, FWD_POST)])
+    done += agg.feed([(None, 90, STEP)])
+    assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30), (1, 35, 60), (2, 60, 90)]
+
+
+def test_a_retime_after_calls_in_the_step_keeps_the_step_start() -> None:
+    """Guards: a retime (a module's enter timed again, e.g. after a first call's compilation)
+    restarts that call's clock, and the step's start only while the step has no calls yet: the
+    step began at 30 with calls at 40–45, so the retime at 60 leaves it at 30; the root's call
+    counts from 60 to 70, 10 ns."""
+    agg = StepAggregator(NAMES)
+    done = agg.feed([(leaf, 10, FWD_PRE), (leaf, 20, FWD_POST), (None, 30, STEP)])
+    done += agg.feed([(leaf, 40, FWD_PRE), (leaf, 45, FWD_POST), (root, 50, FWD_PRE)])
+    done += agg.feed([(root, 60, RETIME), (root, 70, FWD_POST), (None, 80, STEP)])
+    assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30), (1, 30, 80)]
+    assert done[1].modules[("", "forward")] == ModuleTiming(1, 10, 10)
