@@ -41,6 +41,7 @@ from acquisition.job import (
 from acquisition.lineproto import LineEncoder
 from acquisition.live import live_line_wanted
 from acquisition.point import Point
+from acquisition.run_plan import prepare_run
 
 __all__ = ["SUBCOMMANDS", "RunOutcome", "Subcommand", "after_run", "main"]
 
@@ -255,7 +256,7 @@ def _load(args: argparse.Namespace) -> Config:
         agent.experiment = args.experiment
     if args.run:
         agent.run = args.run
-    return default_config(config)
+    return prepare_run(default_config(config), args)
 
 
 # -- list and --once ----------------------------------------------------------------------------
@@ -517,7 +518,6 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
 
 
 MSG_REQUIRE_ENERGY = "nrg-collect: --require-energy: not starting without an energy source"
-
 
 MSG_RUN_MISMATCH = (
     "the job names its run {job!r} but this agent tags its own points run={agent!r}; the "

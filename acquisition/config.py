@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from acquisition.carbon import check_setting
 from acquisition.errors import ConfigError
 from acquisition.summary_options import DEFAULT_CARBON_INTENSITY, DEFAULT_CARBON_SOURCE
 
@@ -454,10 +455,22 @@ class ReportConfig:
         DEFAULT_CARBON_INTENSITY,
         "grams CO2e per kWh for the summary's CO2e (default: the " + DEFAULT_CARBON_SOURCE + ")",
     )
+    carbon_intensity: object = option(
+        "", 'a number (g/kWh), a country code ("DE") or {cloud = "aws", region = "eu-west-1"}'
+    )
+    carbon_service_url: str = option("", "live intensity service (Electricity Maps' API)")
+    carbon_service_token: str = option("", "its auth-token (or carbon_service_token_file)")
+    carbon_service_token_file: str = option("", "file holding the token")
+    carbon_service_timeout: float = duration(5.0, "how long to wait for the service")
+    carbon_service_cache: float = duration(900.0, "how long an answer of the service is kept")
 
     def validate(self) -> None:
         if not self.carbon_intensity_g_per_kwh >= 0:
             raise ValueError("carbon_intensity_g_per_kwh must be >= 0")
+        try:
+            check_setting(self.carbon_intensity)
+        except ValueError as exc:
+            raise ValueError(f"carbon_intensity: {exc}") from None
 
 
 def _collector_keys(spec: PluginSpec, where: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from acquisition.errors import install_hint
+from acquisition.forecast import forecast_status
 from acquisition.point import Point
 
 __all__ = [
@@ -126,10 +127,14 @@ class EnergyTotals:
 
     def __init__(self) -> None:
         self.sources: dict[str, _Reading] = {}
+        self.forecast = ""
+        """The latest run forecast, as the live line shows it (empty before the first)."""
 
     def offer(self, point: Point) -> None:
         m = point.measurement
         if m != "rapl" and m != "gpu" and m != "emonpi":
+            if m == "nrg_forecast" and point.tags.get("source") == "total":
+                self.forecast = forecast_status(point.fields)
             return
         tags = point.tags
         if m == "rapl":
@@ -159,6 +164,8 @@ class EnergyTotals:
         for name, r in sorted(self.sources.items()):
             power = f"{r.power_w:.1f} W" if r.power_w is not None else "– W"
             parts.append(f"{name} {power} {_joules(r.energy_j)}")
+        if parts and self.forecast:
+            parts.append(self.forecast)
         return " · ".join(parts)
 
 

@@ -45,6 +45,8 @@ SINKS: dict[str, str] = {
 PROCESSORS: dict[str, str] = {
     "process_power": "acquisition.processors.process_power:ProcessPowerShare",
     "attribution": "acquisition.processors.attribution:EnergyAttribution",
+    "forecast": "acquisition.processors.forecast:RunForecast",
+    "carbon": "acquisition.processors.carbon:CarbonRecord",
 }
 REQUIRES: dict[str, tuple[str, tuple[str, ...]]] = {
     "influxdb": ("influx", ("aiohttp", "influxdb_client")),

@@ -43,6 +43,30 @@ def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--summary-file", metavar="FILE", help="also write the JSON summary here")
     add_unit_arguments(g)
+    f = parser.add_argument_group("forecast")
+    f.add_argument(
+        "--epochs",
+        type=_positive,
+        metavar="N",
+        help="the run takes N epochs: forecast its duration, energy and CO2e at each epoch end "
+        "(a job's instrument(epochs=...) says it too)",
+    )
+    f.add_argument(
+        "--steps-per-epoch",
+        type=_positive,
+        metavar="M",
+        help="optimizer steps per epoch (default: as many as the last epoch had)",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def add_unit_arguments(g: Any) -> None:
@@ -67,8 +91,15 @@ def add_unit_arguments(g: Any) -> None:
     )
     g.add_argument(
         "--carbon-intensity",
-        type=float,
-        metavar="G_PER_KWH",
-        help=f"grams CO2e per kWh (default: [report] carbon_intensity_g_per_kwh, else "
-        f"{DEFAULT_CARBON_INTENSITY:g}, the world average)",
+        type=_intensity,
+        metavar="G_PER_KWH|COUNTRY",
+        help="grams CO2e per kWh, or a country code of the packaged table (DE, FR …), for every "
+        f"run (default: [report] carbon_intensity, else {DEFAULT_CARBON_INTENSITY:g}, the world "
+        "average)",
     )
+
+
+def _intensity(text: str) -> float | str:
+    from acquisition.carbon import parse_intensity_argument
+
+    return parse_intensity_argument(text)

@@ -20,6 +20,7 @@ itself inside a job that ``nrg-collect -- CMD`` runs (the agent puts its file si
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import time
@@ -30,6 +31,7 @@ from typing import Any, Literal
 
 from acquisition.config import Config, load_config
 from acquisition.errors import NrgError
+from acquisition.forecast import EpochFigures, Forecast, forecast_run
 from acquisition.paths import ENV_AGENT_COLLECTORS, ENV_AGENT_DATA
 from acquisition.point import Point
 from acquisition.summary import RunSummary, SummaryOptions, counted_sources, summarize
@@ -77,7 +79,8 @@ class Tracker:
     ``only`` as for :class:`~acquisition.sampler.Sampler`; ``agent_data``: an agent's file sink
     directory to read instead of sampling (default: ``NRG_AGENT_DATA`` when set; False: always
     sample here; True: an agent must be named); the unit and carbon options as gpu_tracker's
-    (``ram_unit``, ``gpu_ram_unit``, ``time_unit``)."""
+    (``ram_unit``, ``gpu_ram_unit``, ``time_unit``); ``epochs``: the run's length, for
+    :meth:`forecast` from the epochs marked with :meth:`epoch`."""
 
     def __init__(
         self,
@@ -92,6 +95,7 @@ class Tracker:
         gpu_ram_unit: Literal["bytes", "kilobytes", "megabytes", "gigabytes"] = "gigabytes",
         time_unit: Literal["seconds", "minutes", "hours", "days"] = "hours",
         carbon_intensity_g_per_kwh: float | None = None,
+        epochs: int | None = None,
     ) -> None:
         if isinstance(config, str | os.PathLike):
             config = load_config(config)
@@ -104,6 +108,7 @@ class Tracker:
             extra = {
                 "carbon_intensity_g_per_kwh": carbon_intensity_g_per_kwh,
                 "carbon_intensity_source": "given to Tracker",
+                "carbon_given": True,
             }
         self.options = SummaryOptions(
             ram_unit=ram_unit,
@@ -120,6 +125,9 @@ class Tracker:
         self._open: dict[str, int] = {}
         self._stack: list[str] = []
         self.windows: list[WindowResult] = []
+        self.epochs = epochs
+        """The run's length in epochs, for :meth:`forecast`."""
+        self._epoch_marks: list[int] = []
         self.waits_timed_out = 0
         """Waits for a reading after a window's end (or the stop) that ran out before every
         source had one (a starved machine; the energy up to the end is then extrapolated)."""
@@ -144,6 +152,7 @@ class Tracker:
         if self.running:
             raise NrgError("the tracker is already running")
         self._points, self.stop_ns, self.windows = None, 0, []
+        self._epoch_marks = []
         from acquisition.sampler import AgentSampler, Sampler
 
         if self.agent_data is None:
@@ -204,6 +213,38 @@ class Tracker:
             yield
         finally:
             self.end_window(name)
+
+    # -- forecast -----------------------------------------------------------------------------
+
+    def epoch(self) -> None:
+        """Mark the start of an epoch (the first call: epoch 0); each later call ends one."""
+        if not self.running:
+            raise NrgError(NOT_STARTED)
+        self._epoch_marks.append(time.time_ns())
+
+    def forecast(self) -> Forecast | None:
+        """The run's remaining and total duration, energy and CO2e, predicted from the epochs
+        marked with :meth:`epoch` so far (``epochs`` given to the Tracker); None before the
+        first epoch has ended. One epoch gives no spread: the interval needs two."""
+        if self.epochs is None or len(self._epoch_marks) < 2:
+            return None
+        marks = self._epoch_marks
+        self._wait_for_sample_after(marks[-1])
+        points = [p for p in self._current_points() if p.measurement in _SOURCES]
+        done = []
+        for a, b in itertools.pairwise(marks):
+            part = self._window_result("epoch", a, b, points)
+            done.append(EpochFigures((b - a) / _NS, dict(part.sources)))
+        spent = self._window_result("spent", self.start_ns, marks[-1], points).sources
+        counted = sorted(counted_sources(spent))
+        return forecast_run(
+            done,
+            self.epochs,
+            elapsed_s=(marks[-1] - self.start_ns) / _NS,
+            spent_j=spent,
+            counted=counted,
+            carbon_intensity_g_per_kwh=self.options.carbon_intensity_g_per_kwh,
+        )
 
     # -- results ------------------------------------------------------------------------------
 

@@ -246,6 +246,7 @@ def training_run(d: Dialect) -> Board:
     b.table("Run summary", "run_summary", "joule", width=24)
     b.points("Energy per step", "energy_per_step", "joule")
     b.table("Energy per epoch", "energy_per_epoch", "joule")
+    b.points("Forecast: energy of the run", "forecast_energy", "joule")
     b.table("Top modules", "top_modules", "joule")
     b.points("Step time", "step_time", "s")
     b.timeseries("CPU and GPU use", "utilization", "percentunit")

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from acquisition.carbon import CarbonFigure
 from acquisition.config import load_config
 from acquisition.errors import ConfigError, NrgError
 from acquisition.paths import data_dir
@@ -33,6 +34,7 @@ from acquisition.report.formats import (
 )
 from acquisition.report.recorder import SummaryRecorder, attach_recorder
 from acquisition.report.runs import PointSource, RunInfo, find_runs, load_run, select_runs
+from acquisition.run_plan import given_carbon, report_carbon
 from acquisition.store import Store
 from acquisition.summary import RunSummary, SummaryOptions, format_text, summarize
 from acquisition.summary_options import add_summary_arguments, add_unit_arguments
@@ -64,19 +66,31 @@ def _report_table(config_path: str | None) -> dict[str, Any]:
     return {key: getattr(report, key) for key in table}
 
 
+def carbon_figure(args: argparse.Namespace, table: Mapping[str, Any]) -> CarbonFigure | None:
+    """The carbon intensity from ``--carbon-intensity``, else ``[report] carbon_intensity``,
+    else ``[report] carbon_intensity_g_per_kwh``; None when none is set (the default)."""
+    config = getattr(args, "config", None)
+    report = load_config(config).report if config else None
+    given = getattr(args, "carbon_intensity", None)
+    if given is not None:
+        return given_carbon(given, report)
+    if report is None or not (
+        table.get("carbon_intensity") or "carbon_intensity_g_per_kwh" in table
+    ):
+        return None
+    return report_carbon(report)
+
+
 def summary_options(args: argparse.Namespace, tree: str | None = None) -> SummaryOptions:
     """Units and carbon intensity from the command line, then ``[report]`` of the config."""
-    table = _report_table(getattr(args, "config", None))
-    intensity = getattr(args, "carbon_intensity", None)
-    source = "given on the command line"
-    if intensity is None and "carbon_intensity_g_per_kwh" in table:
-        value = table["carbon_intensity_g_per_kwh"]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError("[report] carbon_intensity_g_per_kwh: expected a number")
-        intensity, source = float(value), "[report] carbon_intensity_g_per_kwh"
+    figure = carbon_figure(args, _report_table(getattr(args, "config", None)))
     kwargs: dict[str, Any] = {}
-    if intensity is not None:
-        kwargs = {"carbon_intensity_g_per_kwh": intensity, "carbon_intensity_source": source}
+    if figure is not None:
+        kwargs = {
+            "carbon_intensity_g_per_kwh": figure.g_per_kwh,
+            "carbon_intensity_source": figure.source,
+            "carbon_given": getattr(args, "carbon_intensity", None) is not None,
+        }
     options = SummaryOptions(
         ram_unit=getattr(args, "ram_unit", "gigabytes"),
         gpu_ram_unit=getattr(args, "gpu_ram_unit", "gigabytes"),

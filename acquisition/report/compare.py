@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from acquisition.summary import RAM_UNITS, RunSummary
 
@@ -42,12 +42,15 @@ class Figure:
 class Comparison:
     labels: list[str]
     figures: list[Figure]
+    carbon_sources: list[list[str]] = field(default_factory=list)
+    """Per label, where its runs' carbon intensities come from (each source once)."""
 
     def to_dict(self) -> dict[str, object]:
         return {
             "schema": "nrg.compare/1",
             "labels": self.labels,
             "figures": [asdict(f) for f in self.figures],
+            "carbon_sources": self.carbon_sources,
         }
 
 
@@ -106,6 +109,7 @@ _FIGURES: list[tuple[str, str, Extract]] = [
     ("energy outside steps", "J", lambda s: (s.energy.outside_steps_j, None)),
     ("peak memory (combined RSS)", "MB", _peak_rss),
     ("CO2e", "g", lambda s: (s.co2e_g if not s.no_energy_reason else None, None)),
+    ("carbon intensity", "g/kWh", lambda s: (s.carbon_intensity_g_per_kwh, None)),
     ("energy per forward FLOP", "J", _per_flop),
 ]
 
@@ -158,4 +162,5 @@ def compare(labels: Sequence[str], groups: Sequence[Sequence[RunSummary]]) -> Co
         for v in values[1:]:
             _against(values[0], v)
         figures.append(Figure(name, unit, values))
-    return Comparison(list(labels), figures)
+    sources = [list(dict.fromkeys(s.carbon_intensity_source for s in runs)) for runs in groups]
+    return Comparison(list(labels), figures, sources)

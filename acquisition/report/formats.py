@@ -34,6 +34,8 @@ _CSV_FIELDS = (
     "outside_steps_j",
     "mean_w",
     "co2e_g",
+    "carbon_intensity_g_per_kwh",
+    "carbon_intensity_source",
     "steps",
     "step_energy_mean_j",
     "step_energy_p50_j",
@@ -78,6 +80,8 @@ def summaries_csv(summaries: Sequence[RunSummary]) -> str:
             s.energy.outside_steps_j,
             s.energy.mean_w,
             s.co2e_g,
+            s.carbon_intensity_g_per_kwh,
+            s.carbon_intensity_source,
             s.steps.count,
             e.get("mean"),
             e.get("p50"),
@@ -142,6 +146,8 @@ def compare_text(c: Comparison) -> str:
             cells.append(f"{text:>36}")
         lines.append(f"{f.name + ' (' + f.unit + ')':<{width}}" + "".join(cells))
     lines.append("[±x%] difference to the first column; * outside the error bars (sum of both).")
+    for label, sources in zip(c.labels, c.carbon_sources, strict=False):
+        lines.extend(f"carbon intensity of {label}: {source}" for source in sources)
     return "\n".join(lines) + "\n"
 
 

@@ -313,6 +313,8 @@ def _summary_section(s: RunSummary, points: Sequence[Point]) -> str:
                 ["energy outside steps (J)", fmt(e.outside_steps_j)],
                 ["mean power (W)", fmt(e.mean_w)],
                 ["CO2e (g)", fmt(s.co2e_g)],
+                ["carbon intensity (g/kWh)", fmt(s.carbon_intensity_g_per_kwh)],
+                ["carbon intensity from", s.carbon_intensity_source],
                 ["steps", s.steps.count],
                 ["energy per step, mean (J)", fmt((s.steps.energy_j or {}).get("mean"))],
                 ["energy per step, p50 (J)", fmt((s.steps.energy_j or {}).get("p50"))],

@@ -18,7 +18,7 @@ from acquisition.point import Point
 __all__ = ["SummaryRecorder", "attach_recorder"]
 
 _SAMPLED = frozenset({"rapl", "gpu", "emonpi", "memory", "cpu", "process", "gpu_process"})
-_EVENTS = frozenset({"nrg_run", "nrg_step", "nrg_model"})
+_EVENTS = frozenset({"nrg_run", "nrg_step", "nrg_model", "nrg_carbon", "nrg_forecast"})
 
 
 class SummaryRecorder:
@@ -49,8 +49,11 @@ class SummaryRecorder:
             if len(self.sampled) > self.max_points:
                 self._thin()
         elif m in _EVENTS:
-            if m != "nrg_model" or point.tags.get("module") == "(root)":
-                self.events.append(point)
+            if m == "nrg_model" and point.tags.get("module") != "(root)":
+                return
+            if m == "nrg_forecast" and point.tags.get("source") != "total":
+                return
+            self.events.append(point)
         elif m == "nrg_energy":
             if point.tags.get("scope") == "module":
                 self._add_module(point)

@@ -32,6 +32,8 @@ from acquisition.energy import energy_problems
 from acquisition.point import FieldValue, Point
 from acquisition.processors.attribution import parse_source
 from acquisition.summary.bounds import StepBound, sum_bound
+from acquisition.summary.carbon import run_carbon
+from acquisition.summary.forecast import first_forecast
 from acquisition.summary.model import (
     J_PER_KWH,
     EnergySummary,
@@ -508,7 +510,13 @@ def summarize(
         for p in pts
         if p.measurement == "nrg_model" and p.tags.get("module") == _ROOT_MODULE
     ]
-    return RunSummary(
+    g_per_kwh, carbon_source = run_carbon(
+        pts,
+        options.carbon_intensity_g_per_kwh,
+        options.carbon_intensity_source,
+        options.carbon_given,
+    )
+    summary = RunSummary(
         run=_most_common(pts, "run"),
         experiment=_most_common(pts, "experiment"),
         host=_most_common(pts, "host"),
@@ -516,9 +524,9 @@ def summarize(
         end=_iso(end),
         duration_s=duration,
         energy=energy,
-        co2e_g=total / J_PER_KWH * options.carbon_intensity_g_per_kwh,
-        carbon_intensity_g_per_kwh=options.carbon_intensity_g_per_kwh,
-        carbon_intensity_source=options.carbon_intensity_source,
+        co2e_g=total / J_PER_KWH * g_per_kwh,
+        carbon_intensity_g_per_kwh=g_per_kwh,
+        carbon_intensity_source=carbon_source,
         epochs=_epochs(steps, totals),
         steps=stats,
         modules=_modules(steps, inside, options.top_modules),
@@ -533,3 +541,10 @@ def summarize(
         flops=next((f for f in flops if f is not None), None),
         notes=_coverage_notes(steps) + ([] if counted else _guidance(unavailable)),
     )
+    summary.forecast = first_forecast(
+        pts,
+        duration_s=duration,
+        energy_j=total if counted else None,
+        g_per_kwh=g_per_kwh,
+    )
+    return summary

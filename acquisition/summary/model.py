@@ -45,6 +45,7 @@ PROVENANCE: dict[str, str] = {
     "epochs, steps": "nrg_step (epoch tag, else field; samples field) and nrg_energy scope=step",
     "modules": "nrg_energy scope=module summed over steps and phases",
     "co2e_g": "total_kwh x carbon_intensity_g_per_kwh",
+    "forecast": "the first nrg_forecast source=total point of the run (processors.forecast)",
     "resources": "procfs memory, cpu and process (tree sums) points; nvml gpu and gpu_process",
 }
 
@@ -55,6 +56,9 @@ class SummaryOptions:
 
     carbon_intensity_g_per_kwh: float = DEFAULT_CARBON_INTENSITY
     carbon_intensity_source: str = DEFAULT_CARBON_SOURCE
+    carbon_given: bool = False
+    """The intensity was given for this summary (``--carbon-intensity``): it overrides the one
+    a run recorded (``nrg_carbon``)."""
     top_modules: int = 10
     ram_unit: Literal["bytes", "kilobytes", "megabytes", "gigabytes", "terabytes"] = "gigabytes"
     gpu_ram_unit: Literal["bytes", "kilobytes", "megabytes", "gigabytes"] = "gigabytes"
@@ -167,6 +171,8 @@ class RunSummary:
     notes: list[str] = field(default_factory=list)
     windows: list[dict[str, Any]] = field(default_factory=list)
     """A Tracker's named windows: name, start_ns, duration_s, energy_j, error_j, sources."""
+    forecast: dict[str, Any] | None = None
+    """The forecast made after the first epoch beside what happened (``nrg_forecast``)."""
     provenance: dict[str, str] = field(default_factory=lambda: dict(PROVENANCE))
     """Where each group of figures comes from."""
 

@@ -58,6 +58,8 @@ def instrument(
     flush_interval_s: float = 0.05,
     samples_per_step: int | None = None,
     module_detail_every: int | None = None,
+    epochs: int | None = None,
+    steps_per_epoch: int | None = None,
 ) -> Session:
     """A session for ``model``; start it with ``with`` or ``.start()``.
 
@@ -76,6 +78,8 @@ def instrument(
       from step 0; the steps between have their ``nrg_step`` point only and no module hooks
       at all. Default: every step for a model of up to 64 modules, else every
       ⌈modules / 64⌉-th step (a 200-module model: every 4th).
+    - ``epochs``, ``steps_per_epoch``: the run's length, for the forecast the agent makes at
+      each epoch end (as ``session.plan()``).
     """
     try:
         import torch  # noqa: F401
@@ -99,4 +103,6 @@ def instrument(
         flush_interval_s=flush_interval_s,
         samples_per_step=samples_per_step,
         module_detail_every=module_detail_every,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
     )

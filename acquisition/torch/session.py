@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DETAIL_EVERY_ERROR",
     "DETAIL_MODULES",
+    "PLAN_ERROR",
     "SAMPLES_ERROR",
     "Session",
     "detail_every",
@@ -82,6 +83,8 @@ _CUDA_BACKLOG = 65_536
 that never ends a step)."""
 
 DETAIL_EVERY_ERROR = "module_detail_every must be a positive integer, got {value!r}"
+PLAN_ERROR = "{key} must be a positive integer, got {value!r}"
+"""Raised (formatted) by :meth:`Session.plan` and ``instrument(epochs=..., steps_per_epoch=...)``."""
 
 
 def detail_every(modules: int, requested: int | None) -> int:
@@ -140,6 +143,8 @@ class Session:
         flush_interval_s: float = 0.05,
         samples_per_step: int | None = None,
         module_detail_every: int | None = None,
+        epochs: int | None = None,
+        steps_per_epoch: int | None = None,
     ) -> None:
         self.model = model
         self._samples_per_step = _check_samples(samples_per_step)
@@ -200,6 +205,9 @@ class Session:
         self._paused = False
         self.offset_ns = 0
         self.start_time_ns = 0
+        self._plan: tuple[int, int | None] | None = None
+        if epochs is not None:
+            self.plan(epochs, steps_per_epoch)
 
     # --- public API -----------------------------------------------------------------------
 
@@ -256,6 +264,8 @@ class Session:
         self._sender.start()
         self._send([self._run_point("start", self.start_time_ns)])
         self._model_analysis.time_ns = self.start_time_ns
+        if self._plan is not None:
+            self.plan(*self._plan)
         args, kwargs = self._example
         if args is not None:
             self._model_analysis.here(args, kwargs, self._hooks)
@@ -293,6 +303,19 @@ class Session:
         self._epoch = int(number)
         self._events.append((self._epoch, time.perf_counter_ns(), EPOCH))
         return self._epoch
+
+    def plan(self, epochs: int, steps_per_epoch: int | None = None) -> None:
+        """Declare the run's length, for the agent's forecast at each epoch end: ``epochs`` in
+        all, ``steps_per_epoch`` optimizer steps each (default: as many as the last epoch had)."""
+        for key, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
+            if (value is not None or key == "epochs") and (type(value) is not int or value <= 0):
+                raise ValueError(PLAN_ERROR.format(key=key, value=value))
+        self._plan = (epochs, steps_per_epoch)
+        if self._sender is None:
+            return  # sent at start
+        fields: dict[str, str | int] = {"epochs": epochs}
+        fields.update({"steps_per_epoch": steps_per_epoch} if steps_per_epoch else {})
+        self._send([Point("nrg_plan", dict(self.tags), fields, time.time_ns())])
 
     def pause(self) -> None:
         """Stop recording (every hook out, optimizer steps ignored) until :meth:`resume`.

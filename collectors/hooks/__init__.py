@@ -7,8 +7,8 @@ checked with ``SO_PEERCRED``: only the agent's own user (and root) may send.
 
 Each ``\\n``-terminated UTF-8 line is parsed as InfluxDB line protocol (timestamps Unix-epoch ns;
 a line without one gets the arrival time). Only the measurements the training library writes are
-accepted (:data:`JOB_MEASUREMENTS`: ``nrg_step``, ``nrg_module``, ``nrg_model``, ``nrg_run``); a
-job cannot write the agent's own measurements (``nrg_collect``, ``nrg_energy``, ``cpu``...). The
+accepted (:data:`JOB_MEASUREMENTS`: ``nrg_step``, ``nrg_module``, ``nrg_model``, ``nrg_run``,
+``nrg_plan``); a job cannot write the agent's own measurements (``nrg_collect``, ``nrg_energy``, ``cpu``...). The
 listener stamps the ``host`` tag and the ``pid`` tag (the sending process, from ``SO_PEERCRED``;
 for a fallback file, the writer's pid from its name), and a ``rank`` tag from the job's
 ``RANK``/``LOCAL_RANK`` environment when the line has none; it adds each peer's pid to

@@ -30,7 +30,7 @@ __all__ = [
     "split_lines",
 ]
 
-JOB_MEASUREMENTS = frozenset({"nrg_step", "nrg_module", "nrg_model", "nrg_run"})
+JOB_MEASUREMENTS = frozenset({"nrg_step", "nrg_module", "nrg_model", "nrg_run", "nrg_plan"})
 """The measurements a training job may send (what ``acquisition.torch`` writes)."""
 REJECT_REASONS = ("too_long", "encoding", "syntax", "range", "measurement", "truncated")
 """Why a line is rejected; each is counted as ``rejected_<reason>``."""

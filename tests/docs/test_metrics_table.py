@@ -22,11 +22,14 @@ from acquisition.config import parse_config
 from acquisition.lineproto import decode_line
 from acquisition.metrics import METRICS, find_field, find_measurement
 from acquisition.point import Point
+from acquisition.processors.carbon import CarbonConfig, CarbonRecord
+from acquisition.processors.forecast import ForecastConfig, RunForecast
 from acquisition.processors.process_power import ProcessPowerConfig, ProcessPowerShare
 from collectors.procfs import ProcfsCollector, ProcfsConfig
 from tests.attribution.test_processor import Harness, counter, module, run_event, step
 from tests.attribution.test_sources import timeline
 from tests.emonpi.conftest import Pty, fast_config, running, wait_until
+from tests.forecast.test_processor import job as forecast_job
 from tests.nvml.conftest import T0_NS, write_stat
 from tests.nvml.fake_pynvml import FakeNvml, load_scenario
 from tests.rapl.scenarios import MSR_SCENARIOS, POWERCAP_SCENARIOS, run_msr, run_powercap
@@ -144,6 +147,8 @@ def training_points(tmp: Path) -> list[Point]:
             socket_path=Path(d) / "nobody.sock",
             fallback_dir=tmp / "fallback",
             graph_dir=tmp / "graphs",
+            epochs=2,
+            steps_per_epoch=2,
         ) as session,
     ):
         for epoch in range(2):
@@ -175,6 +180,20 @@ def processor_points() -> list[Point]:
         fields = {"cpu_busy_share_ratio": 0.5, "memory_used_share_ratio": 0.25}
         for tags in ({"tree": "1", "scope": "combined"}, {"tree": "1", "scope": "pid", "pid": "2"}):
             share.process(Point("process", tags, fields, t * 1_000_000_000), out.append)
+    out += forecast_points()
+    return out
+
+
+def forecast_points() -> list[Point]:
+    """The forecast and carbon processors on a job of three epochs at a known power."""
+    points, _ = forecast_job([[0.2] * 3] * 3)
+    ctx = context(Path("/"))
+    carbon = CarbonRecord(CarbonConfig(), ctx)
+    forecast = RunForecast(ForecastConfig(epochs=3), ctx)
+    out: list[Point] = []
+    for p in points:
+        carbon.process(p, out.append)
+        forecast.process(p, out.append)
     return out
 
 

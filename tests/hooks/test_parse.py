@@ -104,7 +104,13 @@ def test_int64_bounds_are_inclusive() -> None:
 
 
 def test_accepted_measurements_are_what_the_training_library_writes() -> None:
-    assert sorted(JOB_MEASUREMENTS) == ["nrg_model", "nrg_module", "nrg_run", "nrg_step"]
+    assert sorted(JOB_MEASUREMENTS) == [
+        "nrg_model",
+        "nrg_module",
+        "nrg_plan",
+        "nrg_run",
+        "nrg_step",
+    ]
     for m in sorted(JOB_MEASUREMENTS):
         assert parse(m.encode() + b" x=1i 5") is not None
 

@@ -77,11 +77,31 @@ def build() -> KnownRun:
             t += STEP_NS + rng.randrange(0, 50_000_000)
             epoch = str(step // STEPS_PER_EPOCH)
             points.extend(_step_points(rng, {**tags, "epoch": epoch}, step, t))
+            if (
+                step % STEPS_PER_EPOCH == STEPS_PER_EPOCH - 1
+                and step // STEPS_PER_EPOCH < EPOCHS - 1
+            ):
+                points.append(_forecast({**tags, "epoch": epoch}, step // STEPS_PER_EPOCH + 1, t))
         points.append(Point("nrg_run", tags, {"event": "end", "pid": 100 + i}, t + 1))
         last = max(last, t + 1)
     for host in HOSTS:
         points.extend(_host_series(rng, host, T0, last))
     return KnownRun(points, T0 - 1, last + 1)
+
+
+def _forecast(tags: dict[str, str], done: int, t: int) -> Point:
+    """A forecast at an epoch's end, as processors.forecast writes it (source=total)."""
+    energy = 100.0 * EPOCHS + 7.0 * done
+    fields: dict[str, float | int | str] = {
+        "epochs_done": done,
+        "epochs": EPOCHS,
+        "energy_joules": energy,
+        "energy_low_joules": energy - 30.0 / done,
+        "energy_high_joules": energy + 40.0 / done,
+        "total_seconds": 6.0 + done / 10,
+        "basis": "steps",
+    }
+    return Point("nrg_forecast", {**tags, "source": "total"}, fields, t + 2)
 
 
 def _step_points(rng: random.Random, tags: dict[str, str], step: int, t: int) -> list[Point]:

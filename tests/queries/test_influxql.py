@@ -207,6 +207,15 @@ def test_run_events(loaded: Influxd, known: KnownRun) -> None:
     assert keyed(rows, ("time", "host", "rank"), "event") == expected
 
 
+def test_forecast_energy(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "forecast_energy", params(known))
+    found = known.where("nrg_forecast", experiment="exp-a", run="r1", source="total")
+    assert found  # the known run has forecasts at its epoch ends
+    for col in ("energy_low_joules", "energy_joules", "energy_high_joules"):
+        expected = {(p.time_ns, p.tags["host"], p.tags["rank"]): p.fields[col] for p in found}
+        assert keyed(rows, ("time", "host", "rank"), col) == approx(expected)
+
+
 COMPARE = {"experiment": ["exp-a", "exp-b"], "run": ["r1", "r3", "r4"]}
 COMPARE_TAGS = ("experiment", "run", "source", "host", "rank")
 
