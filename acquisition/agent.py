@@ -146,6 +146,17 @@ class Agent:
             )
         return None
 
+    def unavailable(self) -> list[tuple[str, str]]:
+        """(label, reason) of each collector that measures nothing here: those that could not
+        open, and the open ones whose counters are not advancing (their ``not_advancing()``)."""
+        rows = [(u.label, u.reason) for u in self.state.unavailable]
+        for c in self.collectors:
+            check = getattr(c.instance, "not_advancing", None)
+            reason = check() if callable(check) else None
+            if reason:
+                rows.append((c.label, reason))
+        return rows
+
     def files_dir(self) -> Path | None:
         """The directory the agent's (first) file sink writes to; None without one."""
         for runner in self.sinks:

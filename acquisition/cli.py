@@ -509,7 +509,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
                 start_ns=start_ns,
                 end_ns=time.time_ns(),
                 args=args,
-                unavailable=[(u.label, u.reason) for u in agent.state.unavailable],
+                unavailable=agent.unavailable(),
                 no_energy_reason=no_energy,
             ),
             [summary] if summary is not None else [],

@@ -18,11 +18,16 @@ from acquisition.point import Point
 __all__ = [
     "ENERGY_COLLECTORS",
     "FIX_EMONPI",
+    "FIX_EMONPI_PORT",
+    "FIX_EMONPI_ZEROS",
     "FIX_NVML",
     "FIX_RAPL_ABSENT",
     "FIX_RAPL_PERMISSION",
+    "FIX_RAPL_STUCK",
+    "NOT_CONFIGURED",
     "NO_ENERGY",
     "EnergyTotals",
+    "energy_problems",
     "no_energy_message",
 ]
 
@@ -53,30 +58,59 @@ FIX_EMONPI = (
 )
 
 
-def _fix(name: str, reason: str) -> str:
+FIX_RAPL_STUCK = (
+    "run on the host (bare metal, or a cloud instance that passes RAPL through), or add a wall "
+    "meter ([[collectors.emonpi]])"
+)
+FIX_EMONPI_PORT = "check the emonPi's cable and its port in [[collectors.emonpi]] port"
+FIX_EMONPI_ZEROS = "put the emonPi's CT clamp on the supply cable of this machine"
+NOT_CONFIGURED = "not configured"
+
+
+def _fix(name: str, reason: str) -> tuple[int, str]:
+    """(rank, fix) of one source: rank 0 is what a user fixes with a command, the highest what
+    needs hardware this machine does not have. The fix is empty where the reason already says
+    how (RAPL's permission guidance)."""
     lowered = reason.lower()
-    if "udev" in lowered:  # the collector's reason already says how
-        return ""
     if name == "rapl":
-        return FIX_RAPL_PERMISSION if "permission" in lowered else FIX_RAPL_ABSENT
-    if name == "nvml":
-        return FIX_NVML
+        if "udev" in lowered:
+            return 0, ""
+        if "permission" in lowered or "root only" in lowered:
+            return 0, FIX_RAPL_PERMISSION
+        return 2, FIX_RAPL_STUCK if lowered.startswith("not advancing") else FIX_RAPL_ABSENT
     if name == "emonpi":
-        return FIX_EMONPI
-    return ""
+        if lowered.startswith("not advancing"):
+            return 1, FIX_EMONPI_ZEROS
+        if reason == NOT_CONFIGURED or "no serial port configured" in lowered:
+            return 3, FIX_EMONPI
+        return 1, FIX_EMONPI_PORT
+    if name == "nvml":
+        return 4, FIX_NVML
+    return 5, ""
+
+
+def energy_problems(unavailable: Iterable[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(source, why it measures nothing, the fix that applies) for every energy collector, the
+    ones a user can fix first; a collector absent from ``unavailable`` is not configured."""
+    reasons: dict[str, str] = {}
+    for label, reason in unavailable:
+        reasons.setdefault(label.split("-")[0], reason)
+    rows = []
+    for name in ENERGY_COLLECTORS:
+        reason = reasons.get(name, NOT_CONFIGURED).strip()
+        rank, fix = _fix(name, reason)
+        rows.append((rank, name, reason, fix))
+    return [(name, reason, fix) for _, name, reason, fix in sorted(rows)]
 
 
 def no_energy_message(open_labels: Iterable[str], unavailable: Iterable[tuple[str, str]]) -> str:
-    """Empty when an energy collector is open; else NO_ENERGY with, per energy collector, why
-    it is unavailable here and what to do."""
+    """Empty when an energy collector is open; else NO_ENERGY with, per energy collector (the
+    ones a user can fix first), why it is unavailable here and what to do."""
     if any(label.split("-")[0] in ENERGY_COLLECTORS for label in open_labels):
         return ""
     lines = [NO_ENERGY]
-    reasons = {label.split("-")[0]: reason for label, reason in unavailable}
-    for name in ENERGY_COLLECTORS:
-        reason = reasons.get(name, "not configured")
+    for name, reason, fix in energy_problems(unavailable):
         lines.append(f"  {name}: {reason}")
-        fix = _fix(name, reason)
         if fix:
             lines.append(f"    fix: {fix}")
     return "\n".join(lines)

@@ -36,9 +36,10 @@ def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("run summary")
     g.add_argument(
         "--summary",
-        choices=("text", "json", "none"),
+        choices=("text", "full", "json", "none"),
         default="text",
-        help="summary printed on stderr when the tracked command exits (default: text)",
+        help="summary printed on stderr when the tracked command exits: text (short), full "
+        "(every resource figure, in gpu_tracker's layout), json, none (default: text)",
     )
     g.add_argument("--summary-file", metavar="FILE", help="also write the JSON summary here")
     add_unit_arguments(g)

@@ -38,7 +38,7 @@ from acquisition.report.recorder import SummaryRecorder, attach_recorder
 from acquisition.report.runs import PointSource, RunInfo, find_runs, load_run, select_runs
 from acquisition.run_plan import given_carbon, report_carbon
 from acquisition.store import Store
-from acquisition.summary import RunSummary, SummaryOptions, summarize
+from acquisition.summary import RunSummary, SummaryOptions, format_text, summarize
 from acquisition.summary_options import add_summary_arguments, add_unit_arguments
 
 __all__ = [
@@ -130,8 +130,8 @@ def print_run_summary(
         )
     out = stream or sys.stderr
     mode = getattr(args, "summary", "text")
-    if mode == "text":
-        out.write("\n" + str(summary))
+    if mode in ("text", "full"):
+        out.write("\n" + format_text(summary, full=mode == "full"))
     elif mode == "json":
         out.write(summary.to_json() + "\n")
     out.flush()

@@ -49,7 +49,7 @@ _CSV_FIELDS = (
 
 
 def summaries_text(summaries: Sequence[RunSummary]) -> str:
-    return "\n".join(format_text(s) for s in summaries)
+    return "\n".join(format_text(s, full=True) for s in summaries)
 
 
 def summaries_json(summaries: Sequence[RunSummary]) -> str:

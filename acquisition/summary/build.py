@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from acquisition.energy import energy_problems
 from acquisition.point import FieldValue, Point
 from acquisition.processors.attribution import parse_source
 from acquisition.summary.bounds import StepBound, sum_bound
@@ -430,13 +431,14 @@ def _first_line(reason: str) -> str:
 
 
 def _no_energy_reason(unavailable: Mapping[str, str] | None) -> str:
-    """One sentence: each source's reason, first line only (the how-to that some reasons
-    carry, like granting access to RAPL, goes to the notes)."""
+    """One sentence: every energy source, the ones a user can fix first, each with its reason
+    (first line only: the how-to that some reasons carry, like granting access to RAPL, goes to
+    the notes) and the fix that applies here."""
     if unavailable:
-        why = "; ".join(
-            f"{name}: {_first_line(reason)}" for name, reason in sorted(unavailable.items())
-        )
-        return NO_ENERGY.format(why=why)
+        parts = []
+        for name, reason, fix in energy_problems(unavailable.items()):
+            parts.append(f"{name}: {_first_line(reason)}" + (f" (fix: {fix})" if fix else ""))
+        return NO_ENERGY.format(why="; ".join(parts))
     return NO_ENERGY.format(why=NO_SOURCE_POINTS)
 
 

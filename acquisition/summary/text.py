@@ -1,4 +1,5 @@
-"""The run summary as text: energy first, then gpu_tracker's layout for resources."""
+"""The run summary as text: energy first, then the resources that have values (the default), or
+gpu_tracker's whole layout for resources (``full``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ _LABELS = {
     "gpu_percentages": "GPU percentages",
 }
 _RESOURCE_ORDER = ("max_ram", "max_gpu_ram", "cpu_utilization", "gpu_utilization", "compute_time")
+_UNIT_SYMBOLS = {
+    "bytes": "B",
+    "kilobytes": "kB",
+    "megabytes": "MB",
+    "gigabytes": "GB",
+    "terabytes": "TB",
+}
 
 
 def human_joules(joules: float | None) -> str:
@@ -72,10 +80,13 @@ def _header(s: RunSummary) -> list[str]:
 
 def _energy(s: RunSummary) -> list[str]:
     e = s.energy
+    power = "".join(
+        f", {name} {value:.1f} W" for name, value in (("mean", e.mean_w), ("peak", e.peak_w))
+        if value is not None
+    )  # fmt: skip
     lines = [
-        f"Energy: {human_joules(e.total_j)} ({e.total_kwh:.6f} kWh), mean {_num(e.mean_w, 1)} W, "
-        f"peak {_num(e.peak_w, 1)} W; CO2e {s.co2e_g:.3f} g at "
-        f"{s.carbon_intensity_g_per_kwh:g} g/kWh"
+        f"Energy: {human_joules(e.total_j)} ({e.total_kwh:.6f} kWh){power}; CO2e "
+        f"{s.co2e_g:.3f} g at {s.carbon_intensity_g_per_kwh:g} g/kWh"
     ]
     if e.sources:
         lines.append(
@@ -117,13 +128,92 @@ def _steps(s: RunSummary) -> list[str]:
     return lines
 
 
-def format_text(s: RunSummary) -> str:
-    """Energy, steps and modules, then resources as gpu_tracker prints them."""
+def _of(value: float | None, whole: float | None, unit: str) -> str:
+    return f"{value:.3f} {unit}" + (f" of {whole:.3f} {unit}" if whole else "")
+
+
+def _ram_line(res: dict[str, Any]) -> list[str]:
+    ram = res.get("max_ram") or {}
+    unit = _UNIT_SYMBOLS.get(str(ram.get("unit")), str(ram.get("unit")))
+    parts = []
+    job = (ram.get("combined") or {}).get("total_rss")
+    if job is not None:
+        parts.append(f"job {job:.3f} {unit}")
+    if ram.get("system") is not None:
+        parts.append("system " + _of(ram["system"], ram.get("system_capacity"), unit))
+    return [f"Peak RAM: {', '.join(parts)}"] if parts else []
+
+
+def _cpu_line(res: dict[str, Any]) -> list[str]:
+    cpu = res.get("cpu_utilization") or {}
+    parts = []
+    job = cpu.get("combined") or {}
+    if job.get("mean_sum_percent") is not None:
+        parts.append(
+            f"job mean {job['mean_sum_percent']:.1f} %, peak {job['max_sum_percent']:.1f} % "
+            "(100 % = one core)"
+        )
+    system = cpu.get("system") or {}
+    if system.get("mean_hardware_percent") is not None:
+        cores = cpu.get("system_core_count")
+        parts.append(
+            f"system mean {system['mean_hardware_percent']:.1f} %"
+            + (f" of {cores} cores" if cores else "")
+        )
+    return [f"CPU use: {'; '.join(parts)}"] if parts else []
+
+
+def _gpu_lines(res: dict[str, Any]) -> list[str]:
+    util = res.get("gpu_utilization") or {}
+    ram = res.get("max_gpu_ram") or {}
+    if not util.get("system_gpu_count") and ram.get("system_capacity") is None:
+        return []  # no GPU on this machine: nothing to say
+    lines = []
+    pct = util.get("gpu_percentages") or {}
+    if pct.get("mean_hardware_percent") is not None:
+        lines.append(
+            f"GPU use: mean {pct['mean_hardware_percent']:.1f} %, peak "
+            f"{pct['max_hardware_percent']:.1f} % of {util['system_gpu_count']} GPU(s)"
+        )
+    unit = _UNIT_SYMBOLS.get(str(ram.get("unit")), str(ram.get("unit")))
+    parts = []
+    if ram.get("combined") is not None:
+        parts.append(f"job {ram['combined']:.3f} {unit}")
+    if ram.get("system") is not None:
+        parts.append("system " + _of(ram["system"], ram.get("system_capacity"), unit))
+    if parts:
+        lines.append(f"Peak GPU memory: {', '.join(parts)}")
+    return lines
+
+
+def _short_resources(res: dict[str, Any]) -> list[str]:
+    """Peak RAM, CPU use, and GPU use and memory where there is a GPU: only figures with values."""
+    return _ram_line(res) + _cpu_line(res) + _gpu_lines(res)
+
+
+def _full_resources(res: dict[str, Any]) -> list[str]:
+    """gpu_tracker's layout, less the descendants' thread count of a job without descendants."""
+    out: list[str] = []
+    for key in _RESOURCE_ORDER:
+        if key not in res:
+            continue
+        data = res[key]
+        if key == "cpu_utilization" and not _has_descendants(res):
+            data = {k: v for k, v in data.items() if k != "descendants_n_threads"}
+        out.append(f"{_label(key)}:")
+        _tree(data, 1, out)
+    return out
+
+
+def _has_descendants(res: dict[str, Any]) -> bool:
+    rss = ((res.get("max_ram") or {}).get("descendants") or {}).get("total_rss")
+    return bool(rss)
+
+
+def format_text(s: RunSummary, *, full: bool = False) -> str:
+    """Energy, steps and modules, then the resources: the figures that have values, or with
+    ``full`` every figure in gpu_tracker's layout."""
     out = _header(s) + _energy(s) + extra_lines(s) + _steps(s) + straggler_lines(s)
     out += [f"Note: {n}" for n in s.notes]
-    res = s.resources
-    for key in _RESOURCE_ORDER:
-        if key in res:
-            out.append(f"{_label(key)}:")
-            _tree(res[key], 1, out)
+    out += _full_resources(s.resources) if full else _short_resources(s.resources)
     return "\n".join(out) + "\n"

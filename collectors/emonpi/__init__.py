@@ -29,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import ClassVar
 
+from acquisition.advancing import Advance, not_advancing
 from acquisition.api import Emit, PluginContext
 from acquisition.errors import ConfigError, NoData, install_hint
 from acquisition.point import FieldValue, Point
@@ -68,6 +70,7 @@ __all__ = [
     "KEY_NAMES",
     "MAX_PAYLOAD",
     "REASONS",
+    "WHY_ZEROS",
     "EmonPiCollector",
     "EmonPiConfig",
     "EnergyCounter",
@@ -127,6 +130,10 @@ _STAT_KEYS = (
     "open_errors",
 )
 
+WHY_ZEROS = "the meter sends only zeros: is its CT clamp on the machine's supply cable?"
+_POWER_FIELD = re.compile(r"power\w*_watts")
+_ENERGY_FIELD = re.compile(r"(power\w*_watts|energy\w*_(joules|wh))")
+
 _BAUD_WINDOW = 512
 """Bytes after a connect before the wrong-baud-rate hint is judged (then on every read, until it
 has been given once for that connect)."""
@@ -165,6 +172,7 @@ class EmonPiCollector:
         self._counts: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
         self._energy: dict[tuple[str, str], EnergyCounter] = {}
         self._msg: dict[tuple[str, str], int] = {}
+        self._advance: dict[tuple[str, str], Advance] = {}
         self._logged: set[object] = set()
         self._writer: asyncio.StreamWriter | None = None
         self._outage: str | None = None
@@ -497,8 +505,25 @@ class EmonPiCollector:
         if not fields:
             return
         fields.update(counter.update(fields, mono_ns, reset))
+        if not self._measures(stream, fields, mono_ns):
+            fields = {k: v for k, v in fields.items() if not _ENERGY_FIELD.fullmatch(k)}
+            if not fields:
+                return
         self._counts["points"] += 1
         emit(Point(MEASUREMENT, {"node": node, "layout": layout_name}, fields, wall_ns))
+
+    def _measures(self, stream: tuple[str, str], fields: dict[str, FieldValue], mono: int) -> bool:
+        """Whether this stream's power and energy are to be written: not until a power reading
+        is not zero (see :mod:`acquisition.advancing`)."""
+        watch = self._advance.get(stream)
+        if watch is None:
+            watch = self._advance[stream] = Advance("emonpi", f"node {stream[0]} power", WHY_ZEROS)
+        moved = any(v != 0 for k, v in fields.items() if _POWER_FIELD.fullmatch(k))
+        return watch.observe(moved, mono)
+
+    def not_advancing(self) -> str | None:
+        """``not advancing: …`` when every stream so far has sent only zero power; else None."""
+        return not_advancing(list(self._advance.values()))
 
     def _check_baud(self) -> None:
         # Judged on bytes, not lines: at the wrong rate a newline is rarely read as one.

@@ -52,6 +52,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
+from acquisition.advancing import not_advancing
 from acquisition.api import Emit, PluginContext
 from acquisition.errors import NoData, NrgError, install_hint
 from acquisition.point import FieldValue, Point
@@ -179,6 +180,10 @@ class NvmlCollector(Readings):
     def describe(self) -> str:
         names = ", ".join(f"{gpu.index}: {gpu.name}" for gpu in self._gpus)
         return f"{len(self._gpus)} GPU(s) ({names}), driver {self._driver}"
+
+    def not_advancing(self) -> str | None:
+        """``not advancing: …`` when no GPU's energy counter moves; else None."""
+        return not_advancing([gpu.advance for gpu in self._gpus if gpu.advance is not None])
 
     def stats(self) -> dict[str, float | int]:
         live = sum(1 for gpu in self._gpus if not gpu.lost)
@@ -342,8 +347,9 @@ class NvmlCollector(Readings):
         instant = self._read_power(gpu, fields)
         if energy and "energy" not in gpu.unsupported:
             mj = call(gpu, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
-            if mj is not None:
-                fields["energy_joules"] = gpu.energy.update(int(mj))
+            joules = None if mj is None else gpu.energy.update(int(mj))
+            if joules is not None and gpu.energy_moves(joules, now_ns):
+                fields["energy_joules"] = joules
         if "energy" in gpu.unsupported and instant is not None:
             if gpu.integrator is None:
                 gpu.integrator = Integrator()

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Cadence", "Cursor", "EnergyCounter", "Gpu", "GpuLost", "Integrator"]
+from acquisition.advancing import Advance
+
+__all__ = ["WHY_NVML", "Cadence", "Cursor", "EnergyCounter", "Gpu", "GpuLost", "Integrator"]
+
+WHY_NVML = "the driver does not update the energy counter of this GPU (a virtual GPU or VM)"
 
 
 class GpuLost(Exception):
@@ -86,3 +90,13 @@ class Gpu:
     process_cursor: Cursor = field(default_factory=Cursor)
     jump_logged: bool = False
     power_usage_instant: bool | None = None  # GetPowerUsage instantaneous (pre-Ampere, GA100)
+    advance: Advance | None = None  # the proof that the energy counter measures
+
+    def energy_moves(self, joules: float, now_ns: int) -> bool:
+        """Whether ``energy_joules`` (since open) is to be written: the first reading (0 J, the
+        baseline a reader differences from), then nothing until the counter has moved (see
+        :mod:`acquisition.advancing`)."""
+        if self.advance is None:
+            self.advance = Advance("nvml", f"GPU {self.index} energy counter", WHY_NVML)
+            return self.advance.observe(joules != 0.0, now_ns) or True
+        return self.advance.observe(joules != 0.0, now_ns)

@@ -30,11 +30,14 @@ keeps them, so the final ``nrg_collect`` point still has them. Modules: :mod:`.p
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from acquisition.advancing import WINDOW_S, Advance, busy_cpu_seconds, not_advancing
 from acquisition.api import Emit, PluginContext
 from acquisition.config import option
 from acquisition.errors import ConfigError, NoData
@@ -70,6 +73,9 @@ __all__ = [
     "MAX_CPUS",
     "MEASUREMENT",
     "MSG_RANGE_ZERO",
+    "WHY_FIRMWARE",
+    "WHY_PERF",
+    "WHY_VM",
     "CpuModel",
     "RaplCollector",
     "RaplConfig",
@@ -91,6 +97,12 @@ MEASUREMENT = "rapl"
 BACKENDS = ("auto", "powercap", "msr", "perf")
 _DOMAIN_ORDER = {"package": 0, "core": 1, "uncore": 2, "dram": 3, "psys": 4}
 _Counter = Counter  # the name tests use
+
+WHY_VM = "a virtual machine: its hypervisor does not pass RAPL through"
+WHY_PERF = "the perf power PMU counts nothing on this machine"
+WHY_FIRMWARE = "the firmware does not update this counter"
+PROBE_BURN_S = 0.05
+"""``list``: CPU-seconds of work done between two probe readings, so that the rule can judge."""
 
 
 @dataclass
@@ -164,6 +176,9 @@ class RaplCollector:
             self.backend = backend
             self._retire_counters()
             self._counters = counters
+            why = self._why_still(backend)
+            for c in counters:
+                c.advance = Advance("rapl", _where(c), why)
             self._warn_about_wraps()
             return
         message = "unavailable: " + ", ".join(reasons)
@@ -218,13 +233,53 @@ class RaplCollector:
                     wrap_s / 2,
                 )
 
+    def _why_still(self, backend: str) -> str:
+        """The likely reason a counter of this backend would not move here."""
+        try:
+            cpuinfo = self.io.read_text(str(self._root / "proc/cpuinfo"))
+        except OSError:
+            cpuinfo = ""
+        flags = next((ln for ln in cpuinfo.splitlines() if ln.startswith("flags")), "")
+        if "hypervisor" in flags.split():
+            return WHY_VM
+        return WHY_PERF if backend == "perf" else WHY_FIRMWARE
+
     async def collect(self, emit: Emit, now_ns: int) -> None:
         # A handful of small sysfs reads (or preads): cheaper inline than through a thread.
         io = self.io
+        work = self._work()
         for c in self._counters:
-            fields = c.sample(io)
+            fields = c.sample(io, work)
             if fields is not None:
                 emit(Point(MEASUREMENT, c.tags, fields, now_ns))
+
+    def _work(self) -> float | None:
+        """The machine's busy CPU-seconds while a counter has yet to prove that it moves."""
+        for c in self._counters:
+            if c.advance is not None and c.advance.pending:
+                return busy_cpu_seconds(self._root)
+        return None
+
+    async def probe(self) -> str:
+        """For ``list``: read until every counter moved or was judged not advancing (doing
+        some CPU work between readings); NoData when none measures."""
+        deadline = time.monotonic() + WINDOW_S * 2
+        while time.monotonic() < deadline and any(
+            c.advance is not None and c.advance.pending for c in self._counters
+        ):
+            _burn(PROBE_BURN_S)
+            await asyncio.sleep(0)
+            work = self._work()
+            for c in self._counters:
+                c.sample(self.io, work)
+        reason = self.not_advancing()
+        if reason is not None:
+            raise NoData(reason)
+        return self.describe()
+
+    def not_advancing(self) -> str | None:
+        """``not advancing: …`` when no counter of this collector measures; else None."""
+        return not_advancing([c.advance for c in self._counters if c.advance is not None])
 
     async def aclose(self) -> None:
         """Close the descriptors; the counters (and their stats) stay for the final report."""
@@ -251,7 +306,8 @@ class RaplCollector:
                 where += f" die {c.tags['die']}"
             if c.assumed_range:
                 where += ", max_energy_range_uj reads 0: 32-bit µJ wrap assumed"
-            parts.append(f"{c.tags['domain']} ({where})")
+            stuck = c.advance is not None and c.advance.reason() is not None
+            parts.append(f"{c.tags['domain']} ({where})" + (" not advancing" if stuck else ""))
         return f"{self.backend}: " + ", ".join(parts)
 
     def stats(self) -> dict[str, float | int]:
@@ -259,3 +315,18 @@ class RaplCollector:
             "read_errors": self._closed_errors + sum(c.errors for c in self._counters),
             "wraps": self._closed_wraps + sum(c.wraps for c in self._counters),
         }
+
+
+def _where(c: Counter) -> str:
+    """``psys (socket 0)``: a counter as the log names it."""
+    where = f"socket {c.tags.get('socket', '?')}"
+    if "die" in c.tags:
+        where += f" die {c.tags['die']}"
+    return f"{c.tags['domain']} ({where})"
+
+
+def _burn(cpu_s: float) -> None:
+    """Use ``cpu_s`` of this thread's CPU time (for ``list``'s probe: the rule needs work)."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass

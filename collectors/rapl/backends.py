@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from acquisition.advancing import ADVANCING, Advance
+
 from .parse import (
     _ZONE_DIR_RE,
     CpuModel,
@@ -101,6 +103,7 @@ class Counter:
     assumed_range: bool = False  # max_energy_range_uj read 0: the 32-bit µJ wrap is assumed
     num: int = 0  # unit as an integer ratio, for exact arithmetic on the hot path
     den: int = 1
+    advance: Advance | None = None  # the proof that it measures (None: not checked)
 
     def __post_init__(self) -> None:
         self.num, self.den = self.unit.numerator, self.unit.denominator
@@ -116,8 +119,10 @@ class Counter:
         self.last_raw, self.last_ns = raw, io.monotonic_ns()
         return None
 
-    def sample(self, io: RaplIO) -> dict[str, float] | None:
-        """Read once; the fields to emit, or None (failed read, or this is the baseline)."""
+    def sample(self, io: RaplIO, work_s: float | None = None) -> dict[str, float] | None:
+        """Read once; the fields to emit, or None (failed read, the baseline, or a counter that
+        has not moved since open: see :mod:`acquisition.advancing`). ``work_s``: the machine's
+        busy CPU-seconds so far, for that check."""
         try:
             raw = self.read()
         except (OSError, ValueError) as exc:
@@ -143,6 +148,13 @@ class Counter:
         self.total += d
         dt = now - self.last_ns
         self.last_raw, self.last_ns = raw, now
+        watch = self.advance
+        if (
+            watch is not None
+            and watch.state != ADVANCING
+            and not watch.observe(d != 0, now, work_s)
+        ):
+            return None
         # Exact integer ratios, rounded once: the fixture tests compare exact values.
         if dt > 0:
             return {

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["ZONES", "powercap_tree"]
+__all__ = ["ZONES", "powercap_tree", "stale_s"]
 
 ZONES = {"package-0": ("intel-rapl:0", None), "dram": ("intel-rapl:0:0", "intel-rapl:0")}
 
@@ -29,13 +29,21 @@ try:  # keep the counters fresh while the test keeps both CPUs busy
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
 except (AttributeError, PermissionError):
     pass
-start = time.time_ns()
+gap_file = os.environ["NRG_FAKEPOWER_GAP"]
+start = last = time.time_ns()
+worst = 0
 while True:
     now = time.time_ns()
     for path, watts in pairs:
         with open(path + ".tmp", "w") as f:
             f.write("%d\n" % (watts * (now - start) // 1000))
         os.replace(path + ".tmp", path)
+    if now - last > worst:  # how stale a counter has been at most: the longest rewrite gap
+        worst = now - last
+        with open(gap_file + ".tmp", "w") as f:
+            f.write("%d\n" % worst)
+        os.replace(gap_file + ".tmp", gap_file)
+    last = now
     time.sleep(0.001)
 """
 
@@ -60,6 +68,18 @@ def _wait_started(writer: subprocess.Popen[bytes], paths: list[Path], watts: lis
         time.sleep(0.005)
 
 
+_GAP_FILE = ".writer_max_gap_ns"
+
+
+def stale_s(root: Path) -> float:
+    """The longest a counter of the tree has gone without a rewrite so far (s): how stale a
+    reading can have been, as measured by the writer (0 before its second rewrite)."""
+    try:
+        return int((root / _GAP_FILE).read_text()) / 1e9
+    except (OSError, ValueError):
+        return 0.0
+
+
 @contextmanager
 def powercap_tree(watts: Mapping[str, float]) -> Iterator[Path]:
     """A root directory (for ``[[collectors.rapl]] root``) whose zones named in ``watts``
@@ -78,7 +98,8 @@ def powercap_tree(watts: Mapping[str, float]) -> Iterator[Path]:
             (links / zone).symlink_to(os.path.relpath(where, links))
             if name in watts:
                 args += [str(where / "energy_uj"), str(watts[name])]
-        writer = subprocess.Popen([sys.executable, "-c", _WRITER, *args])
+        env = {**os.environ, "NRG_FAKEPOWER_GAP": str(root / _GAP_FILE)}
+        writer = subprocess.Popen([sys.executable, "-c", _WRITER, *args], env=env)
         try:
             _wait_started(writer, [Path(a) for a in args[0::2]], [float(w) for w in args[1::2]])
             yield root

@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from acquisition.energy import FIX_EMONPI, FIX_NVML, FIX_RAPL_ABSENT
 from acquisition.point import Point
 from acquisition.summary import (
     NO_ENERGY,
@@ -148,8 +149,10 @@ def test_no_energy_source_says_why_first() -> None:
     reasons = {"rapl": "no RAPL interface here", "nvml": "no NVIDIA driver"}
     s = summarize(pts, unavailable=reasons)
     assert s.energy.total_j == 0.0
+    # every source, the ones a user can fix first, each with the fix that applies here
     assert s.no_energy_reason == NO_ENERGY.format(
-        why="nvml: no NVIDIA driver; rapl: no RAPL interface here"
+        why=f"rapl: no RAPL interface here (fix: {FIX_RAPL_ABSENT}); "
+        f"emonpi: not configured (fix: {FIX_EMONPI}); nvml: no NVIDIA driver (fix: {FIX_NVML})"
     )
     text = format_text(s)
     assert text.splitlines()[0] == s.no_energy_reason
@@ -157,7 +160,10 @@ def test_no_energy_source_says_why_first() -> None:
     # a reason with a how-to: its first line in the sentence, the how-to in the notes
     howto = "unavailable: energy_uj is readable by root only\n  1. udev rule: ...\n  2. chmod ..."
     s = summarize(pts, unavailable={"rapl": howto})
-    assert s.no_energy_reason == NO_ENERGY.format(why="rapl: energy_uj is readable by root only")
+    assert s.no_energy_reason == NO_ENERGY.format(
+        why=f"rapl: energy_uj is readable by root only; emonpi: not configured (fix: {FIX_EMONPI}); "
+        f"nvml: not configured (fix: {FIX_NVML})"
+    )
     assert s.notes == [f"rapl: {howto}"]
 
 
@@ -195,11 +201,34 @@ def test_resources_from_process_points() -> None:
     assert r["cpu_utilization"]["main"]["mean_sum_percent"] == pytest.approx(100.0)
     assert r["cpu_utilization"]["main_n_threads"] == 5
     assert r["compute_time"]["time"] == pytest.approx(run.duration_s)
-    text = str(s)
+    full = format_text(s, full=True)
     assert (
-        "Max RAM:" in text and "   Unit: megabytes" in text and "      Total RSS: 300.000" in text
+        "Max RAM:" in full and "   Unit: megabytes" in full and "      Total RSS: 300.000" in full
     )
+    assert "   Descendants number of threads: 5" in full  # it has descendants: said
+    # the default: only the figures with values, no n/a, no GPU lines without a GPU
+    short = str(s)
+    assert short.endswith(
+        "Peak RAM: job 320.000 MB, system 3000.000 MB of 8000.000 MB\n"
+        "CPU use: job mean 100.0 %, peak 150.0 % (100 % = one core)\n"
+    )
+    assert "n/a" not in short and "GPU" not in short
     validate(s.to_dict())
+
+
+def test_full_summary_says_no_thread_count_without_descendants() -> None:
+    run = KnownRun()
+    pts = run.points()
+    for i in range(3):
+        for scope, rss in (("main", 100e6), ("descendants", 0), ("combined", 100e6)):
+            fields = {"rss_bytes": int(rss), "cpu_cores": 0.5, "threads": 3}
+            tags = {"host": "h1", "run": "r1", "tree": "4242", "scope": scope}
+            pts.append(Point("process", tags, fields, run.job_start + i * NS))
+    s = summarize(pts)
+    full = format_text(s, full=True)
+    assert "   Main number of threads: 3" in full
+    assert "Descendants number of threads" not in full
+    assert s.to_dict()["resources"]["cpu_utilization"]["descendants_n_threads"] == 3
 
 
 def test_json_round_trip_and_schema_id() -> None:

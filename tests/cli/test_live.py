@@ -17,14 +17,17 @@ from pathlib import Path
 import pytest
 
 from acquisition.energy import (
+    FIX_EMONPI_PORT,
     FIX_NVML,
     FIX_RAPL_ABSENT,
     FIX_RAPL_PERMISSION,
+    FIX_RAPL_STUCK,
     NO_ENERGY,
     EnergyTotals,
     no_energy_message,
 )
 from acquisition.point import Point
+from tests.answers.fakepower import powercap_tree
 from tests.rapl.scenarios import FIXTURES
 
 NRG = str(Path(sys.executable).with_name("nrg-collect"))
@@ -79,13 +82,16 @@ def _wait(cond: object, what: str, timeout: float = 60.0) -> None:
 def test_live_line_stays_below_the_jobs_output_and_shows_power_and_energy(
     tmux: Tmux,
 ) -> None:
-    with tempfile.TemporaryDirectory(prefix="nrg-") as d:
+    with (
+        tempfile.TemporaryDirectory(prefix="nrg-") as d,
+        powercap_tree({"package-0": 30.0, "dram": 5.0}) as rapl,  # counters that measure
+    ):
         work = Path(d)
         (work / "job.py").write_text(_JOB)
         cfg = work / "nrg.toml"
         cfg.write_text(
             f'[agent]\ninterval = "200ms"\nstate_dir = "{work}/state"\n'
-            f'[[collectors.rapl]]\nroot = "{FIXTURES / "xeon-2s-dram" / "tree"}"\n'
+            f'[[collectors.rapl]]\nroot = "{rapl}"\n'
             f'[[sinks.file]]\npath = "{work}/out/nrg.lp"\n'
         )
         command = (
@@ -135,8 +141,23 @@ def test_no_energy_message_names_each_source_reason_and_fix() -> None:
     assert "rapl: permission denied reading intel-rapl:0" in text
     assert FIX_RAPL_PERMISSION in text and FIX_NVML in text
     assert "emonpi: not configured" in text
+    # the ones a user can fix first: RAPL's permission, then the wall meter, then the GPU
+    sources = [ln.split(":")[0].strip() for ln in text.splitlines()[1:] if ln[2:3].isalpha()]
+    assert sources == ["rapl", "emonpi", "nvml"]
     text = no_energy_message([], [("rapl", "no powercap zones, no MSR device, no power PMU")])
     assert FIX_RAPL_ABSENT in text
+    stuck = "not advancing: psys (socket 0) did not move in 2.0 s (a virtual machine)"
+    text = no_energy_message(["rapl"], [])  # rapl is open: no message at start
+    assert text == ""
+    text = no_energy_message([], [("emonpi", "cannot open /dev/ttyUSB0"), ("rapl", stuck)])
+    assert text.splitlines()[1:] == [
+        "  emonpi: cannot open /dev/ttyUSB0",
+        f"    fix: {FIX_EMONPI_PORT}",
+        f"  rapl: {stuck}",
+        f"    fix: {FIX_RAPL_STUCK}",
+        "  nvml: not configured",
+        f"    fix: {FIX_NVML}",
+    ]
     assert no_energy_message(["procfs", "rapl"], []) == ""
 
 

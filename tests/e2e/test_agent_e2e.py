@@ -17,6 +17,7 @@ from acquisition.point import Point
 from acquisition.registry import COLLECTORS
 
 NRG = str(Path(sys.executable).with_name("nrg-collect"))
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 pytestmark = pytest.mark.slow
 
@@ -114,16 +115,25 @@ def test_bad_config_key_is_a_clear_startup_error(tmp_path: Path) -> None:
     assert "configuration error: [collectors.procfs[0]] unknown key 'rooot'" in out.stderr
 
 
-def test_list_says_why_collectors_are_unavailable() -> None:
-    out = subprocess.run([NRG, "list"], capture_output=True, text=True, timeout=30)
+def test_list_says_why_collectors_are_unavailable(tmp_path: Path) -> None:
+    """RAPL pointed at a captured VM tree (no powercap, no MSR device, no power PMU): the row
+    says every reason, whatever this host's /sys holds."""
+    cfg = tmp_path / "nrg.toml"
+    cfg.write_text(
+        f"""
+[[collectors.procfs]]
+root = "{FIXTURES / "procfs/two_ticks_cpu_and_memory/step0"}"
+
+[[collectors.rapl]]
+root = "{FIXTURES / "rapl/vm-none/tree"}"
+"""
+    )
+    out = subprocess.run([NRG, "-c", str(cfg), "list"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     rows = dict(line.split(None, 1) for line in out.stdout.splitlines())
     assert rows["procfs"].startswith("available")
-    if not Path("/sys/class/powercap").exists():
-        assert (
-            rows["rapl"]
-            == "unavailable: no powercap zones in /sys/class/powercap, no MSR device, no power PMU"
-        )
+    where = FIXTURES / "rapl/vm-none/tree/sys/class/powercap"
+    assert rows["rapl"] == f"unavailable: no powercap zones in {where}, no MSR device, no power PMU"
 
 
 def test_config_prints_a_sample_that_parses_as_printed_and_uncommented() -> None:

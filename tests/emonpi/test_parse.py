@@ -12,6 +12,7 @@ from acquisition.lineproto import encode_point
 from acquisition.point import Point
 from collectors.emonpi import (
     BUILTIN_LAYOUTS,
+    WHY_ZEROS,
     EmonPiCollector,
     EmonPiConfig,
     EnergyCounter,
@@ -556,3 +557,31 @@ async def test_stats_survive_aclose_for_the_final_report() -> None:
     await collector.aclose()
     assert collector.stats() == before
     assert (before["frames"], before["text"], before["implausible_frames"]) == (1, 1, 1)
+
+
+def test_a_meter_that_sends_only_zeros_is_not_advancing_then_joins(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Frames every 5 s with zero power on every channel: the voltage is written, power and
+    energy are not (a zero would look like a measurement); after the window the collector says
+    why; the first non-zero power joins, with the energy integrated from there."""
+    collector = EmonPiCollector(
+        EmonPiConfig(), None, wall_clock=StepClock(), mono_clock=StepClock(0)
+    )
+    points: list[Point] = []
+    collector.handle_line(b"", points.append)
+    for _ in range(3):
+        collector.handle_line(b"MSG:1,Vrms:240.5,P1:0,P2:0", points.append)
+    assert [dict(p.fields) for p in points] == [{"msg_count": 1, "vrms_volts": 240.5}] * 3
+    assert collector.not_advancing() == (
+        f"not advancing: node serial power did not move in 5.0 s ({WHY_ZEROS})"
+    )
+    collector.handle_line(b"MSG:2,Vrms:240.5,P1:100,P2:0", points.append)
+    collector.handle_line(b"MSG:3,Vrms:240.5,P1:100,P2:0", points.append)
+    # (key:value lines carry the mean power of the interval they close: power × 5 s)
+    assert [p.fields.get("energy1_joules") for p in points[3:]] == [500.0, 1000.0]
+    assert points[3].fields["power2_watts"] == 0.0  # a real zero beside a measuring channel
+    assert collector.not_advancing() is None
+    assert "emonpi: node serial power is advancing now: it joins the run from here" in (
+        caplog.messages
+    )

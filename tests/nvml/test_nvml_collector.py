@@ -11,6 +11,7 @@ import pytest
 
 from acquisition.errors import NoData, NrgError
 from acquisition.point import Point
+from collectors.nvml.state import WHY_NVML
 from tests.nvml.conftest import T0_NS, MakeCollector, only, tick, write_stat
 from tests.nvml.fake_pynvml import load_scenario
 
@@ -528,3 +529,37 @@ async def test_stats_survive_aclose_for_the_final_report(make: MakeCollector) ->
     await collector.aclose()
     assert collector.stats() == before
     assert before["errors_transient"] == 1
+
+
+async def test_energy_counter_that_never_moves_is_not_advancing_then_joins(
+    make: MakeCollector, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A driver whose energy counter stands still (a virtual GPU): no energy_joules is written
+    (power and the rest are), the collector says why after the window, and the counter joins
+    when it moves."""
+    scenario = load_scenario("ampere")
+    for gpu in scenario["gpu"]:
+        gpu["energy_mj"] = [1_000_000, 1_000_000, 1_000_000, 1_000_000, 1_030_000]
+    collector, fake = make(scenario, samples=False, processes=False)
+    await collector.open()
+    try:
+        ticks = [await tick(collector, fake, step) for step in (1, 2, 3)]
+        reason = collector.not_advancing()
+        joined = only(await tick(collector, fake, 4), "gpu")
+    finally:
+        await collector.aclose()
+    for step, points in enumerate(ticks, 1):
+        gpus = only(points, "gpu")
+        assert len(gpus) == 3 and all("power_watts" in p.fields for p in gpus)
+        # the first reading is the baseline (0 J since open); then nothing while it stands still
+        energies = [p.fields.get("energy_joules") for p in gpus]
+        assert energies == ([0.0] * 3 if step == 1 else [None] * 3)
+    assert reason == (
+        "not advancing: GPU 0 energy counter, GPU 1 energy counter, GPU 2 energy counter did not "
+        f"move in 2.0 s ({WHY_NVML})"
+    )
+    assert [p.fields["energy_joules"] for p in joined] == [30.0, 30.0, 30.0]
+    assert collector.not_advancing() is None
+    assert "nvml: GPU 0 energy counter is advancing now: it joins the run from here" in (
+        caplog.messages
+    )

@@ -28,14 +28,22 @@ from acquisition.point import Point
 from collectors.rapl import RaplCollector, RaplConfig
 from tests.e2e.test_training_energy import make_powercap
 
-__all__ = ["ProcessRaplSampler", "Profile", "RaplSampler", "energy_between", "powercap_tree"]
+__all__ = [
+    "ProcessRaplSampler",
+    "Profile",
+    "RaplSampler",
+    "energy_between",
+    "powercap_tree",
+    "set_profiles",
+]
 
 Profile = Sequence[tuple[int, float]]
 """Piecewise-constant power: (from this Unix-epoch ns, watts), in time order."""
 
 _WRITER = r"""
 import json, os, sys, time
-zones = json.loads(sys.argv[1])  # [[path, [[from_ns, watts], ...]], ...]
+source = sys.argv[1]  # a JSON file: [[path, [[from_ns, watts], ...]], ...], re-read when replaced
+zones, seen = [], None
 try:  # wake on time even while the test keeps the CPUs busy
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
 except (AttributeError, PermissionError):
@@ -49,6 +57,10 @@ def energy_uj(profile, t):
             total += watts * (end - start) / 1e3  # W * ns = nJ; / 1000 = uJ
     return int(total)
 while True:
+    stamp = os.stat(source).st_mtime_ns, os.stat(source).st_ino
+    if stamp != seen:
+        with open(source) as f:
+            zones, seen = json.load(f), stamp
     t = time.time_ns()
     for path, profile in zones:
         tmp = path + ".tmp"
@@ -57,6 +69,14 @@ while True:
         os.replace(tmp, path)
     time.sleep(0.001)
 """
+
+
+_PROFILES = "profiles.json"
+_ZONES = {
+    "package-0": "sys/devices/virtual/powercap/intel-rapl/intel-rapl:0/energy_uj",
+    "dram": "sys/devices/virtual/powercap/intel-rapl/intel-rapl:0/intel-rapl:0:0/energy_uj",
+}
+"""Where make_powercap puts each zone's counter, relative to the root."""
 
 
 def energy_between(profile: Profile, start: int, end: int) -> float:
@@ -77,10 +97,8 @@ def powercap_tree(profiles: Mapping[str, Profile]) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="nrg-prof-powercap-", dir=shm) as d:
         root = Path(d)
         paths = make_powercap(root)
-        zones = [
-            [str(paths[name]), [list(p) for p in profile]] for name, profile in profiles.items()
-        ]
-        writer = subprocess.Popen([sys.executable, "-c", _WRITER, json.dumps(zones)])
+        set_profiles(root, profiles)
+        writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(root / _PROFILES)])
         try:
             deadline = time.monotonic() + 30
             while any(paths[n].read_text().strip() in ("", "0") for n in profiles):
@@ -91,6 +109,16 @@ def powercap_tree(profiles: Mapping[str, Profile]) -> Iterator[Path]:
         finally:
             writer.kill()
             writer.wait()
+
+
+def set_profiles(root: Path, profiles: Mapping[str, Profile]) -> None:
+    """Give the tree's writer new profiles (zone name → profile): it reads them within about a
+    millisecond, and the counters follow the new profiles from their start (their values are a
+    function of the profile and the time only)."""
+    zones = [[str(root / _ZONES[name]), [list(p) for p in prof]] for name, prof in profiles.items()]
+    tmp = root / (_PROFILES + ".tmp")
+    tmp.write_text(json.dumps(zones))
+    os.replace(tmp, root / _PROFILES)
 
 
 class RaplSampler:

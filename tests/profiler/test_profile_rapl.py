@@ -27,7 +27,13 @@ from acquisition.profiler import profile
 from acquisition.profiler.tables import UNKNOWN_SORT_KEY
 from acquisition.profiler.trace import ENERGY_ARG, SELF_ENERGY_ARG, load_trace
 from acquisition.profiler.wrapper import NO_SOURCE, EnergyProfile, TimedEvent
-from tests.profiler.power import ProcessRaplSampler, Profile, energy_between, powercap_tree
+from tests.profiler.power import (
+    ProcessRaplSampler,
+    Profile,
+    energy_between,
+    powercap_tree,
+    set_profiles,
+)
 
 torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, record_function  # noqa: E402
@@ -68,6 +74,15 @@ def assert_energy(ev: TimedEvent, profiles: Mapping[str, Profile]) -> None:
     assert ev.total_j is not None, ev.name
     tolerance = SLACK_S * max_power(profiles) + ev.error_j
     assert abs(ev.total_j - expected) <= tolerance, (ev.name, ev.total_j, expected, tolerance)
+
+
+def waited_s() -> float:
+    """Seconds this thread has spent runnable but waiting for a CPU (its scheduler statistics);
+    0 where the kernel keeps none."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def busy(seconds: float) -> None:
@@ -129,17 +144,20 @@ def test_busy_wait_and_sleep_get_power_times_their_time(
 
 
 def test_a_power_step_is_seen_by_the_events_on_each_side() -> None:
-    switch = time.time_ns() + 1_500_000_000
+    """The step is placed once the 'before' event has ended (however late a loaded machine ran
+    it), 50 ms ahead; 'after' starts 30 ms past it."""
     t0 = time.time_ns()
-    profiles = {"package-0": [(t0, 10.0), (switch, 40.0)], "dram": [(t0, 2.0)]}
+    profiles: dict[str, Profile] = {"package-0": [(t0, 10.0)], "dram": [(t0, 2.0)]}
     with (
         powercap_tree(profiles) as root,
         profile(activities=[ProfilerActivity.CPU], sampler=ProcessRaplSampler(root)) as prof,
     ):
-        while time.time_ns() < switch - 300_000_000:
-            time.sleep(0.01)
+        time.sleep(0.1)
         with record_function("before"):
             time.sleep(0.2)
+        switch = time.time_ns() + 50_000_000
+        profiles["package-0"] = [(t0, 10.0), (switch, 40.0)]
+        set_profiles(root, profiles)
         while time.time_ns() < switch + 30_000_000:
             time.sleep(0.005)
         with record_function("after"):
@@ -323,10 +341,12 @@ def test_profiler_steps_line_up_with_nrg_steps(
             activities=[ProfilerActivity.CPU], sampler=ProcessRaplSampler(root), session=session
         ) as prof,
     ):
+        waited0 = waited_s()
         for _ in range(4):
             model(x).sum().backward()
             time.sleep(0.03)
             prof.step()
+        waited = waited_s() - waited0
     (spool,) = (tmp_path / "fallback").glob("*.lp")
     steps = [
         p for p in map(decode_line, spool.read_text().splitlines()) if p.measurement == "nrg_step"
@@ -335,8 +355,9 @@ def test_profiler_steps_line_up_with_nrg_steps(
     marks = [s.end_ns for s in prof.step_energies()][:4]
     assert len(ends) >= 4
     for nrg_end, prof_end in zip(ends[:4], marks, strict=True):
-        # the same boundary: both are taken in the same call, steps last over 30 ms
-        assert abs(nrg_end - prof_end) < 5_000_000
+        # the same boundary: both are taken in the same call, steps last over 30 ms; a loaded
+        # machine may take the CPU from this thread between the two (at most what it waited)
+        assert abs(nrg_end - prof_end) < 5_000_000 + waited * 1e9
 
 
 def test_importing_the_package_does_not_import_torch() -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "MSR_SCENARIOS",
     "POWERCAP_SCENARIOS",
     "SteppedIO",
+    "bump",
     "context",
     "install_tree",
     "lines",
@@ -89,6 +90,12 @@ def install_tree(scenario: str, tmp: Path) -> Path:
     root = tmp / scenario
     shutil.copytree(FIXTURES / scenario / "tree", root, symlinks=True)
     return root
+
+
+def bump(root: Path, zone: str, uj: int) -> None:
+    """Advance one zone's ``energy_uj`` by ``uj`` (a counter that measures moves)."""
+    real = os.path.realpath(root / "sys/class/powercap" / zone)
+    Path(real, "energy_uj").write_text(f"{int(Path(real, 'energy_uj').read_text()) + uj}\n")
 
 
 def _write_energy(root: Path, zone: str, value: int) -> None:

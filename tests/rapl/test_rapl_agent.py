@@ -4,16 +4,21 @@ processor wired from a config file."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from acquisition.advancing import WINDOW_S
 from acquisition.lineproto import decode_line
+from collectors.rapl import WHY_FIRMWARE
 from tests.rapl.scenarios import FIXTURES, install_tree
 
 NRG = str(Path(sys.executable).with_name("nrg-collect"))
@@ -35,15 +40,73 @@ def test_list_says_why_rapl_is_unavailable(tmp_path: Path) -> None:
     )
 
 
+@contextmanager
+def advancing(root: Path, watts: dict[str, float], period_s: float = 0.02) -> Iterator[None]:
+    """The zones named in ``watts`` (zone id → W) advance as a real package would, watts ×
+    elapsed time, while the context is open (each value written whole, by rename)."""
+    zones = {os.path.realpath(root / "sys/class/powercap" / z): w for z, w in watts.items()}
+    base = {z: int(Path(z, "energy_uj").read_text()) for z in zones}
+    stop = threading.Event()
+
+    def advance() -> None:
+        start = time.monotonic()
+        while not stop.wait(period_s):
+            elapsed = time.monotonic() - start
+            for z, w in zones.items():
+                Path(z, "energy_uj.tmp").write_text(f"{base[z] + int(w * elapsed * 1e6)}\n")
+                os.replace(Path(z, "energy_uj.tmp"), Path(z, "energy_uj"))
+
+    writer = threading.Thread(target=advance)
+    writer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        writer.join()
+
+
+LAPTOP_ZONES = {
+    "intel-rapl:0": 15.0,
+    "intel-rapl:0:0": 9.0,
+    "intel-rapl:0:1": 2.0,
+    "intel-rapl:1": 20.0,
+}
+
+
 def test_list_describes_the_zones_found(tmp_path: Path) -> None:
+    root = install_tree("laptop-psys-mmio", tmp_path)
     cfg = tmp_path / "nrg.toml"
-    cfg.write_text(f'[[collectors.rapl]]\nroot = "{FIXTURES / "laptop-psys-mmio" / "tree"}"\n')
-    done = _nrg("list", "--config", str(cfg))
+    cfg.write_text(f'[[collectors.rapl]]\nroot = "{root}"\n')
+    with advancing(root, LAPTOP_ZONES):
+        done = _nrg("list", "--config", str(cfg))
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "rapl  available: powercap: package (socket 0), core (socket 0), uncore (socket 0), "
         "psys (socket 0)\n"
     )
+
+
+def test_list_says_a_counter_that_never_moves_is_not_advancing(tmp_path: Path) -> None:
+    """The fixture's counters stand still: after the rule's window, ``list`` says so, with
+    the reason (no hypervisor flag in this tree's cpuinfo: the firmware)."""
+    root = install_tree("laptop-psys-mmio", tmp_path)
+    cfg = tmp_path / "nrg.toml"
+    cfg.write_text(f'[[collectors.rapl]]\nroot = "{root}"\n')
+    with advancing(root, {"intel-rapl:0": 15.0}):  # the package moves, the others do not
+        some = _nrg("list", "--config", str(cfg))
+    assert some.stdout == (
+        "rapl  available: powercap: package (socket 0), core (socket 0) not advancing, "
+        "uncore (socket 0) not advancing, psys (socket 0) not advancing\n"
+    )
+    done = _nrg("list", "--config", str(cfg))
+    assert done.returncode == 0, done.stderr
+    match = re.fullmatch(
+        r"rapl  unavailable: not advancing: package \(socket 0\), core \(socket 0\), "
+        r"uncore \(socket 0\), psys \(socket 0\) did not move in (\d+\.\d) s \((.*)\)\n",
+        done.stdout,
+    )
+    assert match is not None, done.stdout
+    assert float(match[1]) >= WINDOW_S and match[2] == WHY_FIRMWARE
 
 
 def test_once_prints_rapl_line_protocol(tmp_path: Path) -> None:
@@ -54,15 +117,19 @@ def test_once_prints_rapl_line_protocol(tmp_path: Path) -> None:
     )
     done = _nrg("--once", "--config", str(cfg))
     assert done.returncode == 0, done.stderr
+    # The fixture's counters stand still: no point (never a zero power that looks measured).
+    assert [decode_line(line) for line in done.stdout.splitlines()] == []
+    with advancing(root, {"intel-rapl:0": 150.0, "intel-rapl:1:0": 12.0}, period_s=0.005):
+        done = _nrg("--once", "--config", str(cfg))
+    assert done.returncode == 0, done.stderr
     points = [decode_line(line) for line in done.stdout.splitlines()]
-    # The fixture's counters stand still: zero energy since open, zero power, never a wrap.
-    assert [(dict(p.tags), dict(p.fields)) for p in points] == [
-        (
-            {"domain": domain, "host": "xeon", "socket": socket},
-            {"energy_joules": 0.0, "power_watts": 0.0},
-        )
-        for socket, domain in (("0", "package"), ("0", "dram"), ("1", "package"), ("1", "dram"))
+    # The ones that moved, with energy since open and power; never a wrap.
+    assert [dict(p.tags) for p in points] == [
+        {"domain": "package", "host": "xeon", "socket": "0"},
+        {"domain": "dram", "host": "xeon", "socket": "1"},
     ]
+    for p in points:
+        assert p.fields["energy_joules"] > 0 and p.fields["power_watts"] > 0  # type: ignore[operator]
 
 
 def test_bad_rapl_option_is_a_startup_error(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from tests.rapl.scenarios import (
     FIXTURES,
     POWERCAP_SCENARIOS,
     SteppedIO,
+    bump,
     context,
     install_tree,
     lines,
@@ -113,6 +114,8 @@ async def test_unparsable_energy_is_a_failed_read_not_a_wrap(tmp_path: Path) -> 
     await collector.open()
     dram0 = Path(os.path.realpath(root / "sys/class/powercap/intel-rapl:0:0/energy_uj"))
     dram0.write_text("\n")  # a torn read: empty
+    for zone in ("intel-rapl:0", "intel-rapl:1", "intel-rapl:1:0"):
+        bump(root, zone, 1_000_000)  # the others measure: they moved
     io.now = 2_000_000_000
     tick1: list = []
     await collector.collect(tick1.append, 1)
@@ -137,6 +140,8 @@ async def test_zone_failing_at_open_starts_at_its_first_good_read(tmp_path: Path
     await collector.open()
     assert collector.describe().endswith("dram (socket 1)")
     io.fail = {}
+    for zone in ("intel-rapl:0", "intel-rapl:0:0", "intel-rapl:1"):
+        bump(root, zone, 1_000_000)
     io.now = 1_000_000_000
     tick1: list = []
     await collector.collect(tick1.append, 1)
