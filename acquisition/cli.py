@@ -571,7 +571,7 @@ async def _track(job: Job, agent: Agent, socket_path: str, tracked: set[int]) ->
         print(exc, file=sys.stderr)
         return exc.status
     tracked.add(job.pid)
-    return await job.wait()
+    return await job.wait(agent.bus.emit)
 
 
 def _start_live(agent: Agent, args: argparse.Namespace) -> asyncio.Task[None] | None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from acquisition.paths import ENV_AGENT_COLLECTORS, ENV_AGENT_DATA
-from acquisition.point import Point
+from acquisition.point import FieldValue, Point
 
 __all__ = [
     "ANNOUNCE_FORWARDED",
@@ -124,6 +124,8 @@ class Job:
         self.level = -1
         """Index in LADDER of the strongest signal the job got so far (-1: none)."""
         self._timer: asyncio.TimerHandle | None = None
+        self.started_ns = 0
+        """Unix-epoch ns just before the job was spawned."""
 
     @property
     def pid(self) -> int:
@@ -137,6 +139,7 @@ class Job:
     async def start(self, env: Mapping[str, str]) -> None:
         """Start the job (after :func:`check_command`); OSError becomes JobNotStartable."""
         self.shares_terminal = _foreground_on_terminal()
+        self.started_ns = time.time_ns()
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.argv,
@@ -151,13 +154,28 @@ class Job:
                 f"nrg-collect: cannot start {self.argv[0]}: {exc.strerror or exc}", status
             ) from exc
 
-    async def wait(self) -> int:
-        """Wait for the job; its exit status as a shell reports it."""
+    def event(self, event: str, exit_code: int | None = None) -> Point:
+        """The ``nrg_job`` point of the job's ``spawn`` (stamped when it was started) or its
+        ``exit`` (stamped now, with its exit status): together they bound the run's window."""
+        fields: dict[str, FieldValue] = {"event": event, "pid": self.pid}
+        if exit_code is not None:
+            fields["exit_code"] = exit_code
+        when = self.started_ns if event == "spawn" else time.time_ns()
+        return Point("nrg_job", {}, fields, when)
+
+    async def wait(self, emit: Callable[[Point], None] | None = None) -> int:
+        """Wait for the job; its exit status as a shell reports it. ``emit`` gets the job's
+        ``nrg_job`` spawn point at once and its exit point at the end: the run's window."""
         assert self.process is not None
+        if emit is not None:
+            emit(self.event("spawn"))
         code = await self.process.wait()
         if self._timer is not None:
             self._timer.cancel()
-        return exit_status(code)
+        status = exit_status(code)
+        if emit is not None:
+            emit(self.event("exit", status))
+        return status
 
     def on_signal(self, signum: int) -> None:
         """The agent received SIGINT/SIGTERM: pass it on (first time) or escalate."""

@@ -230,6 +230,21 @@ METRICS: tuple[Measurement, ...] = (
             _i("pid", "", "the training process's pid"),
             _i("exit_code", "", "the tracked command's exit status (event `exit`)"),
             Field("graph_path", "string", "", "where the model graph was written"),
+            Field("launcher", "string", "", "torchrun, accelerate, openmpi, mpich or slurm"),
+            _i("local_rank", "", "the rank on its host, as the launcher numbers it"),
+            _i("world_size", "count", "ranks of the job, as the launcher says"),
+            Field("gpu_uuid", "string", "", "the CUDA device the rank trains on (`GPU-…`)"),
+        ),
+    ),
+    Measurement(
+        "nrg_job",
+        "the agent (`nrg-collect -- CMD`)",
+        "spawn and exit of the tracked command: the run's window",
+        _RUN_TAGS[:2],
+        (
+            Field("event", "string", "", "`spawn` or `exit`"),
+            _i("pid", "", "the command's pid"),
+            _i("exit_code", "", "the command's exit status (`exit`; 128 + n for signal n)"),
         ),
     ),
     Measurement(

@@ -28,6 +28,8 @@ from acquisition.report.formats import (
     compare_csv,
     compare_text,
     list_text,
+    ranks_csv,
+    ranks_text,
     summaries_csv,
     summaries_json,
     summaries_text,
@@ -143,7 +145,13 @@ def print_run_summary(
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", metavar="FILE", help="agent config (its file sink's dir)")
-    p.add_argument("--data", metavar="DIR", help="directory (or file) of .lp/.lp.gz files")
+    p.add_argument(
+        "--data",
+        metavar="DIR",
+        action="append",
+        help="directory (or file) of .lp/.lp.gz files; again for each host's directory of a "
+        "run that spans hosts (read as one)",
+    )
     p.add_argument(
         "--influx",
         metavar="URL",
@@ -160,11 +168,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_unit_arguments(p)
 
 
-def data_location(args: argparse.Namespace) -> Path:
-    """``--data``, else the config's first file sink's directory, else its ``data_dir``, else
-    the default data directory."""
+def data_location(args: argparse.Namespace) -> Path | list[Path]:
+    """``--data`` (each one given), else the config's first file sink's directory, else its
+    ``data_dir``, else the default data directory."""
     if args.data:
-        return Path(args.data).expanduser()
+        paths = [Path(d).expanduser() for d in args.data]
+        return paths[0] if len(paths) == 1 else paths
     if args.config:
         config = load_config(args.config)
         for spec in config.sinks:
@@ -201,6 +210,8 @@ def _source(args: argparse.Namespace) -> tuple[PointSource, str]:
         influx = open_influx(target_from_url(url) if url else target_from_config(config))
         return influx, influx.where
     where = data_location(args)
+    if isinstance(where, list):
+        return Store(where), ", ".join(str(w) for w in where)
     return Store(where), str(where)
 
 
@@ -242,6 +253,14 @@ def _report(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="nrg-collect report", description="Summaries of past runs.")
     p.add_argument("names", nargs="*", metavar="RUN|EXPERIMENT", help="default: the newest run")
     p.add_argument("--list", action="store_true", help="list the runs found")
+    p.add_argument(
+        "--by",
+        choices=("run", "rank"),
+        default="run",
+        help="rank: one row per rank of a distributed run (host, GPU, steps, time, energy, "
+        "waits for the slowest rank) instead of the summary (text and csv; json always has "
+        "per_rank)",
+    )
     _common(p)
     args = p.parse_args(influx_argv(argv))
     store, where = _source(args)
@@ -261,6 +280,10 @@ def _report(argv: Sequence[str]) -> int:
 
         points = {id(s): load_run(store, info) for s, info in zip(summaries, infos, strict=True)}
         _write(args, report_html(summaries, [points[id(s)] for s in summaries]))
+        return 0
+    if args.by == "rank" and args.format in ("text", "csv"):
+        render_ranks = ranks_text if args.format == "text" else ranks_csv
+        _write(args, render_ranks(summaries))
         return 0
     render = {"text": summaries_text, "json": summaries_json, "csv": summaries_csv}
     _write(args, render[args.format](summaries))

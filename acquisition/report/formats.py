@@ -10,12 +10,15 @@ from collections.abc import Sequence
 from acquisition.report.compare import Comparison
 from acquisition.report.runs import RunInfo
 from acquisition.summary import RunSummary, format_text
+from acquisition.summary.rank_text import rank_table, straggler_lines
 from acquisition.summary.text import human_joules
 
 __all__ = [
     "compare_csv",
     "compare_text",
     "list_text",
+    "ranks_csv",
+    "ranks_text",
     "summaries_csv",
     "summaries_json",
     "summaries_text",
@@ -91,6 +94,39 @@ def summaries_csv(summaries: Sequence[RunSummary]) -> str:
             *(per_source[src] for src in sources),
         ]
         writer.writerow(["" if v is None else v for v in row])
+    return out.getvalue()
+
+
+_RANK_FIELDS = (
+    "host",
+    "rank",
+    "gpu",
+    "gpu_source",
+    "steps",
+    "time_s",
+    "energy_j",
+    "slowest_steps",
+    "wait_s",
+    "wait_energy_j",
+)
+
+
+def ranks_text(summaries: Sequence[RunSummary]) -> str:
+    """``report --by rank``: per run, its ranks' table and the straggler lines."""
+    parts = []
+    for s in summaries:
+        parts.append(rank_table(s) + "".join(line + "\n" for line in straggler_lines(s)))
+    return "\n".join(parts)
+
+
+def ranks_csv(summaries: Sequence[RunSummary]) -> str:
+    """One row per rank of each run."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["experiment", "run", *_RANK_FIELDS])
+    for s in summaries:
+        for r in s.per_rank:
+            writer.writerow([s.experiment, s.run, *(r.get(k, "") for k in _RANK_FIELDS)])
     return out.getvalue()
 
 

@@ -176,14 +176,14 @@ def _epoch_plot(s: RunSummary, top_j: float | None = None) -> str | None:
 
 
 def _step_plot(points: Sequence[Point], s: RunSummary) -> str | None:
-    from acquisition.summary.build import _collect_steps, _step_stats
+    from acquisition.summary.build import step_energies
 
-    _, totals = _step_stats(_collect_steps(list(points)))
+    totals = step_energies(points)
     if not totals:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4.5, 3))
-    ax.hist(list(totals.values()), bins=min(30, max(5, len(totals) // 3)), color="#47a")
+    ax.hist(totals, bins=min(30, max(5, len(totals) // 3)), color="#47a")
     ax.set_xlabel("energy of one step (J)")
     ax.set_ylabel("steps")
     ax.set_title("Energy per step")

@@ -1,8 +1,8 @@
 """Keeps, in memory, the points a tracked run's summary needs, as they cross the agent's bus.
 
-Kept: power sources (``rapl``, ``gpu``, ``emonpi``), the job's ``nrg_run``, ``nrg_step`` and root
-``nrg_model`` points, ``nrg_energy`` of scope ``step`` (module energies are summed per module as
-they arrive), ``memory``, ``cpu`` (``cpu=total``; the other cpus only as a count) and the tree
+Kept: power sources (``rapl``, ``gpu``, ``emonpi``), the agent's ``nrg_job``, the job's
+``nrg_run``, ``nrg_step`` and root ``nrg_model`` points, ``nrg_energy`` of scope ``step`` (module
+energies are summed per module as they arrive), ``memory``, ``cpu`` (``cpu=total``; the other cpus only as a count) and the tree
 sums of ``process`` / ``gpu_process``. When more than ``max_points`` sampled points are held,
 every second one is let go (counters stay exact over the run; peaks and means lose detail), so a
 run of any length holds a bounded amount.
@@ -18,7 +18,7 @@ from acquisition.point import Point
 __all__ = ["SummaryRecorder", "attach_recorder"]
 
 _SAMPLED = frozenset({"rapl", "gpu", "emonpi", "memory", "cpu", "process", "gpu_process"})
-_EVENTS = frozenset({"nrg_run", "nrg_step", "nrg_model", "nrg_carbon", "nrg_forecast"})
+_EVENTS = frozenset({"nrg_job", "nrg_run", "nrg_step", "nrg_model", "nrg_carbon", "nrg_forecast"})
 
 
 class SummaryRecorder:

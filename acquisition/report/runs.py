@@ -1,8 +1,9 @@
 """Runs in stored points: finding them, and loading one run's points for its summary.
 
 A run is every point with the same ``run`` tag (and ``experiment``), from however many hosts and
-ranks (a distributed job is one run). Its window is its ``nrg_run`` start → end where the job
-sent them, else its first → last point. Power and resource points written without a ``run``
+ranks (a distributed job is one run). Its window is the tracked command's spawn → exit
+(``nrg_job``, from every agent of the run) and its ranks' ``nrg_run`` start → end, the widest of
+them, else its first → last point. Power and resource points written without a ``run``
 tag (an agent that was already running, tagging nothing) are taken from the run's hosts within
 its window.
 """
@@ -32,8 +33,16 @@ NO_SUCH_RUN = (
     "no run or experiment named {name!r} in {where} (nrg-collect report --list shows them)"
 )
 SOURCE_MEASUREMENTS = ("rapl", "gpu", "emonpi")
+_EVENTS = ("nrg_job", "nrg_run")
 RESOURCE_MEASUREMENTS = ("memory", "cpu", "process", "gpu_process")
-_LIST_MEASUREMENTS = (*SOURCE_MEASUREMENTS, "nrg_run", "nrg_step", "nrg_collect", "memory")
+_LIST_MEASUREMENTS = (
+    *SOURCE_MEASUREMENTS,
+    "nrg_job",
+    "nrg_run",
+    "nrg_step",
+    "nrg_collect",
+    "memory",
+)
 
 
 class PointSource(Protocol):
@@ -109,10 +118,9 @@ def select_runs(runs: Sequence[RunInfo], names: Sequence[str], where: str) -> li
 
 def _window(points: Iterable[Point]) -> tuple[int, int]:
     pts = list(points)
-    starts = [
-        p.time_ns for p in pts if p.measurement == "nrg_run" and p.fields.get("event") == "start"
-    ]
-    ends = [p.time_ns for p in pts if p.measurement == "nrg_run" and p.fields.get("event") == "end"]
+    events = [(p.fields.get("event"), p.time_ns) for p in pts if p.measurement in _EVENTS]
+    starts = [t for event, t in events if event in ("spawn", "start")]
+    ends = [t for event, t in events if event in ("exit", "end")]
     times = [p.time_ns for p in pts]
     return (min(starts) if starts else min(times), max(ends) if ends else max(times))
 

@@ -44,9 +44,18 @@ from acquisition.summary.model import (
     StepStats,
     SummaryOptions,
 )
+from acquisition.summary.ranks import GlobalSteps, global_steps, gpu_owners
 from acquisition.summary.resources import resources
+from acquisition.summary.series import Cumulative
 
-__all__ = ["NO_ENERGY", "REST_OF_SYSTEM", "STEPS_WITHOUT_SOURCE", "counted_sources", "summarize"]
+__all__ = [
+    "NO_ENERGY",
+    "REST_OF_SYSTEM",
+    "STEPS_WITHOUT_SOURCE",
+    "counted_sources",
+    "step_energies",
+    "summarize",
+]
 
 REST_OF_SYSTEM = "rest_of_system"
 NO_ENERGY = "No energy was measured: {why}."
@@ -57,6 +66,9 @@ NO_SOURCE_POINTS = "no RAPL, GPU or wall-meter readings were recorded for this r
 _ERROR_FIELDS = ("energy_error_joules", "error_joules")
 _EDGE_FIELDS = ("error_start_joules", "error_end_joules")
 _NS = 1e9
+_STARTS = ("spawn", "start")
+_ENDS = ("exit", "end")
+_EVENTS = ("nrg_job", "nrg_run")
 _ROOT_MODULE = "(root)"
 """The whole model's module tag in nrg_model (acquisition.torch's ROOT_NAME)."""
 
@@ -174,9 +186,8 @@ def _source_energy(
     return SourceEnergy(name, energy, mean, peak, error, host, True, origin)
 
 
-def _sources(
-    points: list[Point], options: SummaryOptions, window: tuple[int, int]
-) -> list[SourceEnergy]:
+def _series(points: list[Point], options: SummaryOptions) -> dict[tuple[str, str], _Series]:
+    """Each (host, source)'s readings."""
     series: dict[tuple[str, str], _Series] = defaultdict(_Series)
     for p in points:
         if p.measurement not in ("rapl", "gpu", "emonpi"):
@@ -192,6 +203,23 @@ def _sources(
                 s.readings.append((p.time_ns, reading))
         else:
             s.power.append((p.time_ns, sample.value))
+    return series
+
+
+def _curves(series: Mapping[tuple[str, str], _Series]) -> dict[tuple[str, str], Cumulative]:
+    """Each (host, source)'s cumulative energy, for the energy of any interval."""
+    out = {}
+    for key, s in series.items():
+        if len(s.counter) >= 2:
+            out[key] = Cumulative.counter(_continuous(list(s.counter)))
+        elif len(s.power) >= 2:
+            out[key] = Cumulative.power(sorted(s.power))
+    return out
+
+
+def _sources(
+    series: Mapping[tuple[str, str], _Series], window: tuple[int, int]
+) -> list[SourceEnergy]:
     out = []
     for (host, name), s in sorted(series.items()):
         energy = _source_energy(host, name, s, window)
@@ -299,11 +327,6 @@ def _sum_bound(data: _Steps, keys: Iterable[tuple[str, str, int]]) -> float | No
     return sum_bound(keys, data.bounds, data.steps, counted)
 
 
-def _step_total(per_source: Mapping[str, float]) -> float:
-    counted = counted_sources(per_source)
-    return sum(per_source[s] for s in counted)
-
-
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if len(ordered) == 1:
@@ -314,8 +337,9 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def _step_stats(data: _Steps) -> tuple[StepStats, dict[tuple[str, str, int], float]]:
-    totals = {k: _step_total(v) for k, v in data.energy.items() if counted_sources(v)}
+def _step_stats(
+    data: _Steps, totals: dict[tuple[str, str, int], float]
+) -> tuple[StepStats, dict[tuple[str, str, int], float]]:
     samples_list = [_int(p, "samples") for p in data.steps.values()]
     samples = sum(s for s in samples_list if s is not None) if any(samples_list) else None
     energy = None
@@ -388,17 +412,16 @@ def _most_common(points: list[Point], tag: str) -> str:
 
 
 def _window(points: list[Point]) -> tuple[int, int, int | None]:
-    """(start, end, exit code): the job's ``nrg_run`` start and end events where present,
-    else the first and last point."""
-    starts = [
-        p.time_ns for p in points if p.measurement == "nrg_run" and p.fields.get("event") == "start"
-    ]
-    ends = [p for p in points if p.measurement == "nrg_run" and p.fields.get("event") == "end"]
+    """(start, end, exit code): the earliest event that starts the run and the latest that ends
+    it: a tracked command's ``nrg_job`` spawn and exit (from every agent of the run) and its
+    ranks' ``nrg_run`` start and end; else the first and last point."""
+    runs = [p for p in points if p.measurement in _EVENTS]
+    starts = [p.time_ns for p in runs if p.fields.get("event") in _STARTS]
+    ends = [p for p in runs if p.fields.get("event") in _ENDS]
     times = [p.time_ns for p in points]
     start = min(starts) if starts else min(times)
     end = max(p.time_ns for p in ends) if ends else max(times)
-    runs = [p for p in points if p.measurement == "nrg_run"]  # "end", or the agent's "exit"
-    code = next((_int(p, "exit_code") for p in runs if _int(p, "exit_code") is not None), None)
+    code = next((_int(p, "exit_code") for p in ends if _int(p, "exit_code") is not None), None)
     return start, max(end, start), code
 
 
@@ -444,28 +467,36 @@ def _coverage_notes(data: _Steps) -> list[str]:
     ]
 
 
-def _per_host(
-    sources: list[SourceEnergy], totals: Mapping[tuple[str, str, int], float]
-) -> list[dict[str, object]]:
-    hosts = sorted({s.host for s in sources} | {k[0] for k in totals})
-    out: list[dict[str, object]] = []
-    for host in hosts:
-        ranks = sorted({k[1] for k in totals if k[0] == host})
-        out.append(
-            {
-                "host": host,
-                "energy_j": sum(s.energy_j for s in sources if s.host == host and s.counted),
-                "ranks": [
-                    {
-                        "rank": r,
-                        "steps": sum(1 for k in totals if k[:2] == (host, r)),
-                        "steps_energy_j": sum(v for k, v in totals.items() if k[:2] == (host, r)),
-                    }
-                    for r in ranks
-                ],
-            }
-        )
-    return out
+def _per_host(sources: list[SourceEnergy], joined: GlobalSteps) -> list[dict[str, object]]:
+    """Per host: its energy, the energy inside the run's steps, and its ranks' figures."""
+    rows = joined.rank_rows()
+    hosts = sorted({s.host for s in sources} | {r["host"] for r in rows})
+    return [
+        {
+            "host": host,
+            "energy_j": sum(s.energy_j for s in sources if s.host == host and s.counted),
+            "steps_energy_j": joined.host_energy.get(host, 0.0),
+            "ranks": [{**r, "steps_energy_j": r["energy_j"]} for r in rows if r["host"] == host],
+        }
+        for host in hosts
+    ]
+
+
+def _join(
+    pts: list[Point], curves: Mapping[tuple[str, str], Cumulative]
+) -> tuple[GlobalSteps, dict[tuple[str, str], dict[str, float]]]:
+    """The run's global steps (see :mod:`acquisition.summary.ranks`), and the module energies."""
+    data = _collect_steps(pts)
+    owners = gpu_owners(pts)
+    joined = global_steps(data.steps, data.energy, data.bounds, owners, counted_sources, curves)
+    return joined, data.modules
+
+
+def step_energies(points: Iterable[Point], options: SummaryOptions | None = None) -> list[float]:
+    """The energy of each step of the run (all ranks' devices), in step order."""
+    pts = list(points)
+    joined, _ = _join(pts, _curves(_series(pts, options or SummaryOptions())))
+    return [joined.totals[k] for k in sorted(joined.totals)]
 
 
 def summarize(
@@ -490,10 +521,12 @@ def summarize(
     if window_ns is not None:
         start, end = window_ns
     duration = (end - start) / _NS
-    sources = _sources(pts, options, (start, end))
+    series = _series(pts, options)
+    sources = _sources(series, (start, end))
     total = sum(s.energy_j for s in sources if s.counted)
-    steps = _collect_steps(pts)
-    stats, totals = _step_stats(steps)
+    joined, modules = _join(pts, _curves(series))
+    steps = _Steps(joined.steps, joined.energy, joined.bounds, modules)
+    stats, totals = _step_stats(steps, joined.totals)
     inside = sum(totals.values())
     counted = [s for s in sources if s.counted]
     peaks = [s.peak_w for s in counted if s.peak_w is not None]
@@ -535,7 +568,9 @@ def summarize(
         exit_code=exit_code if exit_code is not None else code,
         hosts=sorted({p.tags["host"] for p in pts if p.tags.get("host")}),
         ranks=sorted({p.tags["rank"] for p in pts if p.tags.get("rank")}),
-        per_host=_per_host(sources, totals),
+        per_host=_per_host(sources, joined),
+        per_rank=joined.rank_rows(),
+        stragglers=joined.stragglers(total),
         start_ns=start,
         end_ns=end,
         flops=next((f for f in flops if f is not None), None),

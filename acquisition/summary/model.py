@@ -37,12 +37,17 @@ from acquisition.summary_options import (
 SCHEMA = "nrg.summary/1"
 J_PER_KWH = 3.6e6
 PROVENANCE: dict[str, str] = {
-    "window": "the job's nrg_run start and end events, else the run's first and last point",
+    "window": "the tracked command's nrg_job spawn and exit and the job's nrg_run start and "
+    "end, the widest, else the run's first and last point",
     "energy.sources": "rapl and gpu energy_joules counters differenced; gpu power_watts and "
     "emonpi power<ch>_watts integrated by trapezoids; interpolated at the window's edges",
     "energy.total_j": "per host the wall meter if any, else RAPL package + dram + GPUs",
     "energy.outside_steps_j": "total_j minus the step energies",
-    "epochs, steps": "nrg_step (epoch tag, else field; samples field) and nrg_energy scope=step",
+    "epochs, steps": "nrg_step (epoch tag, else field; samples field) and nrg_energy scope=step; "
+    "the ranks' steps with the same number are one step (energy over all ranks' devices, the "
+    "slowest rank's duration, samples summed)",
+    "per_rank, stragglers": "each rank's own GPU (CUDA device UUID) plus an equal share of its "
+    "host's shared sources; a rank waits from its step end to the slowest rank's",
     "modules": "nrg_energy scope=module summed over steps and phases",
     "co2e_g": "total_kwh x carbon_intensity_g_per_kwh",
     "forecast": "the first nrg_forecast source=total point of the run (processors.forecast)",
@@ -164,6 +169,10 @@ class RunSummary:
     hosts: list[str] = field(default_factory=list)
     ranks: list[str] = field(default_factory=list)
     per_host: list[dict[str, Any]] = field(default_factory=list)
+    per_rank: list[dict[str, Any]] = field(default_factory=list)
+    """Per rank of a distributed run: host, rank, GPU, steps, time, energy, waits."""
+    stragglers: dict[str, Any] | None = None
+    """The slowest rank of the global steps and the energy the others used waiting for it."""
     start_ns: int = 0
     end_ns: int = 0
     flops: int | None = None

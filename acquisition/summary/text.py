@@ -7,6 +7,7 @@ from typing import Any
 
 from acquisition.summary.forecast import extra_lines
 from acquisition.summary.model import RunSummary
+from acquisition.summary.rank_text import straggler_lines
 
 __all__ = ["format_text", "human_joules"]
 
@@ -212,6 +213,7 @@ def _has_descendants(res: dict[str, Any]) -> bool:
 def format_text(s: RunSummary, *, full: bool = False) -> str:
     """Energy, steps and modules, then the resources: the figures that have values, or with
     ``full`` every figure in gpu_tracker's layout."""
-    out = _header(s) + _energy(s) + extra_lines(s) + _steps(s) + [f"Note: {n}" for n in s.notes]
+    out = _header(s) + _energy(s) + extra_lines(s) + _steps(s) + straggler_lines(s)
+    out += [f"Note: {n}" for n in s.notes]
     out += _full_resources(s.resources) if full else _short_resources(s.resources)
     return "\n".join(out) + "\n"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from acquisition.point import Point
 from acquisition.torch import complexity
 from acquisition.torch.graph import GraphCapture, capture_graph
+from acquisition.torch.launch import prefixed, unwrap_model
 
 if TYPE_CHECKING:
     from torch import nn
@@ -95,16 +96,20 @@ def analyse_model(
     private: nn.Module | None = None,
 ) -> Analysis:
     """Sizes, FLOPs (a failure to count them is logged, not raised) and, with ``graph``, the
-    op graph written to ``graph_path``. With ``private`` (a copy of ``model`` that nothing else
-    uses), FLOPs and graph come from running the copy, beside training."""
+    op graph written to ``graph_path``. With ``private`` (a copy of ``model``, or of the module
+    its DDP/FSDP wrapper trains, that nothing else uses), FLOPs and graph come from running the
+    copy, beside training."""
     began = time.perf_counter()
     sizes = complexity.module_sizes(model)
-    run = model if private is None else private
+    # The module a DDP/FSDP wrapper trains: the wrapper's forward runs collectives (an analysis
+    # pass on some ranks only would leave them waiting) and torch.export cannot take it.
+    inner, prefix = unwrap_model(model)
+    run = inner if private is None else private
     if private is not None:  # a copy that cannot run raises: the model itself is analysed later
-        flops = complexity.module_flops_private(private, args, kwargs)
+        flops = prefixed(complexity.module_flops_private(private, args, kwargs), prefix)
     else:
         try:
-            flops = complexity.module_flops(model, args, kwargs)
+            flops = prefixed(complexity.module_flops(inner, args, kwargs), prefix)
         except Exception as exc:  # a model the counter cannot run is still trained
             log.warning("nrg: FLOP counting failed (%s: %s)", type(exc).__name__, exc)
             flops = {}
@@ -217,7 +222,7 @@ class ModelAnalysis:
         from acquisition.torch.complexity import meta_copy
 
         try:
-            result = self._run(args, kwargs, private=meta_copy(self.model))
+            result = self._run(args, kwargs, private=meta_copy(unwrap_model(self.model)[0]))
         except Exception as exc:
             log.info("nrg: model analysis beside training failed (%r); it runs at a step end", exc)
             self.due = True

@@ -39,9 +39,11 @@ from acquisition.lineproto import LineEncoder
 from acquisition.paths import data_dir
 from acquisition.point import Point
 from acquisition.torch import cuda as gpu_timeline
+from acquisition.torch import launch as launching
 from acquisition.torch.analysis import ModelAnalysis
 from acquisition.torch.graph import GraphCapture
 from acquisition.torch.hooks import EPOCH, RESUME, STEP, EventLog, ModuleHooks
+from acquisition.torch.launch import resolve_tags
 from acquisition.torch.steps import StepAggregator, StepLines
 from acquisition.torch.transport import LineSender, default_fallback_dir, default_socket_path
 
@@ -104,20 +106,6 @@ def _check_samples(value: object) -> int | None:
     return value
 
 
-def resolve_tags(
-    experiment: str | None, run: str | None, rank: int | str | None, *, pid: int
-) -> dict[str, str]:
-    """``experiment``, ``run`` and ``rank`` from arguments, else ``NRG_EXPERIMENT``, ``NRG_RUN``,
-    ``RANK``/``LOCAL_RANK``; a missing run gets ``<UTC time>-<pid>`` so its steps group together."""
-    env = os.environ
-    experiment = experiment or env.get("NRG_EXPERIMENT") or ""
-    run = run or env.get("NRG_RUN") or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{pid}"
-    if rank is None:
-        rank = env.get("RANK") or env.get("LOCAL_RANK")
-    tags = {"experiment": experiment, "run": run, "rank": "" if rank is None else str(rank)}
-    return {k: v for k, v in tags.items() if v}
-
-
 def _file_safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text)
 
@@ -154,13 +142,20 @@ class Session:
         """Steps with module hooks in: every Nth, counted from the first (step 0)."""
         self._steps_seen = 0
         self.pid = os.getpid()
-        self.tags = resolve_tags(experiment, run, rank, pid=self.pid)
+        self.launch = launching.detect_launch(os.environ)
+        self.tags = resolve_tags(experiment, run, rank, pid=self.pid, launch=self.launch)
+        self.gpu_uuid = ""
+        """The CUDA device UUID of the model's parameters (found at start)."""
         self._model_tags = {k: v for k, v in self.tags.items() if k != "rank"}
         stem = f"nrg-{_file_safe(self.tags['run'])}-{self.pid}"
         self.socket_path = Path(socket_path) if socket_path else default_socket_path()
         self.fallback_path = Path(fallback_dir or default_fallback_dir()) / f"{stem}.lp"
         graph_root = graph_dir or os.environ.get("NRG_GRAPH_DIR") or data_dir() / "graphs"
-        graph_path = Path(graph_root) / f"{stem}.graph.json" if graph else None
+        graph_path = (
+            Path(graph_root) / f"{stem}.graph.json"
+            if graph and launching.records_graph(self.tags, self.launch)
+            else None
+        )
         if example_inputs is not None and not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)
         self._example = (example_inputs, dict(example_kwargs or {}))
@@ -251,6 +246,7 @@ class Session:
         model = self.model
         devices = gpu_timeline.cuda_devices(model.parameters())
         cuda = self._cuda = bool(devices)
+        self.gpu_uuid = launching.cuda_uuid(model) if cuda else ""
         self._param_ids = {id(p) for p in model.parameters()}
         self._aggregator = StepAggregator(self._names(), samples_per_step=self._samples_per_step)
         if cuda:
@@ -596,4 +592,6 @@ class Session:
             "pid": self.pid,
             "graph_path": str(self.graph_path) if self.graph_path else "",
         }
+        if event == "start":
+            fields.update(launching.launch_fields(self.launch, self.gpu_uuid))
         return Point("nrg_run", dict(self.tags), fields, time_ns)

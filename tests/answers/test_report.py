@@ -62,7 +62,11 @@ def test_distributed_run_is_one_run(tmp_path: Path) -> None:
     per_host = {h["host"]: h for h in s.per_host}
     assert per_host["h2"]["energy_j"] == pytest.approx(b.inside_w * b.duration_s, rel=1e-9)
     assert per_host["h1"]["ranks"][0]["steps"] == a.epochs * a.steps
-    assert s.steps.count == 2 * a.epochs * a.steps
+    # the two ranks' steps with the same number are one step of the run, of both hosts' energy
+    assert s.steps.count == a.epochs * a.steps
+    assert s.steps.samples == 2 * a.epochs * a.steps * (a.samples or 0)
+    assert s.steps.energy_j is not None
+    assert s.steps.energy_j["mean"] == pytest.approx((a.inside_w + b.inside_w) * a.step_s, rel=1e-9)
 
 
 def test_sources_of_an_untagged_agent_join_the_run(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ instrumented CPU training run, fed bus points for the processors); any (measurem
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 import time
 from collections.abc import Iterable
@@ -19,6 +20,7 @@ import pytest
 from acquisition.agent import Agent
 from acquisition.api import PluginContext
 from acquisition.config import parse_config
+from acquisition.job import Job
 from acquisition.lineproto import decode_line
 from acquisition.metrics import METRICS, find_field, find_measurement
 from acquisition.point import Point
@@ -206,6 +208,15 @@ def agent_points() -> list[Point]:
     return agent.self_stats()
 
 
+async def job_points() -> list[Point]:
+    """A tracked command's ``nrg_job`` spawn and exit, from a real job."""
+    out: list[Point] = []
+    job = Job(["sh", "-c", "exit 4"])
+    await job.start(dict(os.environ))
+    await job.wait(out.append)
+    return out
+
+
 def test_every_emitted_measurement_tag_and_field_is_in_the_table(tmp_path: Path) -> None:
     async def collected() -> list[Point]:
         return (
@@ -213,6 +224,7 @@ def test_every_emitted_measurement_tag_and_field_is_in_the_table(tmp_path: Path)
             + await nvml_points(tmp_path)
             + await emonpi_points()
             + await procfs_points(tmp_path)
+            + await job_points()
         )
 
     points = asyncio.run(collected())

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from acquisition.torch.launch import LAUNCHERS
+
 # This CPU wheel warns at import when NumPy is absent (it is not a dependency of nrg); with
 # warnings as errors that would fail every test here, so the one message is filtered at import.
 with warnings.catch_warnings():
@@ -21,7 +23,9 @@ with warnings.catch_warnings():
 @pytest.fixture(autouse=True)
 def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point every nrg path and tag variable at the test's own directory."""
-    for name in ("NRG_EXPERIMENT", "NRG_RUN", "RANK", "LOCAL_RANK"):
+    launchers = [name for entry in LAUNCHERS for name in entry[1:]]
+    ids = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE")
+    for name in ("NRG_EXPERIMENT", "NRG_RUN", "LOCAL_RANK", *launchers, *ids):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NRG_SOCKET", str(tmp_path / "absent.sock"))
     monkeypatch.setenv("NRG_FALLBACK_DIR", str(tmp_path / "fallback"))

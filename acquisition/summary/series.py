@@ -1,0 +1,67 @@
+"""A source's energy over any interval in O(log n): its readings as a cumulative energy curve.
+
+A counter (``energy_joules``, made continuous across restarts) is the curve itself, linear
+between samples; power readings are integrated by trapezoids, the power linear between samples.
+An interval is clipped to the samples' span (energy outside it is not known).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+
+__all__ = ["Cumulative"]
+
+_NS = 1e9
+
+
+class Cumulative:
+    """Cumulative energy (J) of one source against time (Unix ns)."""
+
+    __slots__ = ("_cum", "_power", "_times")
+
+    def __init__(self, times: list[int], cum: list[float], power: Sequence[float] | None) -> None:
+        self._times = times
+        self._cum = cum
+        self._power = power
+        """The power readings when the curve integrates them (None: a counter)."""
+
+    @classmethod
+    def counter(cls, samples: list[tuple[int, float]]) -> Cumulative:
+        """From a continuous counter's (time, J) samples, in time order."""
+        return cls([t for t, _ in samples], [v for _, v in samples], None)
+
+    @classmethod
+    def power(cls, samples: list[tuple[int, float]]) -> Cumulative:
+        """From (time, W) readings in time order, integrated by trapezoids."""
+        times = [t for t, _ in samples]
+        watts = [w for _, w in samples]
+        cum = [0.0]
+        for (t0, w0), (t1, w1) in itertools.pairwise(samples):
+            cum.append(cum[-1] + (w0 + w1) / 2 * (t1 - t0) / _NS)
+        return cls(times, cum, watts)
+
+    def _at(self, t: int) -> float:
+        times, cum = self._times, self._cum
+        i = bisect.bisect_right(times, t) - 1
+        if i >= len(times) - 1:
+            return cum[-1]
+        t0, t1 = times[i], times[i + 1]
+        if t1 == t0:
+            return cum[i]
+        frac = (t - t0) / (t1 - t0)
+        if self._power is None:
+            return cum[i] + (cum[i + 1] - cum[i]) * frac
+        w0, w1 = self._power[i], self._power[i + 1]
+        wt = w0 + (w1 - w0) * frac
+        return cum[i] + (w0 + wt) / 2 * (t - t0) / _NS
+
+    def energy(self, start: int, end: int) -> float | None:
+        """Joules in [start, end] clipped to the samples' span; None when they do not meet."""
+        if len(self._times) < 2:
+            return None
+        a, b = max(start, self._times[0]), min(end, self._times[-1])
+        if b <= a:
+            return None
+        return self._at(b) - self._at(a)

@@ -1,0 +1,153 @@
+"""How the summary of a distributed run grows with ranks and global steps.
+
+A synthetic run as the agents of 8-GPU hosts store it: per host a RAPL package and dram counter
+and 8 GPUs (``gpu`` points with UUIDs, as the NVML collector writes them) sampled every second;
+per rank its ``nrg_run`` start naming its GPU, one ``nrg_step`` per step and the attribution's
+``nrg_energy`` (scope ``step``) per step and source of its host (2 RAPL domains + 8 GPUs). Rank
+``world - 1`` is slowed 10 ms per step. Each size runs in a child process: the seconds to build
+the points (the baseline: what storage hands the summary), ``summarize`` and ``report --by rank``
+text, and the peak resident memory of the child beside the memory the points alone take.
+
+Run: ``.venv/bin/python bench/bench_scale_ranks.py [--sizes 8x1000,64x1000,64x2500]``
+(RANKSxSTEPS, ranks a multiple of 8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from acquisition.point import Point  # noqa: E402
+
+GPUS = 8
+T0 = 1_764_000_000_000_000_000
+NS = 1_000_000_000
+STEP_NS = 100_000_000
+SLOW_NS = 10_000_000
+PACKAGE_W, DRAM_W, GPU_W = 200.0, 30.0, 400.0
+
+
+def _host_sources(host: str, steps: int) -> list[Point]:
+    out = []
+    tags = {"host": host, "run": "big", "experiment": "scale"}
+    for s in range(steps * STEP_NS // NS + 3):
+        t = T0 + s * NS
+        for domain, watts in (("package", PACKAGE_W), ("dram", DRAM_W)):
+            out.append(
+                Point(
+                    "rapl",
+                    {**tags, "socket": "0", "domain": domain},
+                    {"energy_joules": watts * s},
+                    t,
+                )
+            )
+        for g in range(GPUS):
+            gtags = {**tags, "gpu": str(g), "uuid": f"GPU-{host}-{g:04d}"}
+            out.append(Point("gpu", gtags, {"energy_joules": GPU_W * s}, t))
+    return out
+
+
+def _rank_points(host: str, rank: int, local: int, steps: int, slow: bool) -> list[Point]:
+    tags = {"host": host, "run": "big", "experiment": "scale", "rank": str(rank)}
+    start_fields = {"event": "start", "pid": rank, "gpu_uuid": f"GPU-{host}-{local:04d}"}
+    out = [Point("nrg_run", tags, start_fields, T0 + NS)]
+    lag = 0 if slow else SLOW_NS
+    start = T0 + NS
+    shared = {"rapl:package-0": PACKAGE_W, "rapl:dram-0": DRAM_W}
+    for n in range(steps):
+        end = T0 + NS + (n + 1) * STEP_NS - lag
+        d = (end - start) / NS
+        etags = {**tags, "epoch": str(n // 1000)}
+        fields = {"step": n, "start_time_ns": start, "end_time_ns": end, "samples": 32}
+        out.append(Point("nrg_step", etags, {**fields, "duration_seconds": d}, end))
+        for source, watts in shared.items():
+            e = {"step": n, "energy_joules": watts * d}
+            out.append(Point("nrg_energy", {**etags, "scope": "step", "source": source}, e, end))
+        for g in range(GPUS):
+            e = {"step": n, "energy_joules": GPU_W * d}
+            stags = {**etags, "scope": "step", "source": f"nvml:{g}"}
+            out.append(Point("nrg_energy", stags, e, end))
+        start = end
+    return out
+
+
+def build(ranks: int, steps: int) -> list[Point]:
+    points: list[Point] = []
+    for h in range(ranks // GPUS):
+        host = f"node{h}"
+        points += _host_sources(host, steps)
+        for local in range(GPUS):
+            rank = h * GPUS + local
+            points += _rank_points(host, rank, local, steps, rank == ranks - 1)
+    return points
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child(ranks: int, steps: int) -> dict[str, float]:
+    from acquisition.report.formats import ranks_text
+    from acquisition.summary import summarize
+
+    base = _rss_mb()
+    t = time.perf_counter()
+    points = build(ranks, steps)
+    built = time.perf_counter() - t
+    points_mb = _rss_mb() - base
+    t = time.perf_counter()
+    s = summarize(points)
+    summary_s = time.perf_counter() - t
+    t = time.perf_counter()
+    ranks_text([s])
+    text_s = time.perf_counter() - t
+    assert s.steps.count == steps and len(s.per_rank) == ranks
+    assert s.stragglers is not None and s.stragglers["slowest_rank"] == str(ranks - 1)
+    return {
+        "ranks": ranks,
+        "steps": steps,
+        "points": len(points),
+        "build_s": built,
+        "summary_s": summary_s,
+        "report_s": text_s,
+        "points_mb": points_mb,
+        "peak_mb": _rss_mb(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="8x1000,16x1000,64x1000,64x2500")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        ranks, steps = (int(v) for v in args.child.split("x"))
+        print(json.dumps(child(ranks, steps)))
+        return
+    print(
+        f"{'ranks':>6}{'steps':>8}{'points':>11}{'build s':>9}{'summary s':>11}"
+        f"{'report s':>10}{'points MB':>11}{'peak MB':>9}{'µs/rank-step':>14}"
+    )
+    for size in args.sizes.split(","):
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", size], capture_output=True, text=True, check=True
+        )
+        r = json.loads(out.stdout)
+        per = r["summary_s"] / (r["ranks"] * r["steps"]) * 1e6
+        print(
+            f"{r['ranks']:>6}{r['steps']:>8}{r['points']:>11}{r['build_s']:>9.2f}"
+            f"{r['summary_s']:>11.2f}{r['report_s']:>10.3f}{r['points_mb']:>11.0f}"
+            f"{r['peak_mb']:>9.0f}{per:>14.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

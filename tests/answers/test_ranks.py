@@ -1,0 +1,134 @@
+"""Global steps, per-rank figures and stragglers of a distributed run of known power (see
+``cluster.py``): every figure against power × time computed from the step times themselves."""
+
+from __future__ import annotations
+
+import pytest
+
+from acquisition.summary import summarize
+from acquisition.summary.ranks import normalize_uuid
+from tests.answers.cluster import ClusterRun
+from tests.answers.runs import NS, T0
+from tests.answers.test_summary import validate
+
+REL = 1e-6
+
+
+def intervals(run: ClusterRun) -> dict[int, list[float]]:
+    """rank → its step durations (s)."""
+    out = {}
+    for rank in range(run.world):
+        ends = run.ends(rank)
+        starts = [run.job_start, *ends[:-1]]
+        out[rank] = [(e - s) / NS for s, e in zip(starts, ends, strict=True)]
+    return out
+
+
+def host_ranks(run: ClusterRun, host: str) -> list[int]:
+    first = run.hosts.index(host) * run.ranks_per_host
+    return list(range(first, first + run.ranks_per_host))
+
+
+def rank_step_j(run: ClusterRun, rank: int, n: int) -> float:
+    """A rank's step energy: its GPU over its own step, plus its share of the host's package
+    over the run's step (from the slowest rank's previous end to its end: one period)."""
+    return run.gpu_w * intervals(run)[rank][n] + run.package_w * run.period_s / run.ranks_per_host
+
+
+def test_steps_of_all_ranks_are_one_step_of_the_run() -> None:
+    run = ClusterRun()
+    s = summarize(run.points())
+    validate(s.to_dict())
+    assert s.steps.count == run.n_steps
+    assert [e.steps for e in s.epochs] == [run.steps] * run.epochs
+    assert s.steps.samples == run.n_steps * run.samples * run.world
+    per_step = [sum(rank_step_j(run, r, n) for r in range(run.world)) for n in range(run.n_steps)]
+    assert s.steps.energy_j is not None
+    assert s.steps.energy_j["mean"] == pytest.approx(sum(per_step) / run.n_steps, rel=REL)
+    assert s.steps.energy_per_sample_j == pytest.approx(
+        sum(per_step) / (run.n_steps * run.samples * run.world), rel=REL
+    )
+    for e in s.epochs:
+        n0 = e.epoch * run.steps
+        assert e.energy_j == pytest.approx(sum(per_step[n0 : n0 + run.steps]), rel=REL)
+        # the run's steps follow each other, each ending with the slowest rank
+        assert e.duration_s == pytest.approx(run.steps * run.period_s, rel=REL)
+    # the unused GPU (nvml:2 on each host) is no rank's: not in the steps
+    assert s.epochs[0].sources.get("nvml:2", 0.0) == 0.0
+    assert s.energy.outside_steps_j == pytest.approx(s.energy.total_j - sum(per_step), rel=REL)
+
+
+def test_per_rank_table_and_per_host() -> None:
+    run = ClusterRun()
+    s = summarize(run.points())
+    rows = {r["rank"]: r for r in s.per_rank}
+    assert sorted(rows, key=int) == [str(r) for r in range(run.world)]
+    d = intervals(run)
+    for rank in range(run.world):
+        row = rows[str(rank)]
+        host = run.hosts[rank // run.ranks_per_host]
+        local = rank % run.ranks_per_host
+        assert row["host"] == host
+        assert normalize_uuid(row["gpu"]) == run.uuid(host, local)
+        assert row["gpu_source"] == f"nvml:{local}"
+        assert row["steps"] == run.n_steps
+        assert row["time_s"] == pytest.approx(sum(d[rank]), rel=REL)
+        expected = sum(rank_step_j(run, rank, n) for n in range(run.n_steps))
+        assert row["energy_j"] == pytest.approx(expected, rel=REL)
+    window_s = (run.job_end - run.job_start) / NS
+    for entry in s.per_host:
+        host = entry["host"]
+        ranks = host_ranks(run, host)
+        assert [r["rank"] for r in entry["ranks"]] == [str(r) for r in ranks]
+        assert entry["energy_j"] > (run.package_w + run.gpus * run.gpu_w) * window_s
+        assert entry["steps_energy_j"] == pytest.approx(
+            sum(rows[str(r)]["energy_j"] for r in ranks), rel=REL
+        )
+    assert sum(e["energy_j"] for e in s.per_host) == pytest.approx(s.energy.total_j, rel=REL)
+
+
+def test_straggler_waits_and_the_energy_they_cost() -> None:
+    run = ClusterRun()
+    s = summarize(run.points())
+    st = s.stragglers
+    assert st is not None
+    assert (st["slowest_host"], st["slowest_rank"]) == ("h2", str(run.slow_rank))
+    assert st["slowest_steps"] == st["steps"] == run.n_steps
+    fast = [r for r in range(run.world) if r != run.slow_rank]
+    assert st["wait_s"] == pytest.approx(len(fast) * run.n_steps * run.delay_s, rel=REL)
+    # a fast rank's power: its GPU, and its share of the host's package
+    wasted = (
+        len(fast) * run.n_steps * run.delay_s * (run.gpu_w + run.package_w / run.ranks_per_host)
+    )
+    assert st["wasted_j"] == pytest.approx(wasted, rel=REL)
+    assert st["wasted_share"] == pytest.approx(wasted / s.energy.total_j, rel=REL)
+    rows = {r["rank"]: r for r in s.per_rank}
+    assert rows[str(run.slow_rank)]["wait_s"] == 0.0
+    assert rows["0"]["wait_s"] == pytest.approx(run.n_steps * run.delay_s, rel=REL)
+
+
+def test_no_straggler_when_ranks_end_together() -> None:
+    s = summarize(ClusterRun(slow_rank=None).points())
+    assert s.stragglers is not None
+    assert s.stragglers["wait_s"] == 0.0 and s.stragglers["wasted_j"] == 0.0
+
+
+def test_single_process_run_has_no_straggler_table() -> None:
+    run = ClusterRun(hosts=("h1",), ranks_per_host=1, slow_rank=None)
+    s = summarize(run.points())
+    assert s.stragglers is None
+    assert len(s.per_rank) == 1 and s.steps.count == 10
+    # a host's only process keeps every GPU of the host (it may use them all)
+    step_w = run.package_w + run.gpus * run.gpu_w
+    assert s.steps.energy_j is not None
+    assert s.steps.energy_j["mean"] == pytest.approx(step_w * run.period_s, rel=REL)
+
+
+def test_window_is_spawn_to_exit() -> None:
+    run = ClusterRun()
+    s = summarize(run.points())
+    tick = round(run.tick_s * NS)
+    assert s.start_ns == T0 + tick // 2
+    assert s.end_ns > run.job_end
+    without = summarize(ClusterRun(spawn=False).points())
+    assert (without.start_ns, without.end_ns) == (run.job_start, run.job_end)
