@@ -5,7 +5,10 @@ thread of its own, from the first forward call's inputs: there it works on a pri
 the model on the meta device (:func:`~acquisition.torch.complexity.meta_copy`: shapes without
 data or hooks) and meta copies of the inputs, so training's tensors, buffers and random number
 generators are never touched and the training thread only pays for the copies of the inputs.
-Nothing here is on the per-step path.
+Beside training it counts sizes and FLOPs only (a thread-local dispatch mode): graph capture
+patches process-wide state (``torch.export``'s tracer, the warnings filters) that a training
+forward running at the same moment would trip over, so the copy's graph is captured when the
+session closes, after training's last step. Nothing here is on the per-step path.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class Analysis:
     graph_written: bool
     seconds: float
     """Wall time the analysis took."""
+    sizes: Mapping[str, tuple[int, int]]
+    flops: Mapping[str, int]
 
 
 def write_graph(
@@ -120,7 +125,7 @@ def analyse_model(
         if graph_path is not None:
             written = write_graph(graph_path, model, capture, sizes, flops, tags)
     points = complexity.model_points(sizes, flops, model_tags, time_ns)
-    return Analysis(points, capture, written, time.perf_counter() - began)
+    return Analysis(points, capture, written, time.perf_counter() - began, sizes, flops)
 
 
 def meta_inputs(value: Any) -> Any:
@@ -164,6 +169,8 @@ class ModelAnalysis:
         self._thread: threading.Thread | None = None
         self._deferred: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         """The first call's inputs, kept until the analysis beside training has succeeded."""
+        self._graph_later: tuple[nn.Module, tuple[Any, ...], dict[str, Any], Analysis] | None = None
+        """The private copy, its inputs and its analysis: the graph is captured at close."""
 
     def first_call(
         self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], hooks: Any
@@ -213,32 +220,64 @@ class ModelAnalysis:
             self.here(*deferred, hooks)
 
     def wait(self) -> bool:
-        """Wait (bounded) for an analysis beside training; whether one is still due."""
+        """Wait (bounded) for an analysis beside training, capture the graph it left for the
+        end of training (the calling thread: training is over); whether one is still due."""
         if self._thread is not None:
             self._thread.join(ANALYSIS_WAIT_S)
+            if not self._thread.is_alive():
+                self._capture_later()
         return self.due
+
+    def _capture_later(self) -> None:
+        later, self._graph_later = self._graph_later, None
+        if later is None:
+            return
+        private, args, kwargs, result = later
+        began = time.perf_counter()
+        try:
+            self.capture = capture_graph(private, args, kwargs, preserve=False)
+            if self.graph_path is not None and not write_graph(
+                self.graph_path, self.model, self.capture, result.sizes, result.flops, self.tags
+            ):
+                self.graph_path = None
+        except Warning:
+            raise
+        except Exception:
+            log.exception("nrg: model graph capture failed; no graph")
+            self.graph_path = None
+            return
+        log.info(
+            "nrg: model graph captured at the session's end in %.3f s", time.perf_counter() - began
+        )
 
     def _aside(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         from acquisition.torch.complexity import meta_copy
 
         try:
-            result = self._run(args, kwargs, private=meta_copy(unwrap_model(self.model)[0]))
+            private = meta_copy(unwrap_model(self.model)[0])
+            result = self._run(args, kwargs, private=private, graph=False)
         except Exception as exc:
             log.info("nrg: model analysis beside training failed (%r); it runs at a step end", exc)
             self.due = True
             return
         self._deferred = None
+        if self.graph:
+            self._graph_later = (private, args, kwargs, result)
         self._finish(result)
 
     def _run(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], private: nn.Module | None
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        private: nn.Module | None,
+        graph: bool | None = None,
     ) -> Analysis:
         return analyse_model(
             self.model,
             args,
             kwargs,
             graph_path=self.graph_path,
-            graph=self.graph,
+            graph=self.graph if graph is None else graph,
             tags=self.tags,
             model_tags=self.model_tags,
             time_ns=self.time_ns,
@@ -247,7 +286,7 @@ class ModelAnalysis:
 
     def _finish(self, result: Analysis) -> None:
         self.capture = result.capture
-        if self.graph and not result.graph_written:
+        if self.graph and self._graph_later is None and not result.graph_written:
             self.graph_path = None
         log.info("nrg: model analysis (sizes, FLOPs, graph) took %.3f s", result.seconds)
         self._send(result.points)

@@ -38,7 +38,6 @@ def main() -> int:
     x, y = torch.randn(BATCH, 16), torch.randint(0, 4, (BATCH,))
     with instrument(
         model,
-        example_inputs=(x,),
         samples_per_step=BATCH,
         socket_path=sock or None,
         fallback_dir=fallback,
