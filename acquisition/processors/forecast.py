@@ -103,6 +103,8 @@ class RunForecast:
         self._sources: dict[str, Source] = {}
         self._runs: dict[RunKey, _Run] = {}
         self._clock = 0
+        self._spawned: dict[RunKey, int] = {}
+        """Spawn time of each tracked command's run: the start of the run's window."""
         self._counts = {"forecasts": 0, "epochs_without_energy": 0}
 
     def process(self, point: Point, emit: Emit) -> None:
@@ -118,6 +120,8 @@ class RunForecast:
         elif m == "nrg_run":
             self._on_run(point)
             self._prune()  # a run starts: nothing before it is needed
+        elif m == "nrg_job":
+            self._on_job(point)
         else:
             return
         self._settle(emit, force=False)
@@ -166,13 +170,26 @@ class RunForecast:
         if steps is not None and steps > 0:
             run.steps_per_epoch = steps
 
+    def _spawn_of(self, key: RunKey, default: int) -> int:
+        """When the run's command was spawned (the agent's own points may carry no run tags:
+        then its one command's spawn), never after ``default``."""
+        return min(default, self._spawned.get(key, self._spawned.get(("", "", ""), default)))
+
+    def _on_job(self, point: Point) -> None:
+        """A tracked command's spawn opens the run's window (interpreter and imports first)."""
+        if point.fields.get("event") == "spawn":
+            self._spawned[run_key(point.tags)] = point.time_ns
+            for key, run in self._runs.items():
+                if run.start_ns is not None:
+                    run.start_ns = self._spawn_of(key, run.start_ns)
+
     def _on_run(self, point: Point) -> None:
         event = point.fields.get("event")
         if event == "start":
             key = run_key(point.tags)
             old = self._runs.get(key)
             self._runs[key] = _Run(
-                start_ns=point.time_ns,
+                start_ns=min(point.time_ns, self._spawn_of(key, point.time_ns)),
                 epochs=old.epochs if old else self._config.epochs,
                 steps_per_epoch=old.steps_per_epoch if old else self._config.steps_per_epoch,
             )
@@ -188,7 +205,7 @@ class RunForecast:
         run = self._run(point)
         epoch = epoch_of(point)
         if run.start_ns is None:
-            run.start_ns = start
+            run.start_ns = min(start, self._spawn_of(run_key(point.tags), start))
         if run.epoch is None:
             run.epoch = epoch
         elif epoch != run.epoch:
