@@ -321,8 +321,14 @@ class AgentSampler:
         self.data_dir = Path(data_dir).expanduser()
         self.tags = dict(tags or {})
         """Only points carrying these tags are read (e.g. the agent's ``run``)."""
-        self.available: list[str] = list((collectors or {}).get("available", []))
-        self.unavailable: dict[str, str] = dict((collectors or {}).get("unavailable", {}))
+        # None where the agent did not say: the profiler then waits for its readings instead
+        # of taking "no collector" for an answer.
+        self.available: list[str] | None = (
+            None if collectors is None else list(collectors.get("available", []))
+        )
+        self.unavailable: dict[str, str] | None = (
+            None if collectors is None else dict(collectors.get("unavailable", {}))
+        )
         self.measurements = tuple(measurements) if measurements is not None else None
         self.margin_s = margin_s
         self.latency_s = latency_s

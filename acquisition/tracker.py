@@ -142,11 +142,11 @@ class Tracker:
     def available(self) -> list[str]:
         """Collectors opened in this process, or by the agent whose data is read (where it
         said: ``nrg-collect -- CMD`` does)."""
-        return list(getattr(self._sampler, "available", []))
+        return list(getattr(self._sampler, "available", None) or [])
 
     @property
     def unavailable(self) -> dict[str, str]:
-        return dict(getattr(self._sampler, "unavailable", {}))
+        return dict(getattr(self._sampler, "unavailable", None) or {})
 
     def start(self) -> Tracker:
         if self.running:
