@@ -27,6 +27,7 @@ Model, per global step:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -109,18 +110,8 @@ class _Rank:
     wait_energy_j: float = 0.0
 
     def row(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "rank": self.rank,
-            "gpu": self.gpu,
-            "gpu_source": self.gpu_source,
-            "steps": self.steps,
-            "time_s": self.time_s,
-            "energy_j": self.energy_j,
-            "slowest_steps": self.slowest_steps,
-            "wait_s": self.wait_s,
-            "wait_energy_j": self.wait_energy_j,
-        }
+        """The JSON ``per_rank`` row: every field, in declaration order."""
+        return dataclasses.asdict(self)
 
 
 @dataclass
