@@ -9,8 +9,9 @@ capture the first call's inputs when no example inputs were given. Clock:
 at start (``time.time_ns() - perf_counter_ns()``).
 
 On CUDA (a model on one GPU) each step boundary also records one CUDA event, placed on the host
-clock through anchors (:mod:`acquisition.torch.cuda`), and the aggregator thread reads a step's
-events in one batch once the GPU has reached its boundary, never waiting for the GPU. Module
+clock through anchors (:mod:`acquisition.torch.cuda`); a later step boundary (or the aggregator
+thread, when none comes) reads a step's events in one batch once the GPU has reached its
+boundary, never waiting for the GPU. Module
 detail records a CUDA event at each module enter and exit; for a detailed step, autograd's
 device threads are switched off on the training thread (``torch.autograd``'s
 ``set_multithreading_enabled``, which is thread-local), so the backward node hooks run on the
@@ -32,7 +33,6 @@ import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from acquisition.lineproto import LineEncoder
@@ -181,7 +181,7 @@ class Session:
         self._step_lines: StepLines | None = None
         self._sender: LineSender | None = None
         self._stop = threading.Event()
-        self._process_lock = threading.Lock()
+        self._process_lock = threading.RLock()
         self._processed_at = 0.0
         self._process_failed = False
         self._pending_lock = threading.Lock()
@@ -382,12 +382,7 @@ class Session:
     def __enter__(self) -> Session:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # --- hooks (training thread) ------------------------------------------------------------
@@ -467,13 +462,15 @@ class Session:
 
     def _next_step(self) -> None:
         """At a step boundary (training thread): aggregate and send the step that ended (on
-        CPU; on CUDA the idle thread does, since it waits for the GPU), then put the module
-        hooks in for a detailed step or take them out for the others."""
+        CUDA, the steps whose boundary the GPU has reached), then put the module hooks in for a
+        detailed step or take them out for the others."""
         self._steps_seen += 1
         if self._model_analysis.due:
             self._model_analysis.late(self._hooks)
             self._restart_clock()
-        if not self._cuda:  # on CUDA, reading the step's events waits for the GPU: not here
+        if self._cuda:
+            self._process_reached()
+        else:
             self._process()
         if self.module_detail_every == 1 or self._paused or self._hooks is None:
             return
@@ -487,8 +484,6 @@ class Session:
     def _on_registration(self, module: Any, name: str, submodule: Any) -> None:
         self._names_dirty = True
 
-    # --- model structure ---------------------------------------------------------------------
-
     # --- aggregation: at step boundaries, or on the idle thread -------------------------------
 
     def _names(self) -> dict[Any, str]:
@@ -496,28 +491,33 @@ class Session:
         return {id(m): n for n, m in self.model.named_modules()}
 
     def _run(self) -> None:
-        """Aggregates when the training thread has not for a flush interval (a job that never
-        ends a step, a long step, and always on CUDA, where resolving a step's GPU times waits
-        for the GPU): on CPU, two Python threads that both want the GIL cost more CPU in
-        hand-overs than the aggregation itself, so a step's own boundary does it."""
+        """Aggregates when no step boundary has for a flush interval (a job that never ends a
+        step, a long step). Boundaries do it otherwise, on CUDA too: a second thread wanting the
+        GIL costs the training thread more than the work (it launches kernels holding the GIL),
+        while inline the work runs as the GPU still drains the steps queued ahead of it."""
         interval = self._flush_interval_s
         while not self._stop.wait(interval):
-            if self._timeline is not None:
-                reached = self._gpu_reached()
-                if reached or len(self._events.events) > _CUDA_BACKLOG:
-                    self._process(reached or None)
-            elif time.monotonic() - self._processed_at >= interval:
-                self._process()
+            if time.monotonic() - self._processed_at >= interval:
+                if self._timeline is None:
+                    self._process()
+                else:
+                    self._process_reached(backlog_limit=_CUDA_BACKLOG)
             self._send_text("")  # lines waiting longer than _HANDOVER_S go now
 
-    def _gpu_reached(self) -> int:
-        """How many step boundaries not yet read the GPU has reached (``query()``: no wait)."""
-        boundaries = self._boundaries
-        reached = 0
-        while boundaries and boundaries[0].query():
-            boundaries.popleft()
-            reached += 1
-        return reached
+    def _process_reached(self, backlog_limit: int | None = None) -> None:
+        """On CUDA: aggregate the steps whose boundary event the GPU has reached (``query()``,
+        never a wait); with ``backlog_limit``, everything once more events than that wait."""
+        self._processed_at = time.monotonic()
+        with self._process_lock:
+            boundaries = self._boundaries
+            reached = 0
+            while boundaries and boundaries[0].query():
+                boundaries.popleft()
+                reached += 1
+            if reached:
+                self._process(reached)
+            elif backlog_limit is not None and len(self._events.events) > backlog_limit:
+                self._process()
 
     def _process(self, steps: int | None = None) -> None:
         """Aggregate the recorded events and send the finished steps' lines (with ``steps``:

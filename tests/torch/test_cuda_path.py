@@ -146,6 +146,48 @@ def test_the_aggregator_reads_whole_steps_the_gpu_has_run(
         assert reached
 
 
+def test_step_boundaries_read_the_steps_the_gpu_has_run(
+    listener: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While steps keep coming, the training thread reads them at its step boundaries, each
+    batch once the GPU has reached its last boundary; the aggregator thread, whose wish for the
+    GIL would stall kernel launches, stays idle."""
+    gpu = install(monkeypatch, DELAY_NS)
+    feed = StepAggregator.feed
+    batches: list[tuple[str, list[int], bool, bool]] = []
+    training = True
+
+    def spy(self: StepAggregator, events: Any, max_steps: int | None = None) -> Any:
+        pending = [*self._backlog, *events]
+        done = feed(self, events, max_steps)
+        read = pending[: len(pending) - len(self._backlog)]
+        reached = all(ev[3].query() for ev in read if ev[2] == STEP)
+        name = threading.current_thread().name
+        batches.append((name, [ev[2] for ev in read], reached, training))
+        return done
+
+    monkeypatch.setattr(StepAggregator, "feed", spy)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 8)
+    with instrument(model, example_inputs=(x,), run="inline", flush_interval_s=60.0):
+        for _ in range(STEPS):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+            time.sleep(1.5 * DELAY_NS / 1e9)  # the GPU reaches this boundary before the next
+        training = False
+    during = [b for b in batches if b[3] and b[1]]
+    # Each boundary after the first reads the step before it (the GPU has run it by then).
+    assert len(during) == STEPS - 1
+    for name, kinds, reached, _ in during:
+        assert name == "MainThread"
+        assert kinds[-1] == STEP and kinds.count(STEP) == 1
+        assert reached
+    assert "nrg-torch-steps" not in gpu.threads("query")
+    assert len(points(listener, "nrg_step")) == STEPS
+
+
 def test_anchors_correct_the_drift_between_the_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
     drift = 1e-3  # the GPU clock 1000 ppm fast: 1 ms per second
     gpu = install(monkeypatch, DELAY_NS, drift)
