@@ -19,9 +19,7 @@ Sources of each figure:
 
 from __future__ import annotations
 
-import bisect
 import itertools
-import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -46,7 +44,7 @@ from acquisition.summary.model import (
 )
 from acquisition.summary.ranks import GlobalSteps, global_steps, gpu_owners
 from acquisition.summary.resources import resources
-from acquisition.summary.series import Cumulative
+from acquisition.summary.series import Cumulative, clip, continuous, trapezoid
 
 __all__ = [
     "NO_ENERGY",
@@ -115,54 +113,15 @@ class _Series:
     """Instantaneous power readings (``power_watts``) beside a counter, for the peak."""
 
 
-def _continuous(samples: list[tuple[int, float]]) -> list[tuple[int, float]]:
-    """A counter made continuous across collector restarts (a decrease starts from 0 again:
-    the interval of the restart itself is lost, not counted negative)."""
-    samples.sort()
-    out: list[tuple[int, float]] = []
-    offset = 0.0
-    prev = None
-    for t, v in samples:
-        if prev is not None and v < prev:
-            offset = out[-1][1] - v
-        if out and t <= out[-1][0]:
-            continue
-        out.append((t, v + offset))
-        prev = v
-    return out
-
-
-def _at(series: list[tuple[int, float]], t: int) -> float:
-    """Linear interpolation inside the series (``t`` within its span)."""
-    i = bisect.bisect_left(series, (t, -math.inf))
-    if i < len(series) and series[i][0] == t:
-        return series[i][1]
-    (t0, v0), (t1, v1) = series[i - 1], series[i]
-    return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
-
-
-def _clip(series: list[tuple[int, float]], start: int, end: int) -> list[tuple[int, float]] | None:
-    """The series inside [start, end], with interpolated points at the edges it brackets."""
-    a, b = max(start, series[0][0]), min(end, series[-1][0])
-    if b <= a:
-        return None
-    inner = [(t, v) for t, v in series if a < t < b]
-    return [(a, _at(series, a)), *inner, (b, _at(series, b))]
-
-
-def _trapezoid(series: list[tuple[int, float]]) -> float:
-    return sum((v0 + v1) / 2 * (t1 - t0) / _NS for (t0, v0), (t1, v1) in itertools.pairwise(series))
-
-
 def _source_energy(
     host: str, name: str, series: _Series, window: tuple[int, int]
 ) -> SourceEnergy | None:
     start, end = window
     use_counter = len(series.counter) >= 2
-    raw = _continuous(series.counter) if use_counter else sorted(series.power)
+    raw = continuous(series.counter) if use_counter else sorted(series.power)
     if len(raw) < 2:
         return None
-    data = _clip(raw, start, end)
+    data = clip(raw, start, end)
     if data is None:
         return None
     if use_counter:
@@ -172,7 +131,7 @@ def _source_energy(
         peak = max(inside) if inside else max(deltas)
         origin = "energy_joules counter, differenced"
     else:
-        energy = _trapezoid(data)
+        energy = trapezoid(data)
         peak = (
             max(v for t, v in raw if start <= t <= end)
             if any(start <= t <= end for t, _ in raw)
@@ -181,9 +140,38 @@ def _source_energy(
         origin = "power readings, integrated by trapezoids"
     span = (data[-1][0] - data[0][0]) / _NS
     mean = energy / span if span > 0 else None
-    uncovered = max((end - start) / _NS - span, 0.0)
-    error = mean * uncovered if mean is not None else None
-    return SourceEnergy(name, energy, mean, peak, error, host, True, origin)
+    edge_j, edge_s, edge_error = _counter_edges(series, data, window) if use_counter else (0, 0, 0)
+    uncovered = max((end - start) / _NS - span - edge_s, 0.0)
+    error = mean * uncovered + edge_error if mean is not None else None
+    if edge_s:
+        origin += ", power readings beyond it"
+        mean = (energy + edge_j) / (span + edge_s)
+    return SourceEnergy(name, energy + edge_j, mean, peak, error, host, True, origin)
+
+
+def _counter_edges(
+    series: _Series, data: list[tuple[int, float]], window: tuple[int, int]
+) -> tuple[float, float, float]:
+    """The window's parts outside the counter readings' span (a counter read less often than
+    power, as NVML's energy counter is): their energy from the power readings there (J), the
+    seconds those cover, and an error bar (J): the readings' relative error against the counter
+    over the counter's span, applied to that energy."""
+    power = sorted(series.power + series.readings)
+    if len(power) < 2:
+        return 0.0, 0.0, 0.0
+    (first, first_j), (last, last_j) = data[0], data[-1]
+    energy = covered = 0.0
+    for a, b in ((window[0], first), (last, window[1])):
+        part = clip(power, a, b) if b > a else None
+        if part is not None:
+            energy += trapezoid(part)
+            covered += (part[-1][0] - part[0][0]) / _NS
+    if not covered:
+        return 0.0, 0.0, 0.0
+    reference = clip(power, first, last)
+    counted = last_j - first_j
+    relative = abs(trapezoid(reference) / counted - 1) if reference and counted > 0 else 1.0
+    return energy, covered, relative * energy
 
 
 def _series(points: list[Point], options: SummaryOptions) -> dict[tuple[str, str], _Series]:
@@ -211,7 +199,7 @@ def _curves(series: Mapping[tuple[str, str], _Series]) -> dict[tuple[str, str], 
     out = {}
     for key, s in series.items():
         if len(s.counter) >= 2:
-            out[key] = Cumulative.counter(_continuous(list(s.counter)))
+            out[key] = Cumulative.counter(continuous(list(s.counter)))
         elif len(s.power) >= 2:
             out[key] = Cumulative.power(sorted(s.power))
     return out

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Sequence
 
-__all__ = ["Cumulative"]
+__all__ = ["Cumulative", "at", "clip", "continuous", "trapezoid"]
 
 _NS = 1e9
 
@@ -65,3 +66,43 @@ class Cumulative:
         if b <= a:
             return None
         return self._at(b) - self._at(a)
+
+
+def continuous(samples: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """A counter made continuous across collector restarts (a decrease starts from 0 again:
+    the interval of the restart itself is lost, not counted negative)."""
+    samples.sort()
+    out: list[tuple[int, float]] = []
+    offset = 0.0
+    prev = None
+    for t, v in samples:
+        if prev is not None and v < prev:
+            offset = out[-1][1] - v
+        if out and t <= out[-1][0]:
+            continue
+        out.append((t, v + offset))
+        prev = v
+    return out
+
+
+def at(series: list[tuple[int, float]], t: int) -> float:
+    """Linear interpolation inside the series (``t`` within its span)."""
+    i = bisect.bisect_left(series, (t, -math.inf))
+    if i < len(series) and series[i][0] == t:
+        return series[i][1]
+    (t0, v0), (t1, v1) = series[i - 1], series[i]
+    return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+
+def clip(series: list[tuple[int, float]], start: int, end: int) -> list[tuple[int, float]] | None:
+    """The series inside [start, end], with interpolated points at the edges it brackets."""
+    a, b = max(start, series[0][0]), min(end, series[-1][0])
+    if b <= a:
+        return None
+    inner = [(t, v) for t, v in series if a < t < b]
+    return [(a, at(series, a)), *inner, (b, at(series, b))]
+
+
+def trapezoid(series: list[tuple[int, float]]) -> float:
+    """Joules of (time ns, W) readings, the power linear between them."""
+    return sum((v0 + v1) / 2 * (t1 - t0) / _NS for (t0, v0), (t1, v1) in itertools.pairwise(series))

@@ -277,3 +277,23 @@ def attributed(points: list[Point], run: KnownRun) -> list[Point]:
         proc.process(p, emit)
     proc.flush(emit)
     return out
+
+
+def test_a_counter_read_less_often_than_power_is_extended_by_the_power_readings() -> None:
+    """NVML's energy counter is read once a second, its power every 0.1 s: the window's parts
+    before the first and after the last counter reading are counted from the power readings
+    there (not left out and only put in the error bar)."""
+    t0, watts = 1_700_000_000 * NS, 300.0
+    tags = {"gpu": "0", "host": "h1"}
+    points = []
+    for tenth in range(-5, 50):  # power from 0.5 s before the first counter reading to 4.9 s
+        fields: dict[str, float] = {"power_watts": watts}
+        if tenth >= 0 and tenth % 10 == 0:  # the counter at 0, 1, 2, 3, 4 s
+            fields["energy_joules"] = watts * tenth / 10
+        points.append(Point("gpu", tags, fields, t0 + tenth * NS // 10))
+    window = (t0 - 3 * NS // 10, t0 + 47 * NS // 10)  # 0.3 s before the first, 0.7 s after
+    gpu = by_source(summarize(points, window_ns=window))["nvml:0"]
+    # By hand: 0.3 s + 4 s + 0.7 s at 300 W; the readings agree with the counter exactly.
+    assert gpu.energy_j == pytest.approx(watts * 5.0, rel=1e-9)
+    assert gpu.mean_w == pytest.approx(watts, rel=1e-9)
+    assert gpu.error_j == pytest.approx(0.0, abs=1e-6)
