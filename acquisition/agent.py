@@ -29,7 +29,7 @@ from acquisition.registry import (
     check_extras,
     quick_unavailable,
 )
-from acquisition.running import Clock, CollectorRunner, StreamRunner, SystemClock
+from acquisition.running import Clock, CollectorRunner, StreamRunner, SystemClock, last_readings
 from acquisition.selfstats import cumulative_stats, plugin_stats
 from acquisition.sinking import SinkRunner
 
@@ -425,6 +425,7 @@ class Agent:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await last_readings(c.runner for c in self.collectors)
         await self._close_collectors()
         self.bus.flush_processors()
         self.emit_self_stats()

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from types import CoroutineType
 
@@ -34,6 +34,7 @@ __all__ = [
     "StreamRunner",
     "SystemClock",
     "backoff_delay",
+    "last_readings",
 ]
 
 log = logging.getLogger("nrg.running")
@@ -244,6 +245,14 @@ class CollectorRunner:
     def _fail(self, exc: BaseException) -> None:
         if self._done is not None and not self._done.done():
             self._done.set_exception(exc)
+
+
+async def last_readings(runners: Iterable[object]) -> None:
+    """One more tick of each polled collector once its task has stopped, so that a span that
+    ends now ends on a reading instead of up to an interval after the last one."""
+    for runner in runners:
+        if isinstance(runner, CollectorRunner):
+            await runner.tick()
 
 
 class StreamRunner:

@@ -35,7 +35,7 @@ from acquisition.errors import ConfigError, NoData
 from acquisition.paths import data_dir, runtime_dir, state_dir
 from acquisition.point import Point
 from acquisition.registry import COLLECTORS, PROCESSORS, build_plugin, quick_unavailable
-from acquisition.running import CollectorRunner, StreamRunner, SystemClock
+from acquisition.running import CollectorRunner, StreamRunner, SystemClock, last_readings
 
 if TYPE_CHECKING:
     from acquisition.follow import Follower
@@ -201,6 +201,8 @@ class Sampler:
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
+            if self._stop_event.is_set():  # stopped, not failed: the span ends on a reading
+                await last_readings(self._runners)
             for instance in opened:
                 try:
                     await instance.aclose()

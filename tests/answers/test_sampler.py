@@ -153,3 +153,21 @@ def test_in_process_reasons_are_the_agents(monkeypatch: pytest.MonkeyPatch, tmp_
     sampler.start()
     sampler.stop()
     assert sampler.unavailable == {name: by_agent[name] for name in absent} == absent
+
+
+def test_a_stopped_sampler_ends_on_a_reading() -> None:
+    """``stop()`` takes one last reading of each collector: a span that ends between two ticks
+    ends on a reading, not up to an interval after the last one."""
+    with powercap_tree({"package-0": PACKAGE_W}) as root:
+        sampler = Sampler(parse_config(rapl_config(root)), interval_s=30.0)
+        sampler.start()
+        wait_for(sampler, "rapl", 1)  # the first tick, at start
+        time.sleep(0.5)
+        stopping = time.time_ns()
+        points = sampler.stop()
+    package = [p for p in points if p.tags.get("domain") == "package"]
+    assert len(package) == 2
+    assert package[-1].time_ns >= stopping
+    joules, seconds = energy_between(points, "package")
+    assert seconds >= 0.5
+    assert joules == pytest.approx(PACKAGE_W * seconds, abs=2 * PACKAGE_W * STALE_S)
