@@ -403,6 +403,8 @@ def epoch_energy(setup: Setup, interval: str | None) -> None:
         print(f"steps: stated error bar {bar:.1f} J for {total:.1f} J ({bar / total * 100:.1f} %)")
     else:
         print("steps: no stated error bar")
+    ram = (summary.get("resources") or {}).get("max_gpu_ram") or {}
+    print(f"GPU memory, main (tracked run): {ram.get('main')} {ram.get('unit', '')}")
 
 
 def epoch_energies(setup: Setup) -> None:
