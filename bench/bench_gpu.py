@@ -457,12 +457,14 @@ def tracker_vs_counter(setup: Setup) -> None:
     counter = Counter()
     print("\n== 5. Tracker(agent_data=False) against NVML's counter ==")
     only = ["nvml", "procfs"] if setup.cuda else ["procfs"]
-    start = counter.read()
+    # The counter is read inside the Tracker's span, right after it starts and right before it
+    # stops: read outside, it would also count the idle GPU while the Tracker opens NVML and
+    # while it waits at stop() for the reading after the span's end.
     with Tracker(agent_data=False, only=only) as tracker:
+        start = counter.read()
         for _ in range(setup.epoch_steps):
             train_step(model, opt, x, y)
-        setup.sync()
-    end = counter.read()
+        end = counter.read()  # after a synchronize
     summary = tracker.summary()
     gpu = sum(
         s.energy_j for s in summary.energy.sources if s.source.split(":")[0] in ("gpu", "nvml")
