@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from acquisition.energy import energy_problems
 from acquisition.point import FieldValue, Point
 from acquisition.processors.attribution import parse_source
+from acquisition.processors.energy import parse_gpu_sample, shaped_energy
 from acquisition.summary.bounds import StepBound, sum_bound
 from acquisition.summary.carbon import run_carbon
 from acquisition.summary.forecast import first_forecast
@@ -111,6 +112,8 @@ class _Series:
     power: list[tuple[int, float]] = field(default_factory=list)
     readings: list[tuple[int, float]] = field(default_factory=list)
     """Instantaneous power readings (``power_watts``) beside a counter, for the peak."""
+    samples: list[tuple[int, float]] = field(default_factory=list)
+    """The driver's power samples (``gpu_sample``): they shape a counter between readings."""
 
 
 def _source_energy(
@@ -125,7 +128,7 @@ def _source_energy(
     if data is None:
         return None
     if use_counter:
-        energy = data[-1][1] - data[0][1]
+        energy = _shaped(raw, series.samples, data[0][0], data[-1][0], data[-1][1] - data[0][1])
         deltas = [(v1 - v0) / ((t1 - t0) / _NS) for (t0, v0), (t1, v1) in itertools.pairwise(data)]
         inside = [w for t, w in series.readings if start <= t <= end]
         peak = max(inside) if inside else max(deltas)
@@ -149,6 +152,25 @@ def _source_energy(
     return SourceEnergy(name, energy + edge_j, mean, peak, error, host, True, origin)
 
 
+def _shaped(
+    counter: list[tuple[int, float]],
+    samples: list[tuple[int, float]],
+    a: int,
+    b: int,
+    linear: float,
+) -> float:
+    """The counter's gain over [a, b] with an edge inside a reading interval given that
+    interval's energy in proportion to the power samples' energy there, not to its time (a
+    GPU going idle at the window's end); ``linear`` without samples covering it."""
+    if not samples:
+        return linear
+    samples.sort()
+    times, joules = [t for t, _ in counter], [v for _, v in counter]
+    st, sw = [t for t, _ in samples], [w for _, w in samples]
+    shaped = shaped_energy(times, joules, st, sw, a, b)
+    return linear if shaped is None else shaped
+
+
 def _counter_edges(
     series: _Series, data: list[tuple[int, float]], window: tuple[int, int]
 ) -> tuple[float, float, float]:
@@ -156,7 +178,7 @@ def _counter_edges(
     power, as NVML's energy counter is): their energy from the power readings there (J), the
     seconds those cover, and an error bar (J): the readings' relative error against the counter
     over the counter's span, applied to that energy."""
-    power = sorted(series.power + series.readings)
+    power = sorted(series.power + series.readings + series.samples)
     if len(power) < 2:
         return 0.0, 0.0, 0.0
     (first, first_j), (last, last_j) = data[0], data[-1]
@@ -178,6 +200,8 @@ def _series(points: list[Point], options: SummaryOptions) -> dict[tuple[str, str
     """Each (host, source)'s readings."""
     series: dict[tuple[str, str], _Series] = defaultdict(_Series)
     for p in points:
+        if p.measurement == "gpu_sample" and (found := parse_gpu_sample(p)) is not None:
+            series[(p.tags.get("host", ""), found[0])].samples.append((p.time_ns, found[1]))
         if p.measurement not in ("rapl", "gpu", "emonpi"):
             continue
         sample = parse_source(p, options.wall_channel)

@@ -297,3 +297,25 @@ def test_a_counter_read_less_often_than_power_is_extended_by_the_power_readings(
     assert gpu.energy_j == pytest.approx(watts * 5.0, rel=1e-9)
     assert gpu.mean_w == pytest.approx(watts, rel=1e-9)
     assert gpu.error_j == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_window_ending_inside_a_counter_interval_is_shaped_by_the_gpu_samples() -> None:
+    """The GPU goes idle halfway through the counter's last interval and the window ends there:
+    the driver's power samples give that part the interval's energy in proportion to their own
+    energy (busy), not to its time (half)."""
+    t0, busy, idle = 1_700_000_000 * NS, 600.0, 100.0
+    tags = {"gpu": "0", "host": "h1"}
+    # Counter: 600 J in each of the first two seconds, then 300 J busy + 50 J idle in the third.
+    counter = [(0, 0.0), (1, 600.0), (2, 1200.0), (3, 1550.0)]
+    points = [Point("gpu", tags, {"energy_joules": j}, t0 + s * NS) for s, j in counter]
+    for k in range(150):  # a sample every 20 ms; idle after 2.5 s
+        t = k * NS // 50
+        watts = busy if t <= 5 * NS // 2 else idle
+        points.append(Point("gpu_sample", tags, {"power_watts": watts}, t0 + t))
+    window = (t0, t0 + 5 * NS // 2)
+    gpu = by_source(summarize(points, window_ns=window))["nvml:0"]
+    # By hand, the samples' energy (trapezoids, the last one held to 3 s) over [2, 2.5] s:
+    # 600 W × 0.5 s = 300 J; over [2, 3] s: 300 + (600 + 100) / 2 × 0.02 (2.50 → 2.52 s)
+    # + 100 × 0.46 (2.52 → 2.98 s) + 100 × 0.02 (held) = 355 J. The window gets 1200 J plus
+    # 350 J × 300 / 355 of the third interval (linear in time: 175 J).
+    assert gpu.energy_j == pytest.approx(1200.0 + 350.0 * 300.0 / 355.0, rel=1e-9)
