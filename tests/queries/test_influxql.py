@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from acquisition.point import Point
 from acquisition.queries import ALL, available, load_query, render
-from tests.queries.conftest import DB, influxql
+from tests.queries.conftest import DB, influxql, write_v1
 from tests.queries.known_run import KnownRun, group_count, group_sum
 from tests.servers import Influxd
 
@@ -138,8 +139,13 @@ def test_energy_per_step(loaded: Influxd, known: KnownRun) -> None:
 def test_top_modules(loaded: Influxd, known: KnownRun) -> None:
     (rows,) = influxql(loaded, "top_modules", params(known, host=["h1"]))
     modules = known.where("nrg_energy", scope="module", experiment="exp-a", run="r1", host="h1")
-    expected = group_sum(modules, ("source", "module"), "energy_joules")
-    assert keyed(rows, ("source", "module"), "energy_joules") == approx(expected)
+    per_rank = group_sum(modules, ("rank", "source", "module"), "energy_joules")
+    ranks = {k[0] for k in per_rank}
+    assert len(ranks) == 2  # host h1 runs two ranks: its sources count once, the ranks' mean
+    expected: dict[tuple[str, ...], float] = defaultdict(float)
+    for (_, source, module), joules in per_rank.items():
+        expected[(source, module)] += joules / len(ranks)
+    assert keyed(rows, ("source", "module"), "energy_joules") == approx(dict(expected))
 
 
 def test_power_over_time(loaded: Influxd, known: KnownRun) -> None:
@@ -276,9 +282,58 @@ def test_cluster_power_by_host(loaded: Influxd, known: KnownRun) -> None:
     assert window_rows(rows, STEP_TAGS, "power_watts") == approx(expected)
 
 
+def counted_once(steps: Iterable[Point]) -> dict[tuple[str, ...], float]:
+    """Per source: over hosts, the host's figure counted once (the rank whose steps saw the
+    most of it), not once per rank."""
+    per_rank = group_sum(steps, STEP_TAGS, "energy_joules")
+    per_host: dict[tuple[str, str], float] = {}
+    for (host, _, source), joules in per_rank.items():
+        per_host[(host, source)] = max(joules, per_host.get((host, source), joules))
+    out: dict[tuple[str, ...], float] = defaultdict(float)
+    for (_, source), joules in per_host.items():
+        out[(source,)] += joules
+    return dict(out)
+
+
 def test_cluster_energy_total(loaded: Influxd, known: KnownRun) -> None:
     (rows,) = influxql(loaded, "cluster_energy_total", params(known))
-    expected = group_sum(run_steps(known), ("source",), "energy_joules")
+    expected = counted_once(run_steps(known))
+    assert keyed(rows, ("source",), "energy_joules") == approx(expected)
+    summed = group_sum(run_steps(known), ("source",), "energy_joules")
+    assert all(expected[k] < summed[k] for k in summed)  # two ranks per host: not twice
+
+
+SHARED_DB = "nrg_shared"
+SHARED_STEPS = 4
+# host → rank → source → J in each of the rank's steps: the ranks of host a both see the whole
+# package and both GPUs of their host (as the attribution writes them).
+SHARED = {
+    "a": {
+        "0": {"rapl:package-0": 10.0, "nvml:0": 30.0, "nvml:1": 20.0},
+        "1": {"rapl:package-0": 10.0, "nvml:0": 30.0, "nvml:1": 20.0},
+    },
+    "b": {"2": {"rapl:package-0": 7.0, "nvml:0": 25.0}},
+}
+
+
+def test_cluster_energy_total_counts_a_hosts_sources_once(
+    loaded: Influxd, known: KnownRun, tmp_path: Path
+) -> None:
+    points = []
+    for host, ranks in SHARED.items():
+        for rank, sources in ranks.items():
+            for step in range(SHARED_STEPS):
+                t = known.start_ns + (step + 1) * 10**9 + int(rank)
+                tags = {"host": host, "rank": rank, "experiment": "x", "run": "shared"}
+                for source, joules in sources.items():
+                    fields = {"step": step, "energy_joules": joules, "duration_seconds": 0.5}
+                    scoped = {**tags, "source": source, "scope": "step", "epoch": "0"}
+                    points.append(Point("nrg_energy", scoped, fields, t))
+    loaded.query(f"CREATE DATABASE {SHARED_DB}")
+    write_v1(loaded, SHARED_DB, points, tmp_path)
+    p = params(known, experiment="x", run="shared")
+    (rows,) = influxql(loaded, "cluster_energy_total", p, db=SHARED_DB)
+    expected = {("rapl:package-0",): 68.0, ("nvml:0",): 220.0, ("nvml:1",): 80.0}
     assert keyed(rows, ("source",), "energy_joules") == approx(expected)
 
 
