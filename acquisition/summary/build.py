@@ -421,8 +421,18 @@ def _window(points: list[Point]) -> tuple[int, int, int | None]:
     times = [p.time_ns for p in points]
     start = min(starts) if starts else min(times)
     end = max(p.time_ns for p in ends) if ends else max(times)
-    code = next((_int(p, "exit_code") for p in ends if _int(p, "exit_code") is not None), None)
-    return start, max(end, start), code
+    return start, max(end, start), _exit_code(ends)
+
+
+def _exit_code(ends: list[Point]) -> int | None:
+    """The tracked command's exit status: from its ``nrg_job`` exit; data of older versions has
+    it on an ``nrg_run`` exit point only."""
+    for measurement in _EVENTS:
+        for p in ends:
+            code = _int(p, "exit_code") if p.measurement == measurement else None
+            if code is not None:
+                return code
+    return None
 
 
 def _first_line(reason: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from acquisition.point import Point
 from acquisition.summary import SummaryOptions, summarize
 from acquisition.summary.ranks import normalize_uuid
 from tests.answers.cluster import ClusterRun
@@ -132,6 +133,26 @@ def test_window_is_spawn_to_exit() -> None:
     assert s.end_ns > run.job_end
     without = summarize(ClusterRun(spawn=False).points())
     assert (without.start_ns, without.end_ns) == (run.job_start, run.job_end)
+
+
+def test_exit_code_from_the_command_and_from_older_data() -> None:
+    run = ClusterRun(spawn=False, hosts=("h1",))
+    host = {"host": "h1", "run": run.run, "experiment": "e"}
+    end = run.job_end + NS
+    job = Point("nrg_job", host, {"event": "exit", "pid": 1, "exit_code": 3}, end)
+    # the command's exit status is its nrg_job exit's
+    s = summarize([*run.points(), job])
+    assert (s.exit_code, s.end_ns) == (3, end)
+    # older agents wrote it on an nrg_run exit point too (after the command's)
+    older = Point("nrg_run", host, {"event": "exit", "exit_code": 3}, end + 1)
+    s = summarize([*run.points(), job, older])
+    assert (s.exit_code, s.end_ns) == (3, end + 1)
+    # and an nrg_run exit alone still says how the run ended
+    s = summarize([*run.points(), older])
+    assert (s.exit_code, s.end_ns) == (3, end + 1)
+    # where the two differ (a hand-edited file), the command's own point wins
+    other = Point("nrg_run", host, {"event": "exit", "exit_code": 9}, end + 1)
+    assert summarize([*run.points(), other, job]).exit_code == 3
 
 
 def test_a_module_counts_its_hosts_sources_once() -> None:

@@ -209,7 +209,12 @@ def test_epoch_starts(loaded: Influxd, known: KnownRun) -> None:
 def test_run_events(loaded: Influxd, known: KnownRun) -> None:
     (rows,) = influxql(loaded, "run_events", params(known))
     runs = known.where("nrg_run", experiment="exp-a", run="r1")
-    expected = {(p.time_ns, p.tags["host"], p.tags["rank"]): p.fields["event"] for p in runs}
+    jobs = known.where("nrg_job", experiment="exp-a", run="r1")
+    assert {p.fields["event"] for p in jobs} == {"spawn", "exit"}
+    expected = {
+        (p.time_ns, p.tags["host"], p.tags.get("rank", "")): p.fields["event"]
+        for p in (*runs, *jobs)
+    }
     assert keyed(rows, ("time", "host", "rank"), "event") == expected
 
 
