@@ -17,6 +17,7 @@ import pytest
 from acquisition.point import Point
 from acquisition.queries import ALL, available, load_query, render
 from tests.queries.conftest import DB, influxql, write_v1
+from tests.queries.grafana_transforms import apply, panel_transformations
 from tests.queries.known_run import KnownRun, group_count, group_sum
 from tests.servers import Influxd
 
@@ -340,6 +341,63 @@ def test_cluster_energy_total_counts_a_hosts_sources_once(
     (rows,) = influxql(loaded, "cluster_energy_total", p, db=SHARED_DB)
     expected = {("rapl:package-0",): 68.0, ("nvml:0",): 220.0, ("nvml:1",): 80.0}
     assert keyed(rows, ("source",), "energy_joules") == approx(expected)
+
+
+def global_energy(rows: Iterable[dict[str, Any]]) -> dict[int, float]:
+    """step → energy of the run's step: per host and source, the largest of its ranks'."""
+    per_host: dict[tuple[Any, ...], float] = {}
+    for r in rows:
+        key = (r["step"], tag(r, "host"), tag(r, "source"))
+        per_host[key] = max(r["energy_joules"], per_host.get(key, r["energy_joules"]))
+    out: dict[int, float] = defaultdict(float)
+    for (step, _, _), joules in per_host.items():
+        out[step] += joules
+    return dict(out)
+
+
+def as_rows(points: Iterable[Point], *fields: str) -> list[dict[str, Any]]:
+    return [{**p.tags, **{f: p.fields[f] for f in fields}, "time": p.time_ns} for p in points]
+
+
+def test_global_step_energy(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "global_step_energy", params(known))
+    steps = run_steps(known)
+    assert sorted(map(str, rows[0])) == sorted(["time", "step", "energy_joules", *STEP_TAGS])
+    expected = global_energy(as_rows(steps, "step", "energy_joules"))
+    assert len(expected) == 12 and len({p.tags["rank"] for p in steps}) == 4
+    # the dashboard's transformations take it from there
+    done = apply(rows, panel_transformations("influxql", "cluster", "Energy per global step"))
+    assert {r["step"]: r["energy_joules"] for r in done} == approx(expected)
+    # two ranks on each host: adding every rank's figures would count the hosts' sources twice
+    summed = group_sum(steps, (), "energy_joules")[()]
+    assert sum(expected.values()) < summed
+
+
+def test_global_step_time(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "global_step_time", params(known))
+    steps = known.where("nrg_step", experiment="exp-a", run="r1")
+    expected: dict[int, float] = {}
+    for p in steps:
+        n, d = int(p.fields["step"]), float(p.fields["duration_seconds"])
+        expected[n] = max(d, expected.get(n, d))
+    done = apply(rows, panel_transformations("influxql", "cluster", "Global step time"))
+    assert {r["step"]: r["duration_seconds"] for r in done} == approx(expected)
+    assert len(done) == 12
+
+
+def test_stragglers(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "stragglers", params(known))
+    steps = known.where("nrg_step", experiment="exp-a", run="r1")
+    expected = {(p.time_ns, p.tags["host"], p.tags["rank"]): p.fields["step"] for p in steps}
+    assert keyed(rows, ("time", "host", "rank"), "step") == expected
+    # what a rank waits for, from the rows: the step's latest end minus its own
+    last: dict[int, int] = {}
+    for r in rows:
+        last[r["step"]] = max(r["time"], last.get(r["step"], r["time"]))
+    waits = {
+        k: last[step] - k[0] for k, step in keyed(rows, ("time", "host", "rank"), "step").items()
+    }
+    assert min(waits.values()) == 0 and max(waits.values()) > 0
 
 
 AGENT_TAGS = ("host", "plugin")
