@@ -1,13 +1,11 @@
-// Stragglers of a distributed run, per rank: steps in which it was the slowest, its wait for the slowest rank's step end (seconds) and the energy its share of its host used meanwhile (joules).
+// Stragglers of a distributed run, per rank: steps in which it was the slowest, its wait from its step end (the step point's time) to the slowest rank's (seconds) and the energy its share of its host used meanwhile (joules).
 steps = from(bucket: v.defaultBucket)
     |> range(start: v.timeRangeStart, stop: v.timeRangeStop)
-    |> filter(fn: (r) => r._measurement == "nrg_step")
-    |> filter(fn: (r) => r._field == "end_time_ns" or r._field == "step")
+    |> filter(fn: (r) => r._measurement == "nrg_step" and r._field == "step")
     |> filter(fn: (r) => r.experiment == "$experiment" and r.run == "$run")
     |> filter(fn: (r) => r.host =~ /^$host$/ and ((not exists r.rank) or r.rank =~ /^$rank$/))
-    |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")
+    |> map(fn: (r) => ({host: r.host, rank: r.rank, step: r._value, end_time_ns: int(v: r._time)}))
     |> group()
-    |> keep(columns: ["host", "rank", "step", "end_time_ns"])
 slowest = steps
     |> group(columns: ["step"])
     |> max(column: "end_time_ns")
