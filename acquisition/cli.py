@@ -35,8 +35,8 @@ from acquisition.job import (
     JobNotStartable,
     check_command,
     default_run_name,
-    exit_point,
     job_env,
+    not_started_point,
 )
 from acquisition.lineproto import LineEncoder
 from acquisition.live import live_line_wanted
@@ -489,7 +489,6 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     try:
         if job is not None and not signals.stop.is_set():
             exit_code = await _track(job, agent, socket_path, tracked)
-            agent.bus.emit(exit_point(exit_code))
         else:
             await signals.stop.wait()
             exit_code = 130 if job is not None else 0
@@ -554,7 +553,7 @@ def _attach_summary(agent: Agent, job: Job) -> Callable[[RunOutcome], None]:
             outcome.args,
             exit_code=outcome.exit_code,
             unavailable=dict(outcome.unavailable),
-            tree=job.pid,
+            tree=job.pid if job.process is not None else None,  # None: it never started
         )
 
     return print_summary
@@ -569,6 +568,7 @@ async def _track(job: Job, agent: Agent, socket_path: str, tracked: set[int]) ->
         await job.start(job_env(agent.tags, socket_path, agent.files_dir(), collectors))
     except JobNotStartable as exc:
         print(exc, file=sys.stderr)
+        agent.bus.emit(not_started_point(exc.status))
         return exc.status
     tracked.add(job.pid)
     return await job.wait(agent.bus.emit)

@@ -32,9 +32,9 @@ __all__ = [
     "Job",
     "JobNotStartable",
     "check_command",
-    "exit_point",
     "exit_status",
     "job_env",
+    "not_started_point",
 ]
 
 LADDER = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
@@ -306,7 +306,7 @@ def job_env(
     return env
 
 
-def exit_point(exit_code: int) -> Point:
-    """The tracked command's exit status, kept with the run's points so that ``report`` shows
-    it for past runs too."""
-    return Point("nrg_run", {}, {"event": "exit", "exit_code": exit_code}, time.time_ns())
+def not_started_point(status: int) -> Point:
+    """The ``nrg_job`` exit point of a command that could not be started (it has no pid): its
+    status as a shell gives it, 126 or 127. A started command's comes from :meth:`Job.wait`."""
+    return Point("nrg_job", {}, {"event": "exit", "exit_code": status}, time.time_ns())

@@ -226,9 +226,14 @@ METRICS: tuple[Measurement, ...] = (
         "start and end of an instrumented training run",
         (*_RUN_TAGS, *_JOB_TAGS),
         (
-            Field("event", "string", "", "`start` or `end`; `exit` from `nrg-collect -- CMD`"),
+            Field(
+                "event",
+                "string",
+                "",
+                "`start` or `end`; `exit` in data of older versions (now `nrg_job`)",
+            ),
             _i("pid", "", "the training process's pid"),
-            _i("exit_code", "", "the tracked command's exit status (event `exit`)"),
+            _i("exit_code", "", "event `exit` of older versions: the tracked command's status"),
             Field("graph_path", "string", "", "where the model graph was written"),
             Field("launcher", "string", "", "torchrun, accelerate, openmpi, mpich or slurm"),
             _i("local_rank", "", "the rank on its host, as the launcher numbers it"),

@@ -8,7 +8,12 @@ per rank its ``nrg_run`` start naming its GPU, one ``nrg_step`` per step and the
 the points (the baseline: what storage hands the summary), ``summarize`` and ``report --by rank``
 text, and the peak resident memory of the child beside the memory the points alone take.
 
-Run: ``.venv/bin/python bench/bench_scale_ranks.py [--sizes 8x1000,64x1000,64x2500]``
+With ``--files`` the run goes the way ``nrg-collect report --data DIR`` takes it: the points are
+written to a line-protocol file first, then the report's own path runs on it and is timed in
+parts: finding the run (``find_runs``), loading its points (``load_run``: reading, decoding,
+one ``Point`` per line), the summary and the ``--by rank`` text; the peak memory is the child's.
+
+Run: ``.venv/bin/python bench/bench_scale_ranks.py [--sizes 8x1000,64x1000,64x2500] [--files]``
 (RANKSxSTEPS, ranks a multiple of 8).
 """
 
@@ -123,14 +128,86 @@ def child(ranks: int, steps: int) -> dict[str, float]:
     }
 
 
+def child_files(ranks: int, steps: int) -> dict[str, float]:
+    import tempfile
+
+    from acquisition.lineproto import LineEncoder
+    from acquisition.report.formats import ranks_text
+    from acquisition.report.runs import find_runs, load_run
+    from acquisition.store import Store
+    from acquisition.summary import summarize
+
+    with tempfile.TemporaryDirectory(prefix="nrg-scale-") as d:
+        points = build(ranks, steps)
+        n = len(points)
+        with (Path(d) / "nrg.lp").open("w", encoding="utf-8") as f:
+            encoder = LineEncoder()
+            for i in range(0, n, 50_000):
+                f.write(encoder.encode_many(points[i : i + 50_000]))
+        del points
+        base = _rss_mb()
+        store = Store(d)
+        t = time.perf_counter()
+        (run,) = find_runs(store)
+        find_s = time.perf_counter() - t
+        t = time.perf_counter()
+        loaded = load_run(store, run)
+        load_s = time.perf_counter() - t
+        t = time.perf_counter()
+        s = summarize(loaded)
+        summary_s = time.perf_counter() - t
+        t = time.perf_counter()
+        ranks_text([s])
+        text_s = time.perf_counter() - t
+    assert s.steps.count == steps and len(s.per_rank) == ranks
+    return {
+        "ranks": ranks,
+        "steps": steps,
+        "points": n,
+        "find_s": find_s,
+        "load_s": load_s,
+        "summary_s": summary_s,
+        "report_s": text_s,
+        "base_mb": base,
+        "peak_mb": _rss_mb(),
+    }
+
+
+def main_files(sizes: str) -> None:
+    print(
+        f"{'ranks':>6}{'steps':>8}{'points':>11}{'find s':>8}{'load s':>8}{'µs/line':>9}"
+        f"{'summary s':>11}{'report s':>10}{'peak MB':>9}"
+    )
+    for size in sizes.split(","):
+        out = subprocess.run(
+            [sys.executable, __file__, "--child-files", size],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        r = json.loads(out.stdout)
+        per_line = r["load_s"] / r["points"] * 1e6
+        print(
+            f"{r['ranks']:>6}{r['steps']:>8}{r['points']:>11}{r['find_s']:>8.2f}"
+            f"{r['load_s']:>8.2f}{per_line:>9.1f}{r['summary_s']:>11.2f}{r['report_s']:>10.3f}"
+            f"{r['peak_mb']:>9.0f}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="8x1000,16x1000,64x1000,64x2500")
+    ap.add_argument("--files", action="store_true", help="through .lp files, as report reads")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--child-files", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child:
-        ranks, steps = (int(v) for v in args.child.split("x"))
-        print(json.dumps(child(ranks, steps)))
+    if args.child or args.child_files:
+        ranks, steps = (int(v) for v in (args.child or args.child_files).split("x"))
+        run = child if args.child else child_files
+        print(json.dumps(run(ranks, steps)))
+        return
+    if args.files:
+        main_files(args.sizes)
         return
     print(
         f"{'ranks':>6}{'steps':>8}{'points':>11}{'build s':>9}{'summary s':>11}"

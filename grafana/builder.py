@@ -286,12 +286,52 @@ def agent_health(d: Dialect) -> Board:
     return b
 
 
+def group_by(keys: list[str], field: str, how: str) -> model.DataTransformerConfig:
+    """Grafana's *Group by*: one row per value of ``keys``, ``how`` (``max``, ``sum``) of
+    ``field``, which keeps its name (Grafana would add `` (max)``)."""
+    fields: dict[str, Any] = {k: {"operation": "groupby", "aggregations": []} for k in keys}
+    fields[field] = {"operation": "aggregate", "aggregations": [how]}
+    return model.DataTransformerConfig(id_val="groupBy", options={"fields": fields})
+
+
+def keep_name(field: str, how: str) -> model.DataTransformerConfig:
+    """Grafana's *Organize fields*: the aggregated ``field (how)`` back to ``field``."""
+    options = {"renameByName": {f"{field} ({how})": field}}
+    return model.DataTransformerConfig(id_val="organize", options=options)
+
+
+MERGE = model.DataTransformerConfig(id_val="merge", options={})
+# InfluxQL cannot group by a field (the step number): Grafana groups each rank's rows by step.
+GLOBAL_STEP_ENERGY = [
+    MERGE,
+    group_by(["step", "host", "source"], "energy_joules", "max"),
+    keep_name("energy_joules", "max"),
+    group_by(["step"], "energy_joules", "sum"),
+    keep_name("energy_joules", "sum"),
+]
+GLOBAL_STEP_TIME = [
+    MERGE,
+    group_by(["step"], "duration_seconds", "max"),
+    keep_name("duration_seconds", "max"),
+]
+
+
 def cluster(d: Dialect) -> Board:
     b = _new(d, "cluster", "nrg: Cluster", "A distributed run's hosts and ranks side by side.")
     _run_variables(b, multi_runs=False)
     b.stat("Total energy", "cluster_energy_total", "joule")
     b.timeseries("Power per host and rank", "cluster_power_by_host", "watt", width=18)
     b.table("Per host and rank", "run_summary", "joule", width=24)
+    b.table("Stragglers: waits per rank", "stragglers", "short", width=24)
+    if d.name == "flux":
+        b.points("Energy per global step", "global_step_energy", "joule")
+        b.points("Global step time", "global_step_time", "s")
+    else:
+        b.table(
+            "Energy per global step", "global_step_energy", "joule",
+            transformations=GLOBAL_STEP_ENERGY,
+        )  # fmt: skip
+        b.table("Global step time", "global_step_time", "s", transformations=GLOBAL_STEP_TIME)
     b.table("Energy per epoch", "energy_per_epoch", "joule", width=24)
     return b
 

@@ -1,9 +1,13 @@
-// The ten modules that used the most energy in one run, per source (joules, forward and backward summed).
+// The ten modules that used the most energy in one run, per source, each host's sources counted once (joules, forward and backward summed).
 from(bucket: v.defaultBucket)
     |> range(start: v.timeRangeStart, stop: v.timeRangeStop)
     |> filter(fn: (r) => r._measurement == "nrg_energy" and r.scope == "module" and r._field == "energy_joules")
     |> filter(fn: (r) => r.experiment == "$experiment" and r.run == "$run")
     |> filter(fn: (r) => r.host =~ /^$host$/ and ((not exists r.rank) or r.rank =~ /^$rank$/))
+    |> group(columns: ["host", "rank", "source", "module"])
+    |> sum()
+    |> group(columns: ["host", "source", "module"])
+    |> mean()
     |> group(columns: ["source", "module"])
     |> sum()
     |> group(columns: ["source"])

@@ -43,7 +43,7 @@ from acquisition.summary.model import (
     StepStats,
     SummaryOptions,
 )
-from acquisition.summary.ranks import GlobalSteps, global_steps, gpu_owners
+from acquisition.summary.ranks import GlobalSteps, global_steps, gpu_owners, host_modules
 from acquisition.summary.resources import resources
 from acquisition.summary.series import Cumulative, clip, continuous, trapezoid
 
@@ -294,8 +294,8 @@ class _Steps:
     steps: dict[tuple[str, str, int], Point] = field(default_factory=dict)
     energy: dict[tuple[str, str, int], dict[str, float]] = field(default_factory=dict)
     bounds: dict[tuple[str, str, int], dict[str, StepBound]] = field(default_factory=dict)
-    modules: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
-    """(host, module) → source → J."""
+    modules: dict[tuple[str, ...], dict[str, float]] = field(default_factory=dict)
+    """(host, rank, module) → source → J as read; (host, module) once the ranks are joined."""
 
 
 def _collect_steps(points: list[Point]) -> _Steps:
@@ -318,7 +318,7 @@ def _collect_steps(points: list[Point]) -> _Steps:
                 if bound is not None:
                     out.bounds.setdefault((host, rank, step), {})[source] = bound
             elif scope == "module":
-                per = out.modules.setdefault((host, p.tags.get("module", "")), {})
+                per = out.modules.setdefault((host, rank, p.tags.get("module", "")), {})
                 per[source] = per.get(source, 0.0) + energy
     return out
 
@@ -433,8 +433,18 @@ def _window(points: list[Point]) -> tuple[int, int, int | None]:
     times = [p.time_ns for p in points]
     start = min(starts) if starts else min(times)
     end = max(p.time_ns for p in ends) if ends else max(times)
-    code = next((_int(p, "exit_code") for p in ends if _int(p, "exit_code") is not None), None)
-    return start, max(end, start), code
+    return start, max(end, start), _exit_code(ends)
+
+
+def _exit_code(ends: list[Point]) -> int | None:
+    """The tracked command's exit status: from its ``nrg_job`` exit; data of older versions has
+    it on an ``nrg_run`` exit point only."""
+    for measurement in _EVENTS:
+        for p in ends:
+            code = _int(p, "exit_code") if p.measurement == measurement else None
+            if code is not None:
+                return code
+    return None
 
 
 def _first_line(reason: str) -> str:
@@ -496,12 +506,12 @@ def _per_host(sources: list[SourceEnergy], joined: GlobalSteps) -> list[dict[str
 
 def _join(
     pts: list[Point], curves: Mapping[tuple[str, str], Cumulative]
-) -> tuple[GlobalSteps, dict[tuple[str, str], dict[str, float]]]:
+) -> tuple[GlobalSteps, dict[tuple[str, ...], dict[str, float]]]:
     """The run's global steps (see :mod:`acquisition.summary.ranks`), and the module energies."""
     data = _collect_steps(pts)
     owners = gpu_owners(pts)
     joined = global_steps(data.steps, data.energy, data.bounds, owners, counted_sources, curves)
-    return joined, data.modules
+    return joined, host_modules(data.modules, data.steps.keys() | data.energy.keys(), owners)
 
 
 def step_energies(points: Iterable[Point], options: SummaryOptions | None = None) -> list[float]:

@@ -48,7 +48,8 @@ PROVENANCE: dict[str, str] = {
     "slowest rank's duration, samples summed)",
     "per_rank, stragglers": "each rank's own GPU (CUDA device UUID) plus an equal share of its "
     "host's shared sources; a rank waits from its step end to the slowest rank's",
-    "modules": "nrg_energy scope=module summed over steps and phases",
+    "modules": "nrg_energy scope=module summed over steps and phases; with several ranks on "
+    "a host, each rank's own GPU and the ranks' mean of the host's shared sources",
     "co2e_g": "total_kwh x carbon_intensity_g_per_kwh",
     "forecast": "the first nrg_forecast source=total point of the run (processors.forecast)",
     "resources": "procfs memory, cpu and process (tree sums) points; nvml gpu and gpu_process",

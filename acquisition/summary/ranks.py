@@ -20,6 +20,8 @@ Model, per global step:
   the sum over hosts; samples: the sum over ranks;
 - a rank's energy: its own sources plus an equal share of the host's shared sources (so the
   ranks add up to the step);
+- a module's energy on a host: each rank's figure of its own GPU, and an equal share (the mean
+  over the host's ranks) of each rank's figure of a shared source, GPUs of other ranks left out;
 - stragglers: the slowest rank is the one whose step ends last; every other rank waits from its
   own step end to the slowest one's, and uses its mean power of the step for that long (its own
   sources' energy over its step, its share of the shared ones over the span).
@@ -44,6 +46,7 @@ __all__ = [
     "StepKey",
     "global_steps",
     "gpu_owners",
+    "host_modules",
     "normalize_uuid",
 ]
 
@@ -180,11 +183,7 @@ def _merge_host(
     """One host's share of a global step: (source → J, rank → (own J, share J), total J)."""
     energy, owners, counted = join.energy, join.owners, join.counted
     host = members[0].key[0]
-    owned: dict[str, str] = {}
-    if len(members) > 1:  # a host's only process may use every GPU (DataParallel, pipelines)
-        owned = {
-            owners[(host, m.key[1])][0]: m.key[1] for m in members if (host, m.key[1]) in owners
-        }
+    owned = _owned(host, [m.key[1] for m in members], owners)
     merged: dict[str, float] = {}
     for m in members:
         for source, joules in energy.get(m.key, {}).items():
@@ -210,6 +209,46 @@ def _merge_host(
             own[rank] = merged[source]
     shared = (total - sum(own.values())) / len(members)
     return merged, {rank: (j, shared) for rank, j in own.items()}, total
+
+
+def _owned(
+    host: str, ranks: list[str], owners: Mapping[RankKey, tuple[str, str]]
+) -> dict[str, str]:
+    """GPU source → the rank of ``ranks`` (on ``host``) that uses it; none for a host's only
+    process, which may use every GPU (DataParallel, pipelines)."""
+    if len(ranks) < 2:
+        return {}
+    return {owners[(host, r)][0]: r for r in ranks if (host, r) in owners}
+
+
+def host_modules(
+    modules: Mapping[tuple[str, ...], Mapping[str, float]],
+    steps: Iterable[StepKey],
+    owners: Mapping[RankKey, tuple[str, str]],
+) -> dict[tuple[str, ...], dict[str, float]]:
+    """(host, rank, module) → source → J joined into (host, module) → source → J, the host's
+    sources counted once: a rank's own GPU from that rank, a shared source as the mean of the
+    host's ranks' figures (each rank's figure is the module's time at the whole host's power),
+    another rank's GPU or a GPU no rank uses left out."""
+    ranks: dict[str, set[str]] = defaultdict(set)
+    for host, rank, _ in steps:
+        ranks[host].add(rank)
+    for host, rank, _ in modules:
+        ranks[host].add(rank)
+    out: dict[tuple[str, ...], dict[str, float]] = {}
+    for (host, rank, module), per in modules.items():
+        owned = _owned(host, sorted(ranks[host]), owners)
+        into = out.setdefault((host, module), {})
+        for source, joules in per.items():
+            owner = owned.get(source)
+            if owner is not None:
+                share = joules if owner == rank else 0.0
+            elif source.startswith("nvml:") and owned:
+                continue
+            else:
+                share = joules / len(ranks[host])
+            into[source] = into.get(source, 0.0) + share
+    return out
 
 
 def _span(members: list[_RankStep], previous_end: int | None) -> tuple[int, int] | None:

@@ -40,6 +40,10 @@ class ClusterRun:
     tail_s: float = 0.5
     run: str = "ddp"
     spawn: bool = True
+    module_s: float = 0.0
+    """A module's exclusive time in each step of each rank (0: no module points)."""
+    module_gpu_s: float | None = None
+    """Its time on the rank's GPU in each step."""
     extra: list[Point] = field(default_factory=list)
 
     @property
@@ -107,7 +111,14 @@ class ClusterRun:
                 "duration_seconds": (end - start) / NS,
                 "samples": self.samples,
             }
-            out.append(Point("nrg_step", {**tags, "epoch": str(n // self.steps)}, fields, end))
+            epoch = {**tags, "epoch": str(n // self.steps)}
+            out.append(Point("nrg_step", epoch, fields, end))
+            if self.module_s:
+                module = {**epoch, "module": "layer", "phase": "forward"}
+                exclusive = {"step": n, "exclusive_seconds": self.module_s}
+                if self.module_gpu_s is not None:
+                    exclusive["gpu_seconds"] = self.module_gpu_s
+                out.append(Point("nrg_module", module, exclusive, end))
             start = end
         out.append(Point("nrg_run", tags, {"event": "end", "pid": 100 + rank}, self.job_end))
         return out

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from acquisition.summary import summarize
+from acquisition.point import Point
+from acquisition.summary import SummaryOptions, summarize
 from acquisition.summary.ranks import normalize_uuid
 from tests.answers.cluster import ClusterRun
 from tests.answers.runs import NS, T0
@@ -132,3 +133,36 @@ def test_window_is_spawn_to_exit() -> None:
     assert s.end_ns > run.job_end
     without = summarize(ClusterRun(spawn=False).points())
     assert (without.start_ns, without.end_ns) == (run.job_start, run.job_end)
+
+
+def test_exit_code_from_the_command_and_from_older_data() -> None:
+    run = ClusterRun(spawn=False, hosts=("h1",))
+    host = {"host": "h1", "run": run.run, "experiment": "e"}
+    end = run.job_end + NS
+    job = Point("nrg_job", host, {"event": "exit", "pid": 1, "exit_code": 3}, end)
+    # the command's exit status is its nrg_job exit's
+    s = summarize([*run.points(), job])
+    assert (s.exit_code, s.end_ns) == (3, end)
+    # older agents wrote it on an nrg_run exit point too (after the command's)
+    older = Point("nrg_run", host, {"event": "exit", "exit_code": 3}, end + 1)
+    s = summarize([*run.points(), job, older])
+    assert (s.exit_code, s.end_ns) == (3, end + 1)
+    # and an nrg_run exit alone still says how the run ended
+    s = summarize([*run.points(), older])
+    assert (s.exit_code, s.end_ns) == (3, end + 1)
+    # where the two differ (a hand-edited file), the command's own point wins
+    other = Point("nrg_run", host, {"event": "exit", "exit_code": 9}, end + 1)
+    assert summarize([*run.points(), other, job]).exit_code == 3
+
+
+def test_a_module_counts_its_hosts_sources_once() -> None:
+    # Each rank's module point gets the module's time at the whole package's power (the ranks
+    # of a host share it) and its GPU time at the power of every GPU of the host: the module's
+    # energy is the package's power over the module's time once per host, plus each rank's
+    # own GPU over its GPU time (not the other rank's GPU, nor the unused one).
+    run = ClusterRun(module_s=0.02, module_gpu_s=0.01)
+    s = summarize(run.points(), SummaryOptions(top_modules=3))
+    (module,) = s.modules
+    assert module.module == "layer"
+    per_host = run.package_w * run.module_s + run.ranks_per_host * run.gpu_w * 0.01
+    assert module.energy_j == pytest.approx(len(run.hosts) * run.n_steps * per_host, rel=REL)

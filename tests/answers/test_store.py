@@ -224,6 +224,14 @@ def test_fast_decoder_equals_decode_line(points: list[Point]) -> None:
         assert fast.decode(line) == decode_line(line)
 
 
+def test_fast_decoder_shares_a_series_tags() -> None:
+    fast = FastDecoder()
+    first, second, third = (fast.decode(f"nrg_step,host=a,run=r step={n}i {n}") for n in range(3))
+    assert first.tags == second.tags == {"host": "a", "run": "r"}
+    assert second.tags is third.tags  # one mapping per series, not a dict per point
+    assert fast.decode("nrg_step,host=b,run=r step=1i 1").tags == {"host": "b", "run": "r"}
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -393,3 +393,26 @@ def test_report_keeps_the_exit_code_of_a_past_run(short_tmp: Path, rapl_root: Pa
     nrg("-c", str(cfg), "--run", "r", "--quiet", "--summary", "none", "--", *job, check_rc=3)
     rep = json.loads(nrg("report", "-c", str(cfg), "r", "--format", "json").stdout)
     assert rep["exit_code"] == 3
+    # one point says the command ended: the agent's nrg_job exit, with the status
+    ends = [p for p in stored(short_tmp) if p.fields.get("event") in ("exit", "end")]
+    assert [(p.measurement, p.fields.get("exit_code")) for p in ends] == [("nrg_job", 3)]
+
+
+def test_a_command_that_cannot_start_has_its_exit_point(short_tmp: Path, rapl_root: Path) -> None:
+    cfg = config(short_tmp, rapl_root)
+    bad = short_tmp / "not-a-program"  # executable, but no format the kernel runs (ENOEXEC)
+    bad.write_bytes(b"\x00\x01\x02")
+    bad.chmod(0o755)
+    out = short_tmp / "s.json"
+    done = nrg("-c", str(cfg), "--run", "r", "--quiet", "--summary", "json", "--summary-file",
+               str(out), "--", str(bad), check_rc=127)  # fmt: skip
+    assert "failed" not in done.stderr
+    assert json.loads(out.read_text())["exit_code"] == 127
+    ends = [p for p in stored(short_tmp) if p.fields.get("event") in ("exit", "end")]
+    assert [(p.measurement, p.fields.get("exit_code")) for p in ends] == [("nrg_job", 127)]
+
+
+def stored(tmp: Path) -> list[Point]:
+    """Every point the file sink wrote under ``tmp/out``."""
+    lines = [line for f in (tmp / "out").glob("*.lp") for line in f.read_text().splitlines()]
+    return [decode_line(line) for line in lines if line]

@@ -112,11 +112,7 @@ def test_tracked_job_uses_its_own_socket_beside_a_running_agent(workdir: Path) -
     finally:
         standing.terminate()
         standing.communicate(timeout=60)
-    mine = [
-        p
-        for p in _points(workdir / "tracked" / "nrg.lp")
-        if p.measurement == "nrg_run" and p.fields.get("event") != "exit"  # the job's own
-    ]
+    mine = [p for p in _points(workdir / "tracked" / "nrg.lp") if p.measurement == "nrg_run"]
     assert [p.tags["run"] for p in mine] == ["own-socket"]
     theirs = _points(workdir / "standing" / "nrg.lp")
     assert theirs and not [p for p in theirs if p.measurement == "nrg_run"]

@@ -1,7 +1,8 @@
 """A known set of training runs, as nrg writes them, to load into a real server and query.
 
 Two experiments, four runs; run ``r1`` spans two hosts with two ranks each (a distributed job),
-``r4`` is a single-process run without a ``rank`` tag. Every step has attributed energy for a
+``r4`` is a single-process run without a ``rank`` tag. Runs ``r1`` (on each of its hosts), ``r2``,
+``r3`` and ``r4`` are tracked commands, with the agent's ``nrg_job`` spawn and exit. Every step has attributed energy for a
 RAPL package, a GPU and the wall meter (with its rest-of-system share), module energy, and a
 ``nrg_step`` point with the samples it saw; the hosts also have power, utilisation and memory
 series and the agent's own ``nrg_collect`` points. Values are pseudo-random with a fixed seed.
@@ -83,10 +84,15 @@ def build() -> KnownRun:
             ):
                 points.append(_forecast({**tags, "epoch": epoch}, step // STEPS_PER_EPOCH + 1, t))
         points.append(Point("nrg_run", tags, {"event": "end", "pid": 100 + i}, t + 1))
-        last = max(last, t + 1)
+        if rank in (None, "0", "2"):  # a tracked command: the agent of its host marks it
+            job = {k: v for k, v in tags.items() if k != "rank"}
+            points.append(Point("nrg_job", job, {"event": "spawn", "pid": 90 + i}, base - 5))
+            exit_fields = {"event": "exit", "pid": 90 + i, "exit_code": 0}
+            points.append(Point("nrg_job", job, exit_fields, t + 5))
+        last = max(last, t + 5)
     for host in HOSTS:
         points.extend(_host_series(rng, host, T0, last))
-    return KnownRun(points, T0 - 1, last + 1)
+    return KnownRun(points, T0 - 10, last + 1)
 
 
 def _forecast(tags: dict[str, str], done: int, t: int) -> Point:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from acquisition.point import Point
 from acquisition.queries import ALL, available, load_query, render
-from tests.queries.conftest import DB, influxql
+from tests.queries.conftest import DB, influxql, write_v1
+from tests.queries.grafana_transforms import apply, panel_transformations
 from tests.queries.known_run import KnownRun, group_count, group_sum
 from tests.servers import Influxd
 
@@ -138,8 +140,13 @@ def test_energy_per_step(loaded: Influxd, known: KnownRun) -> None:
 def test_top_modules(loaded: Influxd, known: KnownRun) -> None:
     (rows,) = influxql(loaded, "top_modules", params(known, host=["h1"]))
     modules = known.where("nrg_energy", scope="module", experiment="exp-a", run="r1", host="h1")
-    expected = group_sum(modules, ("source", "module"), "energy_joules")
-    assert keyed(rows, ("source", "module"), "energy_joules") == approx(expected)
+    per_rank = group_sum(modules, ("rank", "source", "module"), "energy_joules")
+    ranks = {k[0] for k in per_rank}
+    assert len(ranks) == 2  # host h1 runs two ranks: its sources count once, the ranks' mean
+    expected: dict[tuple[str, ...], float] = defaultdict(float)
+    for (_, source, module), joules in per_rank.items():
+        expected[(source, module)] += joules / len(ranks)
+    assert keyed(rows, ("source", "module"), "energy_joules") == approx(dict(expected))
 
 
 def test_power_over_time(loaded: Influxd, known: KnownRun) -> None:
@@ -203,7 +210,12 @@ def test_epoch_starts(loaded: Influxd, known: KnownRun) -> None:
 def test_run_events(loaded: Influxd, known: KnownRun) -> None:
     (rows,) = influxql(loaded, "run_events", params(known))
     runs = known.where("nrg_run", experiment="exp-a", run="r1")
-    expected = {(p.time_ns, p.tags["host"], p.tags["rank"]): p.fields["event"] for p in runs}
+    jobs = known.where("nrg_job", experiment="exp-a", run="r1")
+    assert {p.fields["event"] for p in jobs} == {"spawn", "exit"}
+    expected = {
+        (p.time_ns, p.tags["host"], p.tags.get("rank", "")): p.fields["event"]
+        for p in (*runs, *jobs)
+    }
     assert keyed(rows, ("time", "host", "rank"), "event") == expected
 
 
@@ -276,10 +288,116 @@ def test_cluster_power_by_host(loaded: Influxd, known: KnownRun) -> None:
     assert window_rows(rows, STEP_TAGS, "power_watts") == approx(expected)
 
 
+def counted_once(steps: Iterable[Point]) -> dict[tuple[str, ...], float]:
+    """Per source: over hosts, the host's figure counted once (the rank whose steps saw the
+    most of it), not once per rank."""
+    per_rank = group_sum(steps, STEP_TAGS, "energy_joules")
+    per_host: dict[tuple[str, str], float] = {}
+    for (host, _, source), joules in per_rank.items():
+        per_host[(host, source)] = max(joules, per_host.get((host, source), joules))
+    out: dict[tuple[str, ...], float] = defaultdict(float)
+    for (_, source), joules in per_host.items():
+        out[(source,)] += joules
+    return dict(out)
+
+
 def test_cluster_energy_total(loaded: Influxd, known: KnownRun) -> None:
     (rows,) = influxql(loaded, "cluster_energy_total", params(known))
-    expected = group_sum(run_steps(known), ("source",), "energy_joules")
+    expected = counted_once(run_steps(known))
     assert keyed(rows, ("source",), "energy_joules") == approx(expected)
+    summed = group_sum(run_steps(known), ("source",), "energy_joules")
+    assert all(expected[k] < summed[k] for k in summed)  # two ranks per host: not twice
+
+
+SHARED_DB = "nrg_shared"
+SHARED_STEPS = 4
+# host → rank → source → J in each of the rank's steps: the ranks of host a both see the whole
+# package and both GPUs of their host (as the attribution writes them).
+SHARED = {
+    "a": {
+        "0": {"rapl:package-0": 10.0, "nvml:0": 30.0, "nvml:1": 20.0},
+        "1": {"rapl:package-0": 10.0, "nvml:0": 30.0, "nvml:1": 20.0},
+    },
+    "b": {"2": {"rapl:package-0": 7.0, "nvml:0": 25.0}},
+}
+
+
+def test_cluster_energy_total_counts_a_hosts_sources_once(
+    loaded: Influxd, known: KnownRun, tmp_path: Path
+) -> None:
+    points = []
+    for host, ranks in SHARED.items():
+        for rank, sources in ranks.items():
+            for step in range(SHARED_STEPS):
+                t = known.start_ns + (step + 1) * 10**9 + int(rank)
+                tags = {"host": host, "rank": rank, "experiment": "x", "run": "shared"}
+                for source, joules in sources.items():
+                    fields = {"step": step, "energy_joules": joules, "duration_seconds": 0.5}
+                    scoped = {**tags, "source": source, "scope": "step", "epoch": "0"}
+                    points.append(Point("nrg_energy", scoped, fields, t))
+    loaded.query(f"CREATE DATABASE {SHARED_DB}")
+    write_v1(loaded, SHARED_DB, points, tmp_path)
+    p = params(known, experiment="x", run="shared")
+    (rows,) = influxql(loaded, "cluster_energy_total", p, db=SHARED_DB)
+    expected = {("rapl:package-0",): 68.0, ("nvml:0",): 220.0, ("nvml:1",): 80.0}
+    assert keyed(rows, ("source",), "energy_joules") == approx(expected)
+
+
+def global_energy(rows: Iterable[dict[str, Any]]) -> dict[int, float]:
+    """step → energy of the run's step: per host and source, the largest of its ranks'."""
+    per_host: dict[tuple[Any, ...], float] = {}
+    for r in rows:
+        key = (r["step"], tag(r, "host"), tag(r, "source"))
+        per_host[key] = max(r["energy_joules"], per_host.get(key, r["energy_joules"]))
+    out: dict[int, float] = defaultdict(float)
+    for (step, _, _), joules in per_host.items():
+        out[step] += joules
+    return dict(out)
+
+
+def as_rows(points: Iterable[Point], *fields: str) -> list[dict[str, Any]]:
+    return [{**p.tags, **{f: p.fields[f] for f in fields}, "time": p.time_ns} for p in points]
+
+
+def test_global_step_energy(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "global_step_energy", params(known))
+    steps = run_steps(known)
+    assert sorted(map(str, rows[0])) == sorted(["time", "step", "energy_joules", *STEP_TAGS])
+    expected = global_energy(as_rows(steps, "step", "energy_joules"))
+    assert len(expected) == 12 and len({p.tags["rank"] for p in steps}) == 4
+    # the dashboard's transformations take it from there
+    done = apply(rows, panel_transformations("influxql", "cluster", "Energy per global step"))
+    assert {r["step"]: r["energy_joules"] for r in done} == approx(expected)
+    # two ranks on each host: adding every rank's figures would count the hosts' sources twice
+    summed = group_sum(steps, (), "energy_joules")[()]
+    assert sum(expected.values()) < summed
+
+
+def test_global_step_time(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "global_step_time", params(known))
+    steps = known.where("nrg_step", experiment="exp-a", run="r1")
+    expected: dict[int, float] = {}
+    for p in steps:
+        n, d = int(p.fields["step"]), float(p.fields["duration_seconds"])
+        expected[n] = max(d, expected.get(n, d))
+    done = apply(rows, panel_transformations("influxql", "cluster", "Global step time"))
+    assert {r["step"]: r["duration_seconds"] for r in done} == approx(expected)
+    assert len(done) == 12
+
+
+def test_stragglers(loaded: Influxd, known: KnownRun) -> None:
+    (rows,) = influxql(loaded, "stragglers", params(known))
+    steps = known.where("nrg_step", experiment="exp-a", run="r1")
+    expected = {(p.time_ns, p.tags["host"], p.tags["rank"]): p.fields["step"] for p in steps}
+    assert keyed(rows, ("time", "host", "rank"), "step") == expected
+    # what a rank waits for, from the rows: the step's latest end minus its own
+    last: dict[int, int] = {}
+    for r in rows:
+        last[r["step"]] = max(r["time"], last.get(r["step"], r["time"]))
+    waits = {
+        k: last[step] - k[0] for k, step in keyed(rows, ("time", "host", "rank"), "step").items()
+    }
+    assert min(waits.values()) == 0 and max(waits.values()) > 0
 
 
 AGENT_TAGS = ("host", "plugin")
