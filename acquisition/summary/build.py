@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from acquisition.energy import energy_problems
 from acquisition.point import FieldValue, Point
 from acquisition.processors.attribution import parse_source
-from acquisition.processors.energy import parse_gpu_sample, shaped_energy
+from acquisition.processors.energy import parse_gpu_sample
 from acquisition.summary.bounds import StepBound, sum_bound
 from acquisition.summary.carbon import run_carbon
 from acquisition.summary.forecast import first_forecast
@@ -45,7 +45,14 @@ from acquisition.summary.model import (
 )
 from acquisition.summary.ranks import GlobalSteps, global_steps, gpu_owners, host_modules
 from acquisition.summary.resources import resources
-from acquisition.summary.series import Cumulative, clip, continuous, trapezoid
+from acquisition.summary.series import (
+    Cumulative,
+    clip,
+    continuous,
+    counter_edges,
+    shaped_counter,
+    trapezoid,
+)
 
 __all__ = [
     "NO_ENERGY",
@@ -115,6 +122,10 @@ class _Series:
     samples: list[tuple[int, float]] = field(default_factory=list)
     """The driver's power samples (``gpu_sample``): they shape a counter between readings."""
 
+    def edge_power(self) -> list[tuple[int, float]]:
+        """Every power reading and sample, in time order."""
+        return sorted(self.power + self.readings + self.samples)
+
 
 def _source_energy(
     host: str, name: str, series: _Series, window: tuple[int, int]
@@ -128,7 +139,9 @@ def _source_energy(
     if data is None:
         return None
     if use_counter:
-        energy = _shaped(raw, series.samples, data[0][0], data[-1][0], data[-1][1] - data[0][1])
+        energy = shaped_counter(
+            raw, series.samples, data[0][0], data[-1][0], data[-1][1] - data[0][1]
+        )
         deltas = [(v1 - v0) / ((t1 - t0) / _NS) for (t0, v0), (t1, v1) in itertools.pairwise(data)]
         inside = [w for t, w in series.readings if start <= t <= end]
         peak = max(inside) if inside else max(deltas)
@@ -143,57 +156,15 @@ def _source_energy(
         origin = "power readings, integrated by trapezoids"
     span = (data[-1][0] - data[0][0]) / _NS
     mean = energy / span if span > 0 else None
-    edge_j, edge_s, edge_error = _counter_edges(series, data, window) if use_counter else (0, 0, 0)
+    edge_j, edge_s, edge_error = (
+        counter_edges(series.edge_power(), data, window) if use_counter else (0, 0, 0)
+    )
     uncovered = max((end - start) / _NS - span - edge_s, 0.0)
     error = mean * uncovered + edge_error if mean is not None else None
     if edge_s:
         origin += ", power readings beyond it"
         mean = (energy + edge_j) / (span + edge_s)
     return SourceEnergy(name, energy + edge_j, mean, peak, error, host, True, origin)
-
-
-def _shaped(
-    counter: list[tuple[int, float]],
-    samples: list[tuple[int, float]],
-    a: int,
-    b: int,
-    linear: float,
-) -> float:
-    """The counter's gain over [a, b] with an edge inside a reading interval given that
-    interval's energy in proportion to the power samples' energy there, not to its time (a
-    GPU going idle at the window's end); ``linear`` without samples covering it."""
-    if not samples:
-        return linear
-    samples.sort()
-    times, joules = [t for t, _ in counter], [v for _, v in counter]
-    st, sw = [t for t, _ in samples], [w for _, w in samples]
-    shaped = shaped_energy(times, joules, st, sw, a, b)
-    return linear if shaped is None else shaped
-
-
-def _counter_edges(
-    series: _Series, data: list[tuple[int, float]], window: tuple[int, int]
-) -> tuple[float, float, float]:
-    """The window's parts outside the counter readings' span (a counter read less often than
-    power, as NVML's energy counter is): their energy from the power readings there (J), the
-    seconds those cover, and an error bar (J): the readings' relative error against the counter
-    over the counter's span, applied to that energy."""
-    power = sorted(series.power + series.readings + series.samples)
-    if len(power) < 2:
-        return 0.0, 0.0, 0.0
-    (first, first_j), (last, last_j) = data[0], data[-1]
-    energy = covered = 0.0
-    for a, b in ((window[0], first), (last, window[1])):
-        part = clip(power, a, b) if b > a else None
-        if part is not None:
-            energy += trapezoid(part)
-            covered += (part[-1][0] - part[0][0]) / _NS
-    if not covered:
-        return 0.0, 0.0, 0.0
-    reference = clip(power, first, last)
-    counted = last_j - first_j
-    relative = abs(trapezoid(reference) / counted - 1) if reference and counted > 0 else 1.0
-    return energy, covered, relative * energy
 
 
 def _series(points: list[Point], options: SummaryOptions) -> dict[tuple[str, str], _Series]:
