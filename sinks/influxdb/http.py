@@ -259,6 +259,7 @@ class V1Writer(_Writer):
 
     async def post(self, body: bytes) -> None:
         import gzip
+        import io
 
         import aiohttp
 
@@ -266,7 +267,9 @@ class V1Writer(_Writer):
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.config.timeout)
             )
-        data = gzip.compress(body, 1) if self.config.gzip else body
+        # A file-like body: aiohttp (3.14+) warns that a large body of raw bytes could block the
+        # event loop, and streams a file-like one in chunks instead.
+        data = io.BytesIO(gzip.compress(body, 1) if self.config.gzip else body)
         url = self.config.url.rstrip("/") + "/write"
         try:
             async with self._session.post(
