@@ -30,9 +30,11 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
 - ``<root>/proc/<pid>/stat`` (parent pid, start time) to key processes by (pid, start time) and
   to find the tracked trees they belong to.
 
-Clocks, power limit, processes and the utilisation sample buffers are read every
-``detail_interval``; power (the power sample buffer too), utilisation, memory and temperature
-every tick.
+Power, utilisation, memory and temperature are read every tick; the energy counter (and the
+power sample buffer with it) every ``energy_interval``; clocks, power limit, processes and the
+three sample buffers every ``detail_interval``; per-process utilisation every
+``process_interval``. A buffer found to have overflowed between two reads makes that GPU's
+buffers be read twice as often.
 
 Every NVML call is a blocking ctypes call: all of them run on one worker thread owned by the
 collector, one executor job per tick. Errors map to four outcomes: *not supported* (that reading
