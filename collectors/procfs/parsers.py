@@ -80,7 +80,10 @@ def parse_proc_stat(data: bytes) -> dict[str, CpuTimes]:
         if line.startswith(b"cpu"):
             parts = line.split()
             name = parts[0].decode("ascii")
-            out["total" if name == "cpu" else name] = CpuTimes(*map(_int64, parts[1:11]))
+            values = [int(token) for token in parts[1:11]]
+            if values and (max(values) > INT64_MAX or min(values) < INT64_MIN):
+                _check64(values)  # raises, naming the value
+            out["total" if name == "cpu" else name] = CpuTimes(*values)
     return out
 
 
@@ -289,22 +292,22 @@ def cpu_ratio_fields(prev: CpuTimes, cur: CpuTimes) -> dict[str, FieldValue] | N
     guest_nice, so utilization = user + system + steal + guest. iowait "is not reliable" and may
     go backwards, so every ratio is clamped to 0..1.
     """
-    dt = cpu_total(cur) - cpu_total(prev)
+    # One pass over the ten columns' increases (indexing, not the tuple's named properties:
+    # this runs for every core on every tick).
+    user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice = [
+        c - p for c, p in zip(cur, prev, strict=True)
+    ]
+    guests = guest + guest_nice
+    dt = user + nice + system + idle + iowait + irq + softirq + steal
     if dt <= 0:
         return None
-    busy = dt - (cpu_idle(cur) - cpu_idle(prev))
-    user = (cur.user + cur.nice - cur.guest - cur.guest_nice) - (
-        prev.user + prev.nice - prev.guest - prev.guest_nice
-    )
-    system = (cur.system + cur.irq + cur.softirq) - (prev.system + prev.irq + prev.softirq)
-    guest = (cur.guest + cur.guest_nice) - (prev.guest + prev.guest_nice)
     return {
-        "utilization_ratio": _clamp01(busy / dt),
-        "user_ratio": _clamp01(user / dt),
-        "system_ratio": _clamp01(system / dt),
-        "iowait_ratio": _clamp01((cur.iowait - prev.iowait) / dt),
-        "steal_ratio": _clamp01((cur.steal - prev.steal) / dt),
-        "guest_ratio": _clamp01(guest / dt),
+        "utilization_ratio": _clamp01((dt - idle - iowait) / dt),
+        "user_ratio": _clamp01((user + nice - guests) / dt),
+        "system_ratio": _clamp01((system + irq + softirq) / dt),
+        "iowait_ratio": _clamp01(iowait / dt),
+        "steal_ratio": _clamp01(steal / dt),
+        "guest_ratio": _clamp01(guests / dt),
     }
 
 
