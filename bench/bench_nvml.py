@@ -24,8 +24,9 @@ every 5 s):
   costs measured on the H200 and on the H100 (``H100_COSTS_US``: the H100's figure where
   measured), so the proportions are the real ones;
 - with ``--real``, on the real NVML of this machine (GPU 0, real 100 ms ticks), after the cost of
-  each call the collector makes (200 calls each) and the depth of the driver's sample buffers
-  (one read from 0 of each: samples, the time they span, their period).
+  each call the collector makes (200 calls each; also the energy counter read as field 191)
+  and the depth of the driver's sample buffers (one read from 0 of each: samples, the time
+  they span, their period).
 
 Run: ``.venv/bin/python bench/bench_nvml.py [--ticks 200] [--rounds 5] [--real]``
 """
@@ -265,6 +266,8 @@ def call_costs(nvml: Any, calls: int = 200) -> dict[str, float]:
         probes = {
             "nvmlDeviceGetTotalEnergyConsumption": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h),
             "nvmlDeviceGetFieldValues": lambda: nvml.nvmlDeviceGetFieldValues(h, [186]),
+            # the energy counter as a field (191, mJ): whether it costs what the call costs
+            "nvmlDeviceGetFieldValues (191, energy)": lambda: nvml.nvmlDeviceGetFieldValues(h, [191]),
             "nvmlDeviceGetPowerUsage": lambda: nvml.nvmlDeviceGetPowerUsage(h),
             "nvmlDeviceGetUtilizationRates": lambda: nvml.nvmlDeviceGetUtilizationRates(h),
             "nvmlDeviceGetMemoryInfo_v2": lambda: nvml.nvmlDeviceGetMemoryInfo(h, version=0x02000028),
