@@ -13,14 +13,20 @@ Prints, in one run:
 - points per tick and the rate of the emitted ``gpu_sample`` power series per GPU, beside the
   fake driver's sample rate.
 
-Then, on one GPU at a 100 ms tick, the CPU per tick before and after the collector's cadences:
-every call every tick (``energy_interval = detail_interval = 0``, the collector's behaviour
-before them) beside the defaults (energy counter and detail reads once a second):
+Then, on one GPU at a 100 ms tick, the CPU per tick of three cadences: every call every tick
+(every interval 0, the collector before its cadences), the previous defaults (energy counter,
+detail reads and per-process utilisation once a second, the power sample buffer every tick) and
+the defaults (the same once a second, the sample buffers with them, per-process utilisation
+every 5 s):
 
-- with the fake, each call busy-waiting its cost measured on an H100 (``H100_COSTS_US``), so the
-  proportions are the real ones;
+- with the fake, each call busy-waiting its cost measured on an H200 (``H200_COSTS_US``); the
+  estimates per GPU add the collector's own CPU (outside the calls) to the calls it made at the
+  costs measured on the H200 and on the H100 (``H100_COSTS_US``: the H100's figure where
+  measured), so the proportions are the real ones;
 - with ``--real``, on the real NVML of this machine (GPU 0, real 100 ms ticks), after the cost of
-  each call the collector makes (200 calls each).
+  each call the collector makes (200 calls each; also the energy counter read as field 191)
+  and the depth of the driver's sample buffers (one read from 0 of each: samples, the time
+  they span, their period).
 
 Run: ``.venv/bin/python bench/bench_nvml.py [--ticks 200] [--rounds 5] [--real]``
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import sys
 import tempfile
 import time
@@ -41,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from acquisition.api import PluginContext
 from acquisition.point import Point
 from collectors.nvml import NvmlCollector, NvmlConfig
-from tests.nvml.fake_pynvml import H100_COSTS_US, MEASURED_COSTS_US, FakeNvml
+from collectors.nvml.parse import _SAMPLE_TYPES, decode_samples
+from tests.nvml.fake_pynvml import COST_SOURCES, H100_COSTS_US, H200_COSTS_US, FakeNvml
 
 GPUS = 8
 PERIOD_US = 20_000
@@ -170,8 +178,23 @@ async def collector_ticks(
 
 
 TICK_NS = 100_000_000
-EVERY_TICK = {"energy_interval": 0.0, "detail_interval": 0.0}
-"""The collector before its cadences: every call on every tick."""
+CADENCES: dict[str, dict[str, float]] = {
+    "every call every tick (intervals 0)": {
+        "energy_interval": 0.0,
+        "detail_interval": 0.0,
+        "process_interval": 0.0,
+    },
+    "previous defaults (power buffer every tick)": {"process_interval": 0.0},
+    "defaults (buffers 1 s, processes 5 s)": {},
+}
+
+
+class PreviousDefaults(NvmlCollector):
+    """The collector as its defaults were before the sample buffers moved to the detail reads:
+    the power buffer on every tick, per-process utilisation with every detail read."""
+
+    def _buffers_due(self, gpu: Any, now_ns: int, *, energy: bool, detail: bool) -> Any:
+        return super()._buffers_due(gpu, now_ns, energy=energy, detail=detail) or _SAMPLE_TYPES[:1]
 
 
 class Timed:
@@ -197,13 +220,14 @@ class Timed:
 
 
 def cadence_ticks(
-    nvml: Any, root: Path, ticks: int, config: dict[str, float], real: bool
-) -> tuple[float, float, float]:
-    """Per 100 ms tick on GPU 0 (``real``: real time between ticks), CPU µs: the worker job,
-    inside the NVML calls, and those calls at the H100's costs (the fake's call counts)."""
+    nvml: Any, root: Path, ticks: int, label: str, real: bool
+) -> tuple[float, float, Counter[str]]:
+    """Per 100 ms tick on GPU 0 (``real``: real time between ticks): CPU µs of the worker job,
+    CPU µs inside the NVML calls, and the calls made (the fake's count; empty on a real GPU)."""
     timed = Timed(nvml)
-    collector = NvmlCollector(NvmlConfig(root=str(root), gpus="0", **config), context(root),
-                              nvml=timed, environ={})  # fmt: skip
+    kind = PreviousDefaults if label.startswith("previous") else NvmlCollector
+    config = NvmlConfig(root=str(root), gpus="0", **CADENCES[label])
+    collector = kind(config, context(root), nvml=timed, environ={})
     asyncio.run(collector.open())
     calls = Counter(getattr(nvml, "calls", {}))
     timed.inside = cpu = 0.0
@@ -222,12 +246,11 @@ def cadence_ticks(
         asyncio.run(collector.aclose())
     made = Counter(getattr(nvml, "calls", {})) - calls
     made["nvmlShutdown"] = 0
-    modelled = sum(H100_COSTS_US.get(name, 0.0) * n for name, n in made.items())
-    return cpu / ticks * 1e6, timed.inside / ticks * 1e6, modelled / ticks
+    return cpu / ticks * 1e6, timed.inside / ticks * 1e6, +made
 
 
-def fake_h100(ticks: int, costs: dict[str, float] = H100_COSTS_US) -> FakeNvml:
-    """One H100 of the scenario, each call costing what it costs there, 100 ms per step."""
+def fake_gpu(ticks: int, costs: dict[str, float] = H200_COSTS_US) -> FakeNvml:
+    """One GPU of the scenario, each call costing what it costs on an H200, 100 ms per step."""
     one = scenario(ticks)
     gpu = dict(one["gpu"][0])
     gpu["sample_generator"] = {**gpu["sample_generator"], "step_us": TICK_NS // 1000}
@@ -243,6 +266,8 @@ def call_costs(nvml: Any, calls: int = 200) -> dict[str, float]:
         probes = {
             "nvmlDeviceGetTotalEnergyConsumption": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h),
             "nvmlDeviceGetFieldValues": lambda: nvml.nvmlDeviceGetFieldValues(h, [186]),
+            # the energy counter as a field (191, mJ): whether it costs what the call costs
+            "nvmlDeviceGetFieldValues (191, energy)": lambda: nvml.nvmlDeviceGetFieldValues(h, [191]),
             "nvmlDeviceGetPowerUsage": lambda: nvml.nvmlDeviceGetPowerUsage(h),
             "nvmlDeviceGetUtilizationRates": lambda: nvml.nvmlDeviceGetUtilizationRates(h),
             "nvmlDeviceGetMemoryInfo_v2": lambda: nvml.nvmlDeviceGetMemoryInfo(h, version=0x02000028),
@@ -250,6 +275,8 @@ def call_costs(nvml: Any, calls: int = 200) -> dict[str, float]:
             "nvmlDeviceGetClockInfo": lambda: nvml.nvmlDeviceGetClockInfo(h, 1),
             "nvmlDeviceGetEnforcedPowerLimit": lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h),
             "nvmlDeviceGetSamples": lambda: nvml.nvmlDeviceGetSamples(h, 0, 0),
+            "nvmlDeviceGetSamples (GPU utilisation)": lambda: nvml.nvmlDeviceGetSamples(h, 1, 0),
+            "nvmlDeviceGetSamples (memory utilisation)": lambda: nvml.nvmlDeviceGetSamples(h, 2, 0),
             "nvmlDeviceGetComputeRunningProcesses_v3": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h),
             "nvmlDeviceGetProcessesUtilizationInfo": lambda: nvml.nvmlDeviceGetProcessesUtilizationInfo(h, 0),
         }  # fmt: skip
@@ -267,47 +294,76 @@ def call_costs(nvml: Any, calls: int = 200) -> dict[str, float]:
         nvml.nvmlShutdown()
 
 
+def buffer_depths(nvml: Any) -> None:
+    """How much each sample buffer of GPU 0 holds: one read from 0 of each."""
+    nvml.nvmlInit()
+    try:
+        h = nvml.nvmlDeviceGetHandleByIndex(0)
+        print("\nDriver sample buffers of GPU 0 (one read from 0 each):")
+        for stype, name, _ in _SAMPLE_TYPES:
+            try:
+                stamps = sorted(
+                    t for t, _ in decode_samples(*nvml.nvmlDeviceGetSamples(h, stype, 0))
+                )
+            except nvml.NVMLError as exc:
+                print(f"  {name:26} {exc}")
+                continue
+            gaps = sorted(b - a for a, b in itertools.pairwise(stamps)) or [0]
+            span = (stamps[-1] - stamps[0]) / 1e6 if stamps else 0.0
+            print(f"  {name:26} {len(stamps):5d} samples over {span:6.2f} s, "
+                  f"period {gaps[len(gaps) // 2] / 1e3:.1f} ms (max gap {gaps[-1] / 1e3:.1f} ms)")  # fmt: skip
+    finally:
+        nvml.nvmlShutdown()
+
+
+def modelled(made: Counter[str], ticks: int, costs: dict[str, float]) -> float:
+    """CPU µs per tick of the calls made, at ``costs``."""
+    return sum(costs.get(name, 0.0) * n for name, n in made.items()) / ticks
+
+
 def cadence_report(root: Path, ticks: int, rounds: int, real: bool) -> None:
     make: Any
     if real:
         import pynvml
 
         costs = call_costs(pynvml)
-        print("\nNVML call costs on GPU 0 here (CPU µs per call, 200 calls each; H100 figures):")
+        print("\nNVML call costs on GPU 0 here (CPU µs per call, 200 calls each; the model's):")
         for name, us in costs.items():
-            known = MEASURED_COSTS_US.get(name)
-            print(f"  {name:44} {us:9.1f}   {'' if known is None else f'{known:9.1f}'}")
+            known = H100_COSTS_US.get(name)
+            line = "" if known is None else f"{known:9.1f} ({COST_SOURCES[name]})"
+            print(f"  {name:44} {us:9.1f}   {line}")
+        buffer_depths(pynvml)
         make = lambda: pynvml  # noqa: E731
     else:
-        make = lambda: fake_h100(ticks)  # noqa: E731
-    runs: dict[str, list[tuple[float, float, float]]] = {"before": [], "after": []}
+        make = lambda: fake_gpu(ticks)  # noqa: E731
+    runs: dict[str, list[tuple[float, float, Counter[str]]]] = {label: [] for label in CADENCES}
     for _ in range(rounds):  # interleaved, best of each
-        runs["before"].append(cadence_ticks(make(), root, ticks, EVERY_TICK, real))
-        runs["after"].append(cadence_ticks(make(), root, ticks, {}, real))
-    where = "the real NVML (GPU 0)" if real else "the fake NVML with the H100's call costs"
+        for label in CADENCES:
+            runs[label].append(cadence_ticks(make(), root, ticks, label, real))
+    where = "the real NVML (GPU 0)" if real else "the fake NVML, calls at the H200's costs"
     print(f"\nOne GPU, {ticks} ticks of 100 ms, {where}, best of {rounds}: CPU µs per tick")
     if real:
-        print(f"  {'':44} {'total':>8} {'in NVML':>8}")
+        print(f"  {'':44} {'total':>8} {'in NVML':>8} {'CPU-s/min':>10}")
     else:
-        print(f"  {'':44} {'total':>8} {'in fake':>8} {'own':>8} {'H100 est.':>10}")
-    label = {
-        "before": "every call every tick (before the cadences)",
-        "after": "defaults (energy, detail once a second)",
-    }
-    est = {}
-    for key, results in runs.items():
+        print(f"  {'':44} {'total':>8} {'in fake':>8} {'own':>8} {'H200 est.':>10} "
+              f"{'H100 est.':>10} {'CPU-s/min (H200)':>17}")  # fmt: skip
+    for label, results in runs.items():
         total = min(r[0] for r in results)
         inside = min(r[1] for r in results)
         own = min(r[0] - r[1] for r in results)  # the collector's own work
-        est[key] = own + results[0][2] if not real else total
-        line = f"  {label[key]:44} {total:8.0f} {inside:8.0f}"
-        if not real:
-            line += f" {own:8.0f} {est[key]:10.0f}"
+        line = f"  {label:44} {total:8.0f} {inside:8.0f}"
+        if real:
+            line += f" {total * 600 / 1e6:10.2f}"
+        else:
+            h200 = own + modelled(results[0][2], ticks, H200_COSTS_US)
+            h100 = own + modelled(results[0][2], ticks, H100_COSTS_US)
+            line += f" {own:8.0f} {h200:10.0f} {h100:10.0f} {h200 * 600 / 1e6:17.2f}"
         print(line)
-    b, a = est["before"], est["after"]
-    what = "measured" if real else "estimated on the H100: own work + the calls at its costs"
-    print(f"  after / before: {a / b:.3f}; CPU-s per minute at 10 Hz ({what}): "
-          f"{b * 600 / 1e6:.2f} → {a * 600 / 1e6:.2f}")  # fmt: skip
+        if not real:
+            per_s = {
+                name.removeprefix("nvmlDevice"): n * 10 / ticks for name, n in results[0][2].items()
+            }
+            print("      calls per second: " + ", ".join(f"{k} {v:g}" for k, v in sorted(per_s.items())))  # fmt: skip
 
 
 def main() -> None:

@@ -7,9 +7,14 @@ Prints, in one run on this machine:
 - the baseline: a bare Python loop reading /proc/stat, /proc/meminfo and /proc/self/stat and
   appending one line per tick;
 - CPU % of a 10 Hz asyncio loop running the collector (points encoded to line protocol), beside
-  a 10 Hz bare loop doing the baseline work.
+  a 10 Hz bare loop doing the baseline work;
+- the per-core work of a tick on a machine of ``--cores`` cores (default 16; a ``/proc/stat`` of
+  that many lines, this machine's ``intr`` line after them): reading the lines, each core's
+  ratios, its ``cpu`` point, the summary recorder's look at it and its line protocol, done the
+  way it was done before (a fresh tags dict per core and tick, the ratios through the line's
+  named columns, the recorder tagging every point) beside the way it is done now, interleaved.
 
-Run: ``.venv/bin/python bench/bench_procfs.py [--seconds 5]``. Targets (2-core machine): a full
+Run: ``.venv/bin/python bench/bench_procfs.py [--seconds 5] [--cores 16] [--cores-only]``. Targets (2-core machine): a full
 tick ≤ 150 µs of CPU; agent CPU at 10 Hz ≤ 1.5x the bare loop.
 """
 
@@ -27,8 +32,17 @@ from pathlib import Path
 
 from acquisition.api import PluginContext
 from acquisition.lineproto import LineEncoder
-from acquisition.point import Point
+from acquisition.point import FieldValue, Point
+from acquisition.report.recorder import SummaryRecorder
 from collectors.procfs import ProcfsCollector, ProcfsConfig, _ProcfsSource
+from collectors.procfs.parsers import (
+    CpuTimes,
+    _int64,
+    cpu_idle,
+    cpu_ratio_fields,
+    cpu_total,
+    parse_proc_stat,
+)
 
 # root sh -> 1 sleep + 3 sh, each with 5 sleeps: 1 + 1 + 3 + 15 = 20 processes, depth 3.
 _TREE = (
@@ -231,11 +245,112 @@ def _spawn_tree() -> tuple[subprocess.Popen[str], int]:
     return launcher, root_pid
 
 
+def _stat_text(cores: int, tick: int) -> bytes:
+    """A /proc/stat of ``cores`` cores at ``tick`` (each core a little busier than the last),
+    with this machine's lines from ``intr`` on."""
+    with open("/proc/stat", "rb") as f:
+        rest = f.read().partition(b"\nintr")[2]
+    lines = [b"cpu  %d 5 %d %d 9 0 4 0 0 0" % (tick * 60 * cores, tick * cores, tick * 40 * cores)]
+    for i in range(cores):
+        busy = tick * (20 + i)
+        lines.append(b"cpu%d %d 5 %d %d 9 0 4 0 0 0" % (i, busy, tick, tick * 100 - busy))
+    return b"\n".join(lines) + b"\nintr" + rest
+
+
+def _previous_parse(data: bytes) -> dict[str, CpuTimes]:
+    """parse_proc_stat as it was: every value through its own range check."""
+    out: dict[str, CpuTimes] = {}
+    end = data.find(b"\nintr")
+    for line in (data[:end] if end > 0 else data).split(b"\n"):
+        if line.startswith(b"cpu"):
+            parts = line.split()
+            name = parts[0].decode("ascii")
+            out["total" if name == "cpu" else name] = CpuTimes(*map(_int64, parts[1:11]))
+    return out
+
+
+def _clamp01(x: float) -> float:
+    return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
+
+
+def _previous_fields(prev: CpuTimes, cur: CpuTimes) -> dict[str, FieldValue] | None:
+    """cpu_ratio_fields as it was: through the line's named columns."""
+    dt = cpu_total(cur) - cpu_total(prev)
+    if dt <= 0:
+        return None
+    busy = dt - (cpu_idle(cur) - cpu_idle(prev))
+    user = (cur.user + cur.nice - cur.guest - cur.guest_nice) - (
+        prev.user + prev.nice - prev.guest - prev.guest_nice
+    )
+    system = (cur.system + cur.irq + cur.softirq) - (prev.system + prev.irq + prev.softirq)
+    guest = (cur.guest + cur.guest_nice) - (prev.guest + prev.guest_nice)
+    return {
+        "utilization_ratio": _clamp01(busy / dt),
+        "user_ratio": _clamp01(user / dt),
+        "system_ratio": _clamp01(system / dt),
+        "iowait_ratio": _clamp01((cur.iowait - prev.iowait) / dt),
+        "steal_ratio": _clamp01((cur.steal - prev.steal) / dt),
+        "guest_ratio": _clamp01(guest / dt),
+    }
+
+
+def _per_core_ticks(texts: list[bytes], previous: bool) -> tuple[float, str]:
+    """CPU µs per tick of the per-core work (see the module docstring), and the lines written."""
+    tags = {"host": "bench", "run": "r1"}
+    encoder, recorder = LineEncoder(tags), SummaryRecorder(tags=tags)
+    parse = _previous_parse if previous else parse_proc_stat
+    ratios = _previous_fields if previous else cpu_ratio_fields
+    kept: dict[str, dict[str, str]] = {}
+    old: dict[str, CpuTimes] | None = None
+    points: list[Point] = []
+    out: list[str] = []
+    t0 = time.process_time_ns()
+    for k, text in enumerate(texts):
+        cpus = parse(text)
+        for name, cur in cpus.items():
+            if old is None:
+                break
+            fields = ratios(old[name], cur)
+            if fields is None:
+                continue
+            t = {"cpu": name} if previous else kept.setdefault(name, {"cpu": name})
+            point = Point("cpu", t, fields, k)
+            recorder.offer(point.with_tags(tags) if previous else point)
+            points.append(point)
+        out.append(encoder.encode_many(points))
+        points.clear()
+        old = cpus
+    return (time.process_time_ns() - t0) / len(texts) / 1000, "".join(out)
+
+
+def per_core(cores: int, ticks: int, rounds: int) -> None:
+    texts = [_stat_text(cores, k) for k in range(ticks)]
+    runs: dict[bool, list[float]] = {True: [], False: []}
+    lines: dict[bool, str] = {}
+    for _ in range(rounds):  # interleaved, best of each
+        for previous in (True, False):
+            us, lines[previous] = _per_core_ticks(texts, previous)
+            runs[previous].append(us)
+    assert lines[True] == lines[False], "both ways must write the same lines"
+    before, after = min(runs[True]), min(runs[False])
+    print(f"per-core work of a tick, {cores} cores, {ticks} ticks, best of {rounds} (CPU µs):")
+    print(f"  before (fresh tags, named columns, every point tagged)  {before:8.1f}"
+          f"  {before / cores:6.2f} per core")  # fmt: skip
+    print(f"  now                                                     {after:8.1f}"
+          f"  {after / cores:6.2f} per core   ratio {after / before:.2f}")  # fmt: skip
+    print(f"  at 10 Hz: {before * 600 / 1e6:.3f} -> {after * 600 / 1e6:.3f} CPU-s per minute")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ticks", type=int, default=2000)
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--cores", type=int, default=16, help="cores of the per-core section")
+    ap.add_argument("--cores-only", action="store_true", help="only the per-core section")
     args = ap.parse_args()
+    per_core(args.cores, min(args.ticks, 500), 7)
+    if args.cores_only:
+        return
     launcher, root_pid = _spawn_tree()
     try:
         bare = _bare_loop_cpu(args.seconds)

@@ -37,15 +37,13 @@ class SummaryRecorder:
 
     def offer(self, point: Point) -> None:
         m = point.measurement
-        if self.tags:
-            point = point.with_tags(self.tags)
         if m in _SAMPLED:
             if m == "cpu" and point.tags.get("cpu") != "total":
                 self.cores.add(point.tags.get("cpu", ""))
                 return
             if m in ("process", "gpu_process") and "pid" in point.tags:
                 return  # per-process detail: the summary uses the tree sums
-            self.sampled.append(point)
+            self.sampled.append(self._tagged(point))
             if len(self.sampled) > self.max_points:
                 self._thin()
         elif m in _EVENTS:
@@ -53,12 +51,17 @@ class SummaryRecorder:
                 return
             if m == "nrg_forecast" and point.tags.get("source") != "total":
                 return
-            self.events.append(point)
+            self.events.append(self._tagged(point))
         elif m == "nrg_energy":
             if point.tags.get("scope") == "module":
-                self._add_module(point)
+                self._add_module(self._tagged(point))
             else:
-                self.step_energy.append(point)
+                self.step_energy.append(self._tagged(point))
+
+    def _tagged(self, point: Point) -> Point:
+        """The point with the global tags, added only to what is kept: most points of a tick
+        (one per core, one per process) are only counted or let go."""
+        return point.with_tags(self.tags) if self.tags else point
 
     def _add_module(self, point: Point) -> None:
         key = tuple(sorted(point.tags.items()))

@@ -30,9 +30,11 @@ Calls read (``pynvml`` names; units as NVML returns them → as emitted):
 - ``<root>/proc/<pid>/stat`` (parent pid, start time) to key processes by (pid, start time) and
   to find the tracked trees they belong to.
 
-Clocks, power limit, processes and the utilisation sample buffers are read every
-``detail_interval``; power (the power sample buffer too), utilisation, memory and temperature
-every tick.
+Power, utilisation, memory and temperature are read every tick; the energy counter (and the
+power sample buffer with it) every ``energy_interval``; clocks, power limit, processes and the
+three sample buffers every ``detail_interval``; per-process utilisation every
+``process_interval``. A buffer found to have overflowed between two reads makes that GPU's
+buffers be read twice as often.
 
 Every NVML call is a blocking ctypes call: all of them run on one worker thread owned by the
 collector, one executor job per tick. Errors map to four outcomes: *not supported* (that reading
@@ -69,6 +71,7 @@ from .parse import (
     _is_number,
     decode_samples,
     is_ga100,
+    lost_samples,
     parse_proc_stat,
     parse_visible_devices,
     power_usage_is_instant,
@@ -85,6 +88,7 @@ __all__ = [
     "NvmlConfig",
     "decode_samples",
     "is_ga100",
+    "lost_samples",
     "parse_proc_stat",
     "parse_visible_devices",
     "power_usage_is_instant",
@@ -125,10 +129,12 @@ class NvmlCollector(Readings):
         self._accounting = ProcessAccounting(self._proc, pid_tag=config.pid_tag)
         self._energy_due = Cadence(int(config.energy_interval * 1e9))
         self._detail_due = Cadence(int(config.detail_interval * 1e9))
+        self._process_due = Cadence(int(config.process_interval * 1e9))
         self._counts = {
             "gpus_lost": 0,
             "errors_transient": 0,
             "samples": 0,
+            "samples_lost": 0,
             "sample_cursor_resets": 0,
             "ticks_skipped_busy": 0,
         }
@@ -251,6 +257,7 @@ class NvmlCollector(Readings):
                 tags={"gpu": str(index), "uuid": uuid, "name": name},
                 cuda_ordinal=ordinal,
                 power_usage_instant=power_usage_is_instant(architecture, name),
+                buffers=Cadence(int(self._config.detail_interval * 1e9)),
             )
             if architecture is not None and architecture < ARCH_VOLTA:
                 gpu.unsupported.add("energy")  # the counter exists from Volta on (as Zeus gates it)
@@ -294,7 +301,8 @@ class NvmlCollector(Readings):
                         empty_codes=(ERROR_NOT_FOUND,),
                     )  # fmt: skip
                     if got:
-                        cursor.last_us = max((t for t, _ in decode_samples(*got)), default=0)
+                        stamps = [t for t, _ in decode_samples(*got)]
+                        cursor.last_us, cursor.depth = max(stamps, default=0), len(stamps)
             if "energy" not in gpu.unsupported:
                 mj = self._call(gpu, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, gpu.handle)
                 if mj is not None:
@@ -307,6 +315,7 @@ class NvmlCollector(Readings):
         processes: list[ProcessReading] = []
         transient_before = self._counts["errors_transient"]
         energy, detail = self._energy_due.due(now_ns), self._detail_due.due(now_ns)
+        utilisation = detail and self._process_due.due(now_ns)
         for gpu in self._gpus:
             if gpu.lost:
                 continue
@@ -314,7 +323,7 @@ class NvmlCollector(Readings):
             try:
                 self._read_gpu(gpu, now_ns, points, energy=energy, detail=detail)
                 if self._config.processes and detail:
-                    processes.extend(self._read_processes(gpu, now_ns))
+                    processes.extend(self._read_processes(gpu, now_ns, utilisation))
             except GpuLost as lost:
                 del points[mark:]  # what this GPU said in its last tick is not to be trusted
                 processes = [entry for entry in processes if entry[0] is not gpu]
@@ -363,20 +372,39 @@ class NvmlCollector(Readings):
         if detail:
             self._read_clocks(gpu, fields)
         if self._config.samples:
-            # Power samples every tick; the utilisation buffers with the detail reads.
-            self._read_samples(gpu, now_ns, points, _SAMPLE_TYPES if detail else _SAMPLE_TYPES[:1])
+            types = self._buffers_due(gpu, now_ns, energy=energy, detail=detail)
+            if types:
+                self._read_samples(gpu, now_ns, points, types)
         if fields:
             points.append(Point("gpu", gpu.tags, fields, now_ns))
+
+    def _buffers_due(
+        self, gpu: Gpu, now_ns: int, *, energy: bool, detail: bool
+    ) -> Sequence[tuple[int, str, float]]:
+        """Which sample buffers this tick reads (each read costs about 0.3 ms of CPU): all three
+        with the detail reads (or sooner where a buffer overflowed, see :meth:`_count_lost`); the
+        power buffer also with each counter reading, so that the samples up to a reading arrive
+        with it, and on every tick for a GPU without the counter (they are its energy then)."""
+        if detail:
+            gpu.buffers.mark(now_ns)
+            return _SAMPLE_TYPES
+        if gpu.buffers.due(now_ns):
+            return _SAMPLE_TYPES
+        if energy or "energy" in gpu.unsupported:
+            return _SAMPLE_TYPES[:1]
+        return ()
 
     def _read_samples(
         self, gpu: Gpu, now_ns: int, points: list[Point], types: Sequence[tuple[int, str, float]]
     ) -> None:
         by_time: dict[int, dict[str, FieldValue]] = {}
+        lost: dict[str, int] = {}
+        stale_ns = max(_STALE_NS, 2 * gpu.buffers.period_ns)
         for stype, name, scale in types:
             cursor = gpu.cursors.setdefault(stype, Cursor())
             if cursor.progress_ns is None:
                 cursor.progress_ns = now_ns
-            probed = now_ns - cursor.progress_ns >= _STALE_NS
+            probed = now_ns - cursor.progress_ns >= stale_ns
             got = self._call(
                 gpu, f"samples:{stype}", self._nvml.nvmlDeviceGetSamples, gpu.handle, stype,
                 0 if probed else cursor.last_us, empty_codes=(ERROR_NOT_FOUND,),
@@ -387,11 +415,13 @@ class NvmlCollector(Readings):
                 continue
             decoded = decode_samples(*got)
             stamps = [stamp for stamp, _ in decoded]
-            keep, cursor.last_us, went_back = select_new_samples(
-                cursor.last_us, stamps, probed=probed
-            )
+            last_us = cursor.last_us
+            keep, cursor.last_us, went_back = select_new_samples(last_us, stamps, probed=probed)
             if went_back:
                 self._went_back(gpu)
+            elif not probed:
+                lost[name] = lost_samples(last_us, stamps, cursor.depth)
+            cursor.depth = max(cursor.depth, len(stamps))
             if keep:
                 cursor.progress_ns = now_ns
             for i in keep:
@@ -400,6 +430,25 @@ class NvmlCollector(Readings):
         for stamp in sorted(by_time):
             points.append(Point("gpu_sample", gpu.tags, by_time[stamp], stamp * 1000))
         self._counts["samples"] += len(by_time)
+        self._count_lost(gpu, {name: n for name, n in lost.items() if n})
+
+    def _count_lost(self, gpu: Gpu, lost: dict[str, int]) -> None:
+        """Samples the buffers dropped before this read (by field): counted, and this GPU's
+        buffers read twice as often from then on (logged the first time)."""
+        if not lost:
+            return
+        self._counts["samples_lost"] += sum(lost.values())
+        gpu.buffers.period_ns //= 2
+        level = logging.DEBUG if gpu.loss_logged else logging.WARNING
+        gpu.loss_logged = True
+        log.log(
+            level,
+            "GPU %d: the driver's sample buffers overflowed between two reads (%s samples lost);"
+            " reading them every %.3g s from now on",
+            gpu.index,
+            ", ".join(f"{name} {n}" for name, n in lost.items()),
+            gpu.buffers.period_ns / 1e9,
+        )
 
     def _went_back(self, gpu: Gpu) -> None:
         self._counts["sample_cursor_resets"] += 1
@@ -411,8 +460,9 @@ class NvmlCollector(Readings):
                 gpu.index,
             )
 
-    def _read_processes(self, gpu: Gpu, now_ns: int) -> list[ProcessReading]:
-        """(gpu, pid, used bytes or None, (sm %, memory %) or None) per running compute process."""
+    def _read_processes(self, gpu: Gpu, now_ns: int, utilisation: bool) -> list[ProcessReading]:
+        """(gpu, pid, used bytes or None, (sm %, memory %) or None) per running compute process;
+        the utilisation only when ``utilisation`` (every ``process_interval``)."""
         nvml = self._nvml
         running = self._call(
             gpu, "processes", nvml.nvmlDeviceGetComputeRunningProcesses, gpu.handle
@@ -420,7 +470,7 @@ class NvmlCollector(Readings):
         if not running:
             return []
         latest: dict[int, tuple[int, int, int]] = {}
-        for sample in self._process_samples(gpu, now_ns):
+        for sample in self._process_samples(gpu, now_ns) if utilisation else ():
             pid, stamp = int(sample.pid), int(sample.timeStamp)
             if pid not in latest or stamp >= latest[pid][0]:
                 latest[pid] = (stamp, int(sample.smUtil), int(sample.memUtil))
@@ -440,7 +490,7 @@ class NvmlCollector(Readings):
         if cursor.progress_ns is None:
             cursor.progress_ns = now_ns
         # Processes run but nothing new for a while: re-read from 0 in case the clock went back.
-        probed = now_ns - cursor.progress_ns >= _STALE_NS
+        probed = now_ns - cursor.progress_ns >= max(_STALE_NS, 2 * self._process_due.period_ns)
         since = 0 if probed else cursor.last_us
         if probed:
             cursor.progress_ns = now_ns

@@ -39,9 +39,13 @@ class NvmlConfig:
     )
     detail_interval: float = duration(
         1.0,
-        "read clocks, power limit, processes, utilisation samples at most this often",
+        "read clocks, power limit, processes and the driver's sample buffers at most this often",
+    )
+    process_interval: float = duration(
+        5.0,
+        "read per-process utilisation (a costly call) at most this often, on a detail read",
     )
 
     def validate(self) -> None:
-        if self.energy_interval < 0 or self.detail_interval < 0:
-            raise ValueError("energy_interval and detail_interval must be >= 0")
+        if min(self.energy_interval, self.detail_interval, self.process_interval) < 0:
+            raise ValueError("energy_interval, detail_interval and process_interval must be >= 0")

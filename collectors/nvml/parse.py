@@ -7,7 +7,9 @@ The parsers raise only ``ValueError``.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import re
+import statistics
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 __all__ = [
     "decode_samples",
     "is_ga100",
+    "lost_samples",
     "parse_proc_stat",
     "parse_visible_devices",
     "power_usage_is_instant",
@@ -218,3 +221,22 @@ def select_new_samples(
         return list(range(len(stamps))), newest, True
     keep = [i for i, stamp in enumerate(stamps) if stamp > last_us]
     return keep, max(newest, last_us), False
+
+
+def lost_samples(last_us: int, stamps: Sequence[int], depth: int) -> int:
+    """How many samples a driver buffer dropped before a read that returned ``stamps`` (the new
+    samples, after the cursor ``last_us``): 0 unless the read came back full (at least ``depth``
+    samples, the most any read of that buffer returned), else the gap between the cursor and
+    the oldest new sample in sample periods (the median spacing of the new samples), less one.
+
+    A buffer holds a fixed number of samples (FIFO): one read later than that span returns a
+    full buffer that starts after the cursor. A read that is not full lost nothing, whatever
+    its gap (a driver that paused sampling).
+    """
+    if last_us <= 0 or len(stamps) < 3 or len(stamps) < depth:
+        return 0
+    ordered = sorted(stamps)
+    period = statistics.median(b - a for a, b in itertools.pairwise(ordered))
+    if period <= 0:
+        return 0
+    return max(round((ordered[0] - last_us) / period) - 1, 0)

@@ -32,11 +32,16 @@ class Cadence:
         self.last_ns = now_ns
         return True
 
+    def mark(self, now_ns: int) -> None:
+        """Count a read made at ``now_ns`` for another reason: the period runs from it."""
+        self.last_ns = now_ns
+
 
 @dataclass
 class Cursor:
     last_us: int = 0
     progress_ns: int | None = None  # agent time of the last new sample (or probe)
+    depth: int = 0  # the most samples one read of this buffer returned: a full buffer
 
 
 @dataclass
@@ -88,7 +93,9 @@ class Gpu:
     integrator: Integrator | None = None
     cursors: dict[int, Cursor] = field(default_factory=dict)
     process_cursor: Cursor = field(default_factory=Cursor)
+    buffers: Cadence = field(default_factory=lambda: Cadence(0))  # the sample buffers' reads
     jump_logged: bool = False
+    loss_logged: bool = False
     power_usage_instant: bool | None = None  # GetPowerUsage instantaneous (pre-Ampere, GA100)
     advance: Advance | None = None  # the proof that the energy counter measures
 

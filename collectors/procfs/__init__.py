@@ -192,6 +192,8 @@ class ProcfsCollector:
         self._roots: dict[int, int] = {}  # root pid -> starttime, once seen
         self._gone: set[int] = set()  # roots that exited (or never existed): not followed again
         self._summary_tags: dict[int, tuple[dict[str, str], ...]] = {}
+        # One tags dict per cpu line, kept: sinks recognise a series by its dict at no cost.
+        self._cpu_tags: dict[str, dict[str, str]] = {}
         self._forks: int | None = None
         self._last_roots: set[int] = set()
         self._instances = Instances()
@@ -308,15 +310,19 @@ class ProcfsCollector:
         """Emit the ``cpu`` points; (Δ total ticks, Δ busy ticks) of the whole machine."""
         if prev is None:
             return 0, 0
+        per_core, tags = self.config.per_core, self._cpu_tags
         for name, cur in cpus.items():
-            if name != "total" and not self.config.per_core:
+            if name != "total" and not per_core:
                 continue
             old = prev.get(name)
             if old is None:
                 continue  # came online since the last tick
             fields = cpu_ratio_fields(old, cur)
             if fields is not None:
-                emit(Point("cpu", {"cpu": name}, fields, now_ns))
+                t = tags.get(name)
+                if t is None:
+                    t = tags[name] = {"cpu": name}
+                emit(Point("cpu", t, fields, now_ns))
         cur_t, old_t = cpus.get("total"), prev.get("total")
         if cur_t is None or old_t is None:
             return 0, 0

@@ -74,10 +74,12 @@ the fake's ``step``; a shorter list holds its last value. Keys of a ``[[gpu]]``:
 
 Top level: ``driver_version``, ``init_error``, ``missing_functions`` (names the driver lacks).
 
-Cost model (``FakeNvml(scenario, costs=H100_COSTS_US)``): each call busy-waits the CPU time that
-call takes in the driver, so that a CPU benchmark shows the real proportions. The figures are
-those measured on an H100 80GB HBM3 (driver 580.159.04, 200 calls each); calls not measured
-there are given the cost of the measured call most like them (:data:`UNMEASURED_COSTS_US`).
+Cost model (``FakeNvml(scenario, costs=H200_COSTS_US)``): each call busy-waits the CPU time that
+call takes in the driver, so that a CPU benchmark shows the real proportions. The figures were
+measured with ``bench/bench_nvml.py --real`` (CPU µs per call, 200 calls each, the GPU busy,
+driver 580.159.04) on an NVIDIA H200 (:data:`H200_COSTS_US`, every call the collector makes)
+and on an H100 80GB HBM3 (:data:`H100_MEASURED_US`, six calls); :data:`H100_COSTS_US` is the
+H100's figure where there is one, the H200's for the others (:data:`COST_SOURCES` says which).
 Off by default: tests count calls, never time them.
 """
 
@@ -96,10 +98,11 @@ import pynvml
 from collectors.nvml.parse import is_ga100
 
 __all__ = [
+    "COST_SOURCES",
     "FIXTURES",
     "H100_COSTS_US",
-    "MEASURED_COSTS_US",
-    "UNMEASURED_COSTS_US",
+    "H100_MEASURED_US",
+    "H200_COSTS_US",
     "FakeHandle",
     "FakeNvml",
     "load_scenario",
@@ -112,7 +115,25 @@ _SAMPLE_KEYS = {0: "samples_power", 1: "samples_gpu_util", 2: "samples_memory_ut
 _GENERATOR_KEYS = {0: "power_mw", 1: "gpu_util", 2: "memory_util"}
 T = TypeVar("T")
 
-MEASURED_COSTS_US = {
+H200_COSTS_US = {
+    "nvmlDeviceGetTotalEnergyConsumption": 4003.5,
+    "nvmlDeviceGetFieldValues": 13.3,
+    "nvmlDeviceGetPowerUsage": 1.0,
+    "nvmlDeviceGetUtilizationRates": 10.3,
+    "nvmlDeviceGetMemoryInfo_v2": 5.9,
+    "nvmlDeviceGetMemoryInfo": 5.9,  # v1: as v2
+    "nvmlDeviceGetTemperatureV": 3.8,
+    "nvmlDeviceGetTemperature": 3.8,  # the deprecated call: as the versioned one
+    "nvmlDeviceGetClockInfo": 3.0,
+    "nvmlDeviceGetEnforcedPowerLimit": 1.0,
+    "nvmlDeviceGetSamples": 307.4,
+    "nvmlDeviceGetComputeRunningProcesses_v3": 8.0,
+    "nvmlDeviceGetProcessesUtilizationInfo": 2198.4,
+    "nvmlDeviceGetProcessUtilization": 2198.4,  # the older call: as its successor
+}
+"""CPU µs per call on an NVIDIA H200, driver 580.159.04, 16 vCPUs (Firecracker VM), another
+process keeping the GPU busy: ``bench/bench_nvml.py --real``, 200 calls each."""
+H100_MEASURED_US = {
     "nvmlDeviceGetTotalEnergyConsumption": 3789.0,
     "nvmlDeviceGetComputeRunningProcesses_v3": 48.0,
     "nvmlDeviceGetPowerUsage": 19.0,
@@ -123,17 +144,10 @@ MEASURED_COSTS_US = {
     "nvmlDeviceGetTemperature": 5.0,
 }
 """CPU µs per call on an H100 80GB HBM3, driver 580.159.04 (200 calls each, GPU busy)."""
-UNMEASURED_COSTS_US = {
-    "nvmlDeviceGetFieldValues": 19.0,  # a power reading, as GetPowerUsage
-    "nvmlDeviceGetClockInfo": 5.0,  # a sensor reading, as GetTemperature
-    "nvmlDeviceGetEnforcedPowerLimit": 5.0,
-    "nvmlDeviceGetSamples": 48.0,  # a driver list, as GetComputeRunningProcesses
-    "nvmlDeviceGetProcessesUtilizationInfo": 48.0,
-    "nvmlDeviceGetProcessUtilization": 48.0,
-}
-"""Calls not measured on the H100, costed as the measured call most like them (an assumption:
-``bench/bench_nvml.py --real`` measures them on a GPU)."""
-H100_COSTS_US = {**UNMEASURED_COSTS_US, **MEASURED_COSTS_US}
+H100_COSTS_US = {**H200_COSTS_US, **H100_MEASURED_US}
+"""The H100's figure where it was measured, the H200's for the other calls."""
+COST_SOURCES = {name: "H100" if name in H100_MEASURED_US else "H200" for name in H100_COSTS_US}
+"""Which GPU each figure of :data:`H100_COSTS_US` was measured on."""
 
 
 def load_scenario(name: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""The NVML collector's cadences at a 100 ms tick: the energy counter (a call of milliseconds) and
-the detail reads (clocks, power limit, processes, utilisation samples) once a second, the cheap
-readings and the driver's power samples every tick; totals still those of the counter. Calls are counted, never
-timed."""
+"""The NVML collector's cadences at a 100 ms tick: the energy counter (a call of milliseconds),
+the detail reads (clocks, power limit, processes) and the driver's sample buffers once a second,
+per-process utilisation every 5 s, the cheap readings every tick; totals still those of the
+counter, and no buffered sample lost. Calls are counted, never timed."""
 
 from __future__ import annotations
 
@@ -72,9 +72,15 @@ def h100(**extra: Any) -> dict[str, Any]:
 
 
 async def run(
-    context: PluginContext, tmp_path: Path, scenario: dict[str, Any], **config: Any
+    context: PluginContext,
+    tmp_path: Path,
+    scenario: dict[str, Any],
+    steps: int = STEPS,
+    stats: dict[str, float | int] | None = None,
+    **config: Any,
 ) -> tuple[FakeNvml, dict[int, list[Point]], dict[int, Counter[str]]]:
-    """Open at step 0, tick steps 1..STEPS-1 every 100 ms: the points and the calls of each tick."""
+    """Open at step 0, tick steps 1..steps-1 every 100 ms: the points and the calls of each tick
+    (and the collector's self-stats into ``stats``)."""
     fake = FakeNvml(scenario)
     collector = NvmlCollector(
         NvmlConfig(root=str(tmp_path), **config), context, nvml=fake, environ={}
@@ -83,7 +89,7 @@ async def run(
     points: dict[int, list[Point]] = {}
     calls: dict[int, Counter[str]] = {}
     try:
-        for step in range(1, STEPS):
+        for step in range(1, steps):
             fake.step = step
             before = Counter(fake.calls)
             points[step] = []
@@ -91,6 +97,8 @@ async def run(
             calls[step] = fake.calls - before
     finally:
         await collector.aclose()
+    if stats is not None:
+        stats.update(collector.stats())
     return fake, points, calls
 
 
@@ -100,37 +108,55 @@ CHEAP = Counter(
         "nvmlDeviceGetUtilizationRates": 1,
         "nvmlDeviceGetMemoryInfo_v2": 1,
         "nvmlDeviceGetTemperatureV": 1,
-        "nvmlDeviceGetSamples": 1,
     }
 )
 DETAIL = Counter(
     {
         "nvmlDeviceGetClockInfo": 2,
         "nvmlDeviceGetEnforcedPowerLimit": 1,
-        "nvmlDeviceGetSamples": 2,
+        "nvmlDeviceGetSamples": 3,  # the power and both utilisation buffers
         "nvmlDeviceGetComputeRunningProcesses_v3": 1,
-        "nvmlDeviceGetProcessesUtilizationInfo": 1,
     }
 )
+PROCESS = Counter({"nvmlDeviceGetProcessesUtilizationInfo": 1})
 ENERGY = Counter({"nvmlDeviceGetTotalEnergyConsumption": 1})
 READ_STEPS = (1, 11, 21, 31)
 """Ticks at least 1 s after the last read, from the first tick on."""
+PROCESS_STEPS = (1, 51)
+"""Detail ticks at least 5 s after the last per-process utilisation read."""
 
 
 async def test_per_tick_calls_at_100ms(context: PluginContext, tmp_path: Path) -> None:
-    fake, _, calls = await run(context, tmp_path, h100())
+    fake, points, calls = await run(context, tmp_path, h100(), steps=60)
+    detail = (*READ_STEPS, 41, 51)
     for step, made in calls.items():
-        expected = CHEAP + DETAIL + ENERGY if step in READ_STEPS else CHEAP
-        assert made == expected, step
+        expected = CHEAP + DETAIL + ENERGY if step in detail else CHEAP
+        assert made == expected + (PROCESS if step in PROCESS_STEPS else Counter()), step
     # open read the counter once (the base) and primed the three buffers
-    assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 1 + len(READ_STEPS)
+    assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 1 + len(detail)
+    # each detail tick has the process's memory; its utilisation only every process_interval
+    for step in detail:
+        (process,) = only(points[step], "gpu_process", instance="0")
+        assert process.fields["memory_used_bytes"] == 2_000_000_000
+        assert ("sm_utilization_ratio" in process.fields) is (step in PROCESS_STEPS), step
 
 
 async def test_every_tick_reads_everything_with_intervals_of_0(
     context: PluginContext, tmp_path: Path
 ) -> None:
-    _, _, calls = await run(context, tmp_path, h100(), energy_interval=0.0, detail_interval=0.0)
-    assert all(made == CHEAP + DETAIL + ENERGY for made in calls.values())
+    _, _, calls = await run(context, tmp_path, h100(), energy_interval=0.0, detail_interval=0.0,
+                            process_interval=0.0)  # fmt: skip
+    assert all(made == CHEAP + DETAIL + ENERGY + PROCESS for made in calls.values())
+
+
+async def test_a_counter_read_more_often_brings_the_power_samples_up_to_it(
+    context: PluginContext, tmp_path: Path
+) -> None:
+    _, points, calls = await run(context, tmp_path, h100(), energy_interval=0.0)
+    for step, made in calls.items():
+        assert made["nvmlDeviceGetSamples"] == (3 if step in READ_STEPS else 1), step
+        power = [p.time_ns for p in only(points[step], "gpu_sample") if "power_watts" in p.fields]
+        assert max(power) == T0_NS + step * TICK_NS  # the driver's newest sample, this tick's
 
 
 async def test_energy_totals_are_the_counters_across_a_driver_reload(
@@ -158,8 +184,10 @@ async def test_without_the_counter_power_is_integrated_every_tick(
     context: PluginContext, tmp_path: Path
 ) -> None:
     scenario = h100(not_supported=["nvmlDeviceGetTotalEnergyConsumption"])
-    fake, points, _ = await run(context, tmp_path, scenario)
+    fake, points, calls = await run(context, tmp_path, scenario)
     assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 1  # at open: never asked again
+    # the power samples are this GPU's energy: read on every tick, not once a second
+    assert all(made["nvmlDeviceGetSamples"] >= 1 for made in calls.values())
     joules = 0.0
     for step in range(2, STEPS):
         (gpu,) = only(points[step], "gpu")
@@ -172,17 +200,57 @@ async def test_samples_come_before_the_counter_of_their_tick(
     context: PluginContext, tmp_path: Path
 ) -> None:
     _, points, _ = await run(context, tmp_path, h100())
-    for step in range(2, STEPS):
+    for step in range(1, STEPS):
+        if step not in READ_STEPS:
+            assert not only(points[step], "gpu_sample")
+            continue
         order = [p.measurement for p in points[step]]
         samples = [i for i, m in enumerate(order) if m == "gpu_sample"]
         assert max(samples) < order.index("gpu")
-        power = [p for p in only(points[step], "gpu_sample") if "power_watts" in p.fields]
-        assert len(power) == 5  # 100 ms of the driver's 20 ms power samples
-        # utilisation samples (a second of them) only with the detail reads
-        utilisation = [
-            p for p in only(points[step], "gpu_sample") if "utilization_ratio" in p.fields
-        ]
-        assert len(utilisation) == (50 if step in READ_STEPS else 0)
+        new = 5 if step == 1 else 50  # the driver's 20 ms samples since the last read
+        for field in ("power_watts", "utilization_ratio", "memory_utilization_ratio"):
+            got = [p.time_ns for p in only(points[step], "gpu_sample") if field in p.fields]
+            assert len(got) == new
+            assert max(got) == T0_NS + step * TICK_NS  # up to the counter reading
+
+
+def _power_sample_times(points: dict[int, list[Point]]) -> list[int]:
+    return [
+        p.time_ns
+        for step in sorted(points)
+        for p in only(points[step], "gpu_sample")
+        if "power_watts" in p.fields
+    ]
+
+
+async def test_buffers_read_once_a_second_lose_no_sample(
+    context: PluginContext, tmp_path: Path
+) -> None:
+    stats: dict[str, float | int] = {}
+    # A buffer of 60 samples (1.2 s at 20 ms): a read a second suffices.
+    scenario = h100(sample_generator={**h100()["gpu"][0]["sample_generator"], "depth": 60})
+    _, points, _ = await run(context, tmp_path, scenario, stats=stats)
+    last = T0_NS + READ_STEPS[-1] * TICK_NS
+    assert _power_sample_times(points) == list(range(T0_NS + 20_000_000, last + 1, 20_000_000))
+    assert stats["samples_lost"] == 0
+
+
+async def test_a_buffer_that_overflows_is_counted_and_read_sooner(
+    context: PluginContext, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    stats: dict[str, float | int] = {}
+    # 40 samples = 0.8 s at 20 ms: the read a second after step 1 finds the buffer full and
+    # starting at 320 ms: the 10 samples of 120-300 ms are gone, in each of the three buffers.
+    scenario = h100(sample_generator={**h100()["gpu"][0]["sample_generator"], "depth": 40})
+    _, points, calls = await run(context, tmp_path, scenario, stats=stats)
+    assert stats["samples_lost"] == 3 * 10
+    assert sum("overflowed" in r.getMessage() for r in caplog.records) == 1
+    # from then on every 0.5 s: nothing more is lost
+    reads = [step for step, made in calls.items() if made["nvmlDeviceGetSamples"]]
+    assert reads == [1, 11, 16, 21, 26, 31]
+    lost = set(range(T0_NS + 120_000_000, T0_NS + 300_000_001, 20_000_000))
+    every = range(T0_NS + 20_000_000, T0_NS + 31 * TICK_NS + 1, 20_000_000)
+    assert _power_sample_times(points) == [t for t in every if t not in lost]
 
 
 def test_a_cadence_allows_for_jitter_but_never_reads_twice_in_a_period() -> None:

@@ -219,7 +219,9 @@ async def test_samples_not_found_and_driver_reload(
 
 
 async def test_process_utilization_recovers_after_a_driver_reload(make: MakeCollector) -> None:
-    collector, fake = make(load_scenario("samples"), samples=False, pid_tag=True)
+    collector, fake = make(
+        load_scenario("samples"), samples=False, pid_tag=True, process_interval=0
+    )
     await collector.open()
     seen: dict[int, object] = {}
     try:
@@ -240,7 +242,9 @@ async def test_processes_and_tracked_trees(make: MakeCollector, tmp_path: Path) 
     write_stat(tmp_path, 4101, 4100, 1010, "pt_data_worker")
     write_stat(tmp_path, 4102, 4101, 1020, "pt_data_worker")
     write_stat(tmp_path, 5000, 1, 500, "other job")
-    collector, fake = make(load_scenario("processes"), samples=False, pid_tag=True)
+    collector, fake = make(
+        load_scenario("processes"), samples=False, pid_tag=True, process_interval=0
+    )
     collector._context.status["tracked_pids"] = {4100}
     await collector.open()
     try:
@@ -338,7 +342,7 @@ async def test_processes_and_tracked_trees(make: MakeCollector, tmp_path: Path) 
 
 
 async def test_old_driver_falls_back_and_integrates_instant_power(make: MakeCollector) -> None:
-    collector, fake = make(load_scenario("old_driver"), samples=False)
+    collector, fake = make(load_scenario("old_driver"), samples=False, process_interval=0)
     await collector.open()
     try:
         points = [await tick(collector, fake, step) for step in (1, 2, 3)]

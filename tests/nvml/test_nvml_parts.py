@@ -22,6 +22,7 @@ from collectors.nvml import (
     NvmlCollector,
     NvmlConfig,
     decode_samples,
+    lost_samples,
     parse_proc_stat,
     parse_visible_devices,
     select_gpus,
@@ -133,6 +134,17 @@ def test_select_new_samples() -> None:
     assert select_new_samples(100, [90, 100], probed=True) == ([], 100, False)
     # ...unless everything is older: the clock went back and all of it is new
     assert select_new_samples(100, [10, 20], probed=True) == ([0, 1], 20, True)
+
+
+def test_lost_samples_only_from_a_full_buffer_read() -> None:
+    full = [300, 320, 340, 360, 380]  # 20 µs apart, a buffer of 5
+    # the cursor at 200: 220..280 (4 samples) went before the read
+    assert lost_samples(200, full, depth=5) == 4
+    assert lost_samples(280, full, depth=5) == 0  # the next one after the cursor: nothing lost
+    assert lost_samples(200, full[1:], depth=5) == 0  # not full: the driver paused, not a loss
+    assert lost_samples(0, full, depth=5) == 0  # no cursor yet
+    assert lost_samples(200, [300, 320], depth=2) == 0  # too few to know the period
+    assert lost_samples(200, [380, 300, 340, 360, 320], depth=3) == 4  # in any order
 
 
 def test_value_of_reads_the_union_by_type() -> None:
