@@ -41,6 +41,13 @@ class NvmlConfig:
         1.0,
         "read clocks, power limit, processes, utilisation samples at most this often",
     )
+    simulate: str = field(
+        default="",
+        metadata={
+            "doc": "a directory of GPUs simulated by nrg-collect simulate nvml: read them"
+            " through the fake NVML binding instead of the driver"
+        },
+    )
 
     def validate(self) -> None:
         if self.energy_interval < 0 or self.detail_interval < 0:
