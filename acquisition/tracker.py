@@ -203,12 +203,12 @@ class Tracker:
         path = next((p for p in reversed(self._stack) if p == name or p.endswith("/" + name)), None)
         if path is None:
             raise NrgError(NO_SUCH_WINDOW.format(name=name))
-        end = time.time_ns()
-        start = self._open.pop(path)
-        self._stack.remove(path)
-        self._wait_for_sample_after(end, counted=False)
-        result = self._window_result(path, start, end, self._current_points())
-        self.windows.append(result)
+        with self._overhead() as end:
+            start = self._open.pop(path)
+            self._stack.remove(path)
+            self._wait_for_sample_after(end)
+            result = self._window_result(path, start, end, self._current_points())
+            self.windows.append(result)
         return result
 
     @contextlib.contextmanager
@@ -233,8 +233,11 @@ class Tracker:
         first epoch has ended. One epoch gives no spread: the interval needs two."""
         if self.epochs is None or len(self._epoch_marks) < 2:
             return None
-        marks = self._epoch_marks
-        self._wait_for_sample_after(marks[-1], counted=False)
+        with self._overhead():
+            return self._forecast(self._epoch_marks, self.epochs)
+
+    def _forecast(self, marks: list[int], epochs: int) -> Forecast:
+        self._wait_for_sample_after(marks[-1])
         points = [p for p in self._current_points() if p.measurement in _SOURCES]
         done = []
         for a, b in itertools.pairwise(marks):
@@ -244,7 +247,7 @@ class Tracker:
         counted = sorted(counted_sources(spent.sources))
         return forecast_run(
             done,
-            self.epochs,
+            epochs,
             elapsed_s=spent.duration_s,
             spent_j=spent.sources,
             counted=counted,
@@ -290,19 +293,21 @@ class Tracker:
             return points
         return [p for p in points if p.measurement != "process" or p.tags.get("scope") != "pid"]
 
-    def _wait_for_sample_after(self, t_ns: int, *, counted: bool = True) -> None:
-        """Wait (at most a few intervals, or an agent's flush latency) until every power source
-        has a sample at or after ``t_ns``, so the energy up to ``t_ns`` is bracketed rather
-        than extrapolated. ``counted=False``: a wait inside the tracked span, which the span
-        and its windows then leave out (from this call to its return)."""
+    @contextlib.contextmanager
+    def _overhead(self) -> Iterator[int]:
+        """The tracker's own time inside the tracked span (waiting for the readings after a
+        window's end, computing its result), which the span and the windows around it leave
+        out; yields its start."""
         began = time.time_ns()
         try:
-            self._wait_for(t_ns)
+            yield began
         finally:
-            if not counted:
-                self._waits.append((began, time.time_ns()))
+            self._waits.append((began, time.time_ns()))
 
-    def _wait_for(self, t_ns: int) -> None:
+    def _wait_for_sample_after(self, t_ns: int) -> None:
+        """Wait (at most a few intervals, or an agent's flush latency) until every power source
+        has a sample at or after ``t_ns``, so the energy up to ``t_ns`` is bracketed rather
+        than extrapolated."""
         interval = self.interval_s or self._sampler.interval_s
         latency = float(getattr(self._sampler, "latency_s", 0.0))
         # Returns as soon as the samples are in; the bound only matters on a starved machine.
