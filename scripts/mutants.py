@@ -652,7 +652,7 @@ FRESH = [
 SECOND = [
     _M(
         "[2] interpolation flat",
-        BUILD,
+        SOURCE_ENERGY_PY,
         "return v0 + (v1 - v0) * (t - t0) / (t1 - t0)",
         "return v0",
         SUMMARY,
