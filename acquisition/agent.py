@@ -398,7 +398,7 @@ class Agent:
         """``nrg ▸ <energy> · <rate> pts/s · <collectors> · <sinks>`` for the live line."""
         rate = window_points / window_s if window_s > 0 else 0.0
         sinks = " · ".join(
-            f"{r.name}: {r.status()}" + (f" → {_where(r.sink)}" if _where(r.sink) else "")
+            f"{r.name}: {r.status()}" + (f" → {where}" if (where := _where(r.sink)) else "")
             for r in self.sinks
         )
         lead = f"{energy} · " if energy else ""
@@ -588,10 +588,12 @@ SOCKET_IN_USE = (
 
 
 def _where(sink: Any) -> str:
-    where = getattr(sink, "where", None)
-    if callable(where):
-        try:
-            return str(where())
-        except Exception:
-            return ""
-    return ""
+    """Where a sink writes, the home directory written ``~`` (the live line is one row)."""
+    try:
+        path = str(sink.where()) if callable(getattr(sink, "where", None)) else ""
+    except Exception:
+        return ""
+    home = os.path.expanduser("~")
+    if home not in ("", "/", "~") and (path == home or path.startswith(home + os.sep)):
+        return "~" + path[len(home) :]
+    return path

@@ -71,7 +71,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "run": Subcommand(lambda argv: _main_run(argv, "run"), "run the agent (the default)"),
     "list": Subcommand(lambda argv: _main_run(argv, "list"), "collectors available here"),
     "config": Subcommand(lambda argv: _print_sample(), "print a commented sample config", False),
-    "simulate": Subcommand("acquisition.simulate:main", "simulated RAPL or emonPi sources", False),
+    "simulate": Subcommand("acquisition.simulate:main", "simulated RAPL, GPUs, emonPi", False),
     "emonpi-sim": Subcommand(
         "collectors.emonpi.sim:main", "emonPi simulator on a pseudo-terminal", False
     ),

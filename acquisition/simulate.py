@@ -1,25 +1,38 @@
 """``nrg-collect simulate SOURCE ...``: sources for machines without the hardware.
 
 ``rapl`` lays out a powercap tree whose counters advance at given powers
-(:mod:`collectors.rapl.sim`); ``emonpi`` writes an emonPi's serial output on a pseudo-terminal
-(:mod:`collectors.emonpi.sim`). Each prints the collector table that reads it and runs until
-Ctrl-C. The simulators are loaded by name, as the registry loads plugins.
+(:mod:`collectors.rapl.sim`); ``nvml`` a GPU at a given power that the nvml collector reads
+through the fake NVML binding (:mod:`collectors.nvml.sim`); ``emonpi`` writes an emonPi's serial
+output on a pseudo-terminal (:mod:`collectors.emonpi.sim`). Each prints the collector table that
+reads it and runs until Ctrl-C. The simulators are loaded by name, as the registry loads
+plugins; :func:`serve` is the loop the counter simulators share.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
-__all__ = ["SIMULATORS", "UNKNOWN_SOURCE", "main"]
+__all__ = ["BAD_POWER", "PID_FILE", "SIMULATORS", "UNKNOWN_SOURCE", "main", "parse_watts", "serve"]
 
 SIMULATORS: dict[str, tuple[str, str]] = {
     "rapl": ("collectors.rapl.sim:main", "a powercap tree at given powers (--package, --dram)"),
+    "nvml": ("collectors.nvml.sim:main", "NVIDIA GPUs at a given power (--power), read by nvml"),
     "emonpi": ("collectors.emonpi.sim:main", "an emonPi's serial output on a pseudo-terminal"),
 }
 UNKNOWN_SOURCE = "nrg-collect simulate: unknown source {name!r}; known: {known}"
+BAD_POWER = "simulate: {value!r} is not a power (use e.g. 25W, 5W, 0.5kW)"
+PID_FILE = "simulate.pid"
+"""With ``--background``: the simulator's pid, in DIR (``kill $(cat DIR/simulate.pid)``)."""
 _USAGE = "usage: nrg-collect simulate {{{names}}} ... (simulate SOURCE --help for its options)"
+_POWER_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(k?W)?\s*$")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -37,3 +50,55 @@ def main(argv: Sequence[str]) -> int:
     module, _, attr = target[0].partition(":")
     result: int = getattr(importlib.import_module(module), attr)(list(argv[1:]))
     return result
+
+
+def parse_watts(value: str) -> float:
+    """``25W``, ``25``, ``0.5kW`` → watts; ValueError (:data:`BAD_POWER`) otherwise."""
+    m = _POWER_RE.match(value)
+    if m is None:
+        raise ValueError(BAD_POWER.format(value=value))
+    return float(m.group(1)) * (1000.0 if m.group(2) == "kW" else 1.0)
+
+
+def serve(
+    root: Path,
+    table: str,
+    what: str,
+    tick: Callable[[int], None],
+    *,
+    period_s: float,
+    duration_s: float = 0.0,
+    background: bool = False,
+) -> bool:
+    """Print the collector ``table``, then call ``tick(now_ns)`` every ``period_s`` until
+    Ctrl-C, SIGTERM or ``duration_s``. ``background``: print, leave the ticks to a process of
+    its own (pid in ``root/simulate.pid``) and return at once; ``what`` is said on stderr.
+    Whether this process ran the ticks (False: the one that started them in the background)."""
+    if background:
+        pid = os.fork()
+        if pid:
+            (root / PID_FILE).write_text(f"{pid}\n")
+            sys.stdout.write(table)
+            print(f"simulating {what}; kill {pid} stops", file=sys.stderr)
+            return False
+        os.setsid()  # not stopped with the shell that started it
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    if duration_s > 0:
+        timer = threading.Timer(duration_s, stop.set)
+        timer.daemon = True
+        timer.start()
+    if not background:
+        sys.stdout.write(table)
+        sys.stdout.flush()
+        print(f"simulating {what}; Ctrl-C stops", file=sys.stderr)
+    while not stop.is_set():
+        tick(time.time_ns())
+        stop.wait(period_s)
+    if background:
+        (root / PID_FILE).unlink(missing_ok=True)
+    return True

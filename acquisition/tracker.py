@@ -56,10 +56,13 @@ class WindowResult:
     sources: dict[str, float] = field(default_factory=dict)
     error_j: float | None = None
     """Mean power × the part of the window no two samples bracket (as in the summary)."""
+    waited_ns: int = 0
+    """The tracker's own waits inside the window (for the readings after a nested window's
+    end): left out of its duration and energy."""
 
     @property
     def duration_s(self) -> float:
-        return (self.end_ns - self.start_ns) / _NS
+        return (self.end_ns - self.start_ns - self.waited_ns) / _NS
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class WindowResult:
             "energy_j": self.energy_j,
             "error_j": self.error_j,
             "sources": dict(self.sources),
+            "waited_s": self.waited_ns / _NS,
         }
 
 
@@ -128,6 +132,7 @@ class Tracker:
         self.epochs = epochs
         """The run's length in epochs, for :meth:`forecast`."""
         self._epoch_marks: list[int] = []
+        self._waits: list[tuple[int, int]] = []
         self.waits_timed_out = 0
         """Waits for a reading after a window's end (or the stop) that ran out before every
         source had one (a starved machine; the energy up to the end is then extrapolated)."""
@@ -152,7 +157,7 @@ class Tracker:
         if self.running:
             raise NrgError("the tracker is already running")
         self._points, self.stop_ns, self.windows = None, 0, []
-        self._epoch_marks = []
+        self._epoch_marks, self._waits = [], []
         from acquisition.sampler import AgentSampler, Sampler
 
         if self.agent_data is None:
@@ -198,12 +203,12 @@ class Tracker:
         path = next((p for p in reversed(self._stack) if p == name or p.endswith("/" + name)), None)
         if path is None:
             raise NrgError(NO_SUCH_WINDOW.format(name=name))
-        end = time.time_ns()
-        start = self._open.pop(path)
-        self._stack.remove(path)
-        self._wait_for_sample_after(end)
-        result = self._window_result(path, start, end, self._current_points())
-        self.windows.append(result)
+        with self._overhead() as end:
+            start = self._open.pop(path)
+            self._stack.remove(path)
+            self._wait_for_sample_after(end)
+            result = self._window_result(path, start, end, self._current_points())
+            self.windows.append(result)
         return result
 
     @contextlib.contextmanager
@@ -228,20 +233,23 @@ class Tracker:
         first epoch has ended. One epoch gives no spread: the interval needs two."""
         if self.epochs is None or len(self._epoch_marks) < 2:
             return None
-        marks = self._epoch_marks
+        with self._overhead():
+            return self._forecast(self._epoch_marks, self.epochs)
+
+    def _forecast(self, marks: list[int], epochs: int) -> Forecast:
         self._wait_for_sample_after(marks[-1])
         points = [p for p in self._current_points() if p.measurement in _SOURCES]
         done = []
         for a, b in itertools.pairwise(marks):
             part = self._window_result("epoch", a, b, points)
-            done.append(EpochFigures((b - a) / _NS, dict(part.sources)))
-        spent = self._window_result("spent", self.start_ns, marks[-1], points).sources
-        counted = sorted(counted_sources(spent))
+            done.append(EpochFigures(part.duration_s, dict(part.sources)))
+        spent = self._window_result("spent", self.start_ns, marks[-1], points)
+        counted = sorted(counted_sources(spent.sources))
         return forecast_run(
             done,
-            self.epochs,
-            elapsed_s=(marks[-1] - self.start_ns) / _NS,
-            spent_j=spent,
+            epochs,
+            elapsed_s=spent.duration_s,
+            spent_j=spent.sources,
             counted=counted,
             carbon_intensity_g_per_kwh=self.options.carbon_intensity_g_per_kwh,
         )
@@ -253,7 +261,8 @@ class Tracker:
         return self._current_points()
 
     def summary(self) -> RunSummary:
-        """The figures of the tracked span (a running tracker: up to now)."""
+        """The figures of the tracked span (a running tracker: up to now), less the tracker's
+        own waits for readings at the windows' ends."""
         points = self._current_points()
         end = self.stop_ns or time.time_ns()
         if not self.start_ns:
@@ -263,6 +272,7 @@ class Tracker:
             self.options,
             unavailable=self.unavailable or None,
             window_ns=(self.start_ns, end),
+            exclude_ns=self._waits,
         )
         summary.windows = [w.to_dict() for w in self.windows]
         return summary
@@ -282,6 +292,17 @@ class Tracker:
         if self.agent_data is None:
             return points
         return [p for p in points if p.measurement != "process" or p.tags.get("scope") != "pid"]
+
+    @contextlib.contextmanager
+    def _overhead(self) -> Iterator[int]:
+        """The tracker's own time inside the tracked span (waiting for the readings after a
+        window's end, computing its result), which the span and the windows around it leave
+        out; yields its start."""
+        began = time.time_ns()
+        try:
+            yield began
+        finally:
+            self._waits.append((began, time.time_ns()))
 
     def _wait_for_sample_after(self, t_ns: int) -> None:
         """Wait (at most a few intervals, or an agent's flush latency) until every power source
@@ -307,15 +328,18 @@ class Tracker:
         self.waits_timed_out += 1
 
     def _window_result(self, name: str, start: int, end: int, points: list[Point]) -> WindowResult:
+        waits = [(a, min(b, end)) for a, b in self._waits if start <= a < end]
+        waited = sum(b - a for a, b in waits)
         sources = [p for p in points if p.measurement in _SOURCES]
         if not sources:
-            return WindowResult(name, start, end, 0.0, {})
-        part = summarize(sources, self.options, window_ns=(start, end))
+            return WindowResult(name, start, end, 0.0, {}, waited_ns=waited)
+        part = summarize(sources, self.options, window_ns=(start, end), exclude_ns=waits)
         per = {s.source: s.energy_j for s in part.energy.sources}
         counted = counted_sources(per)
         errors = [s.error_j for s in part.energy.sources if s.source in counted]
         error = None if any(e is None for e in errors) else sum(e or 0.0 for e in errors)
-        return WindowResult(name, start, end, sum(per[s] for s in counted), per, error)
+        total = sum(per[s] for s in counted)
+        return WindowResult(name, start, end, total, per, error, waited)
 
 
 def _agent_dir(agent_data: str | os.PathLike[str] | bool | None) -> Path | None:

@@ -1,7 +1,7 @@
 """Benchmark of the NVML collector with 8 fake GPUs: cost per tick and rate of the power series.
 
 There is no GPU here, so the collector runs against the scenario-driven fake of ``pynvml``
-(tests/nvml/fake_pynvml.py): 8 H100s, each with a driver sample buffer filled every 20 ms (the
+(collectors/nvml/fake.py): 8 H100s, each with a driver sample buffer filled every 20 ms (the
 fake's rate; the real period depends on the driver) and 2 compute processes with a
 fresh utilisation sample per tick, tracked as one process tree (stat files in a temporary root).
 
@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from acquisition.api import PluginContext
 from acquisition.point import Point
 from collectors.nvml import NvmlCollector, NvmlConfig
+from collectors.nvml.fake import COST_SOURCES, H100_COSTS_US, H200_COSTS_US, FakeNvml
 from collectors.nvml.parse import _SAMPLE_TYPES, decode_samples
-from tests.nvml.fake_pynvml import COST_SOURCES, H100_COSTS_US, H200_COSTS_US, FakeNvml
 
 GPUS = 8
 PERIOD_US = 20_000

@@ -1,7 +1,7 @@
 """How the NVML collector's CPU per tick grows with the number of GPUs: 1, 2, 4, 8.
 
 There is no GPU here: the collector runs against the scenario-driven fake of ``pynvml``
-(``tests/nvml/fake_pynvml.py``, H100s with a driver sample buffer and two compute processes
+(``collectors/nvml/fake.py``, H100s with a driver sample buffer and two compute processes
 each), through ``bench/bench_nvml.py``'s scenario. Per size: CPU µs per tick of the collector's
 worker job plus encoding its points to line protocol, best of interleaved rounds, beside the
 bare loop making the same fake calls (the fake's own cost, which a real driver replaces). The
@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 import bench_nvml  # noqa: E402
 
 from acquisition.lineproto import LineEncoder  # noqa: E402
-from tests.nvml.fake_pynvml import FakeNvml  # noqa: E402
+from collectors.nvml.fake import FakeNvml  # noqa: E402
 
 
 def main() -> None:

@@ -51,6 +51,7 @@ PROCFS = ("tests/procfs/test_tree_sums.py", "tests/procfs/test_procfs_golden.py"
 STEPS = ("tests/torch/test_steps.py", "tests/torch/test_steps_nesting.py")
 
 BUILD = "acquisition/summary/build.py"
+SOURCE_ENERGY_PY = "acquisition/summary/source_energy.py"
 COMPARE_PY = "acquisition/report/compare.py"
 SECRETS_PY = "acquisition/secrets.py"
 HTTP_PY = "sinks/influxdb/http.py"
@@ -76,7 +77,7 @@ AUDIT = [
     ),
     _M(
         "second restart loses the first offset",
-        BUILD,
+        SOURCE_ENERGY_PY,
         "offset = out[-1][1] - v",
         "offset = prev - v",
         SUMMARY,
@@ -270,7 +271,7 @@ FRESH = [
     # summary
     _M(
         "error over the sampled span",
-        BUILD,
+        SOURCE_ENERGY_PY,
         "error = mean * uncovered",
         "error = mean * span",
         SUMMARY,
@@ -332,10 +333,10 @@ FRESH = [
         SUMMARY,
     ),
     _M(
-        "peak from deltas only",
-        BUILD,
-        "peak = max(inside) if inside else max(deltas)",
-        "peak = max(deltas)",
+        "peak from the instant readings alone (below the mean)",
+        SOURCE_ENERGY_PY,
+        "max([*inside, *deltas])",
+        "max(inside or deltas)",
         SUMMARY,
     ),
     _M(
@@ -651,7 +652,7 @@ FRESH = [
 SECOND = [
     _M(
         "[2] interpolation flat",
-        BUILD,
+        SOURCE_ENERGY_PY,
         "return v0 + (v1 - v0) * (t - t0) / (t1 - t0)",
         "return v0",
         SUMMARY,

@@ -6,8 +6,9 @@ Sources of each figure:
   ``energy_joules``, differenced, a decrease being a collector restart; ``gpu`` ``power_watts``
   or ``emonpi`` ``power<ch>_watts`` integrated by trapezoids), per host, named as the ``source``
   tag of ``nrg_energy`` (``rapl:package-0``, ``nvml:0``, ``emonpi:5``); mean power = energy ÷
-  sampled span, peak power = the largest ``power_watts`` reading (or counter delta ÷ interval);
-  ``error_j`` = mean power × the part of the run no two samples bracket;
+  sampled span, peak power = the largest power seen, a ``power_watts`` reading or a counter's
+  delta ÷ interval (never below the mean); ``error_j`` = mean power × the part of the run no
+  two samples bracket (see :mod:`acquisition.summary.source_energy`);
 - rest of system = wall − (RAPL package + dram + GPUs) of the same host;
 - steps, epochs, samples: ``nrg_step`` (``epoch`` tag, else field; ``samples`` field);
 - energy per step, per epoch, per module: ``nrg_energy`` (``scope`` = ``step`` / ``module``),
@@ -19,10 +20,9 @@ Sources of each figure:
 
 from __future__ import annotations
 
-import itertools
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -45,14 +45,8 @@ from acquisition.summary.model import (
 )
 from acquisition.summary.ranks import GlobalSteps, global_steps, gpu_owners, host_modules
 from acquisition.summary.resources import resources
-from acquisition.summary.series import (
-    Cumulative,
-    clip,
-    continuous,
-    counter_edges,
-    shaped_counter,
-    trapezoid,
-)
+from acquisition.summary.series import Cumulative
+from acquisition.summary.source_energy import Series, continuous, pieces, source_energy
 
 __all__ = [
     "NO_ENERGY",
@@ -113,63 +107,9 @@ def counted_sources(sources: Iterable[str]) -> set[str]:
 # --- per-source energy -------------------------------------------------------------------------
 
 
-@dataclass
-class _Series:
-    counter: list[tuple[int, float]] = field(default_factory=list)
-    power: list[tuple[int, float]] = field(default_factory=list)
-    readings: list[tuple[int, float]] = field(default_factory=list)
-    """Instantaneous power readings (``power_watts``) beside a counter, for the peak."""
-    samples: list[tuple[int, float]] = field(default_factory=list)
-    """The driver's power samples (``gpu_sample``): they shape a counter between readings."""
-
-    def edge_power(self) -> list[tuple[int, float]]:
-        """Every power reading and sample, in time order."""
-        return sorted(self.power + self.readings + self.samples)
-
-
-def _source_energy(
-    host: str, name: str, series: _Series, window: tuple[int, int]
-) -> SourceEnergy | None:
-    start, end = window
-    use_counter = len(series.counter) >= 2
-    raw = continuous(series.counter) if use_counter else sorted(series.power)
-    if len(raw) < 2:
-        return None
-    data = clip(raw, start, end)
-    if data is None:
-        return None
-    if use_counter:
-        energy = shaped_counter(
-            raw, series.samples, data[0][0], data[-1][0], data[-1][1] - data[0][1]
-        )
-        deltas = [(v1 - v0) / ((t1 - t0) / _NS) for (t0, v0), (t1, v1) in itertools.pairwise(data)]
-        inside = [w for t, w in series.readings if start <= t <= end]
-        peak = max(inside) if inside else max(deltas)
-        origin = "energy_joules counter, differenced"
-    else:
-        energy = trapezoid(data)
-        peak = (
-            max(v for t, v in raw if start <= t <= end)
-            if any(start <= t <= end for t, _ in raw)
-            else max(v for _, v in data)
-        )
-        origin = "power readings, integrated by trapezoids"
-    span = (data[-1][0] - data[0][0]) / _NS
-    mean = energy / span if span > 0 else None
-    edge_j, edge_s, edge_error = (
-        counter_edges(series.edge_power(), data, window) if use_counter else (0, 0, 0)
-    )
-    uncovered = max((end - start) / _NS - span - edge_s, 0.0)
-    error = mean * uncovered + edge_error if mean is not None else None
-    if edge_s:
-        origin += ", power readings beyond it"
-        mean = (energy + edge_j) / (span + edge_s)
-    return SourceEnergy(name, energy + edge_j, mean, peak, error, host, True, origin)
-
-
-def _series(points: list[Point], options: SummaryOptions) -> dict[tuple[str, str], _Series]:
+def _series(points: list[Point], options: SummaryOptions) -> dict[tuple[str, str], Series]:
     """Each (host, source)'s readings."""
-    series: dict[tuple[str, str], _Series] = defaultdict(_Series)
+    series: dict[tuple[str, str], Series] = defaultdict(Series)
     for p in points:
         if p.measurement == "gpu_sample" and (found := parse_gpu_sample(p)) is not None:
             series[(p.tags.get("host", ""), found[0])].samples.append((p.time_ns, found[1]))
@@ -189,7 +129,7 @@ def _series(points: list[Point], options: SummaryOptions) -> dict[tuple[str, str
     return series
 
 
-def _curves(series: Mapping[tuple[str, str], _Series]) -> dict[tuple[str, str], Cumulative]:
+def _curves(series: Mapping[tuple[str, str], Series]) -> dict[tuple[str, str], Cumulative]:
     """Each (host, source)'s cumulative energy, for the energy of any interval."""
     out = {}
     for key, s in series.items():
@@ -201,11 +141,11 @@ def _curves(series: Mapping[tuple[str, str], _Series]) -> dict[tuple[str, str], 
 
 
 def _sources(
-    series: Mapping[tuple[str, str], _Series], window: tuple[int, int]
+    series: Mapping[tuple[str, str], Series], stretches: Sequence[tuple[int, int]]
 ) -> list[SourceEnergy]:
     out = []
     for (host, name), s in sorted(series.items()):
-        energy = _source_energy(host, name, s, window)
+        energy = source_energy(host, name, s, stretches)
         if energy is not None:
             out.append(energy)
     by_host: dict[str, list[SourceEnergy]] = defaultdict(list)
@@ -499,12 +439,14 @@ def summarize(
     exit_code: int | None = None,
     unavailable: Mapping[str, str] | None = None,
     window_ns: tuple[int, int] | None = None,
+    exclude_ns: Sequence[tuple[int, int]] = (),
 ) -> RunSummary:
     """The summary of ``points`` (one run, or any time window of them).
 
     ``unavailable`` (collector → reason) says why a source is missing, for the sentence that
     opens a summary without energy; ``window_ns`` fixes start and end instead of taking them
-    from the points."""
+    from the points; ``exclude_ns``: intervals inside them that count in neither the duration
+    nor the energy (a Tracker's own waits)."""
     options = options or SummaryOptions()
     options.validate()
     pts = list(points)
@@ -513,9 +455,11 @@ def summarize(
     start, end, code = _window(pts) if pts else (window_ns[0], window_ns[1], None)  # type: ignore[index]
     if window_ns is not None:
         start, end = window_ns
-    duration = (end - start) / _NS
+    stretches = pieces((start, end), exclude_ns)
+    excluded = (end - start) - sum(b - a for a, b in stretches) if end > start else 0
+    duration = (end - start - excluded) / _NS
     series = _series(pts, options)
-    sources = _sources(series, (start, end))
+    sources = _sources(series, stretches)
     total = sum(s.energy_j for s in sources if s.counted)
     joined, modules = _join(pts, _curves(series))
     steps = _Steps(joined.steps, joined.energy, joined.bounds, modules)

@@ -180,7 +180,7 @@ class RunSummary:
     """Forward FLOPs of the model per step (``nrg_model``), when the job reported them."""
     notes: list[str] = field(default_factory=list)
     windows: list[dict[str, Any]] = field(default_factory=list)
-    """A Tracker's named windows: name, start_ns, duration_s, energy_j, error_j, sources."""
+    """A Tracker's named windows: name, start_ns, duration_s, energy_j, error_j, sources, waited_s."""
     forecast: dict[str, Any] | None = None
     """The forecast made after the first epoch beside what happened (``nrg_forecast``)."""
     provenance: dict[str, str] = field(default_factory=lambda: dict(PROVENANCE))

@@ -142,6 +142,10 @@ class NvmlCollector(Readings):
     # -- lifecycle (event loop) ---------------------------------------------------------------
 
     async def open(self) -> None:
+        if self._nvml is None and self._config.simulate:
+            from .sim import binding  # the GPUs nrg-collect simulate nvml runs
+
+            self._nvml = binding(self._config.simulate)
         if self._nvml is None:
             try:
                 self._nvml = importlib.import_module("pynvml")

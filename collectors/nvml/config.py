@@ -45,6 +45,13 @@ class NvmlConfig:
         5.0,
         "read per-process utilisation (a costly call) at most this often, on a detail read",
     )
+    simulate: str = field(
+        default="",
+        metadata={
+            "doc": "a directory of GPUs simulated by nrg-collect simulate nvml: read them"
+            " through the fake NVML binding instead of the driver"
+        },
+    )
 
     def validate(self) -> None:
         if min(self.energy_interval, self.detail_interval, self.process_interval) < 0:

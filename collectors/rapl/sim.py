@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import signal
 import sys
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from acquisition.simulate import BAD_POWER, PID_FILE, parse_watts, serve
 
 __all__ = [
     "BAD_POWER",
@@ -39,11 +38,6 @@ __all__ = [
 
 MAX_RANGE_UJ = 262_143_328_850
 """``max_energy_range_uj`` of a real package zone (Skylake server): 2^38 µJ less a margin."""
-PID_FILE = "simulate.pid"
-"""With ``--background``: the simulator's pid, in DIR (``kill $(cat DIR/simulate.pid)``)."""
-BAD_POWER = "simulate rapl: {value!r} is not a power (use e.g. 25W, 5W, 0.5kW)"
-_POWER_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(k?W)?\s*$")
-_NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -53,14 +47,6 @@ class Zone:
     directory: str
     name: str
     watts: float
-
-
-def parse_watts(value: str) -> float:
-    """``25W``, ``25``, ``0.5kW`` → watts; ValueError (:data:`BAD_POWER`) otherwise."""
-    m = _POWER_RE.match(value)
-    if m is None:
-        raise ValueError(BAD_POWER.format(value=value))
-    return float(m.group(1)) * (1000.0 if m.group(2) == "kW" else 1.0)
 
 
 def layout(
@@ -115,24 +101,6 @@ def write_counters(
         os.replace(tmp, path)
 
 
-def run(
-    root: Path,
-    zones: Sequence[Zone],
-    stop: threading.Event,
-    *,
-    period_s: float = 0.001,
-    max_range_uj: int = MAX_RANGE_UJ,
-    start_ns: int | None = None,
-) -> None:
-    """Advance the counters (from 0 at ``start_ns``, default now) until ``stop`` is set."""
-    start = start_ns if start_ns is not None else time.time_ns()
-    while not stop.is_set():
-        write_counters(root, zones, start, time.time_ns(), max_range_uj)
-        stop.wait(period_s)
-    for path in root.glob("sys/devices/virtual/powercap/intel-rapl/**/energy_uj.tmp"):
-        path.unlink(missing_ok=True)
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nrg-collect simulate rapl",
@@ -161,13 +129,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _stop_on_signals(stop: threading.Event) -> Mapping[int, object]:
-    def handler(signum: int, frame: object) -> None:
-        stop.set()
-
-    return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``nrg-collect simulate rapl``; see the module docstring."""
     args = _parser().parse_args(argv)
@@ -184,28 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     zones = layout(root, package, dram if dram > 0 else None, args.sockets, args.max_range_uj)
     powers = ", ".join(f"{z.name} {z.watts:g} W" for z in zones[: 2 if dram > 0 else 1])
     start = time.time_ns()
-    if args.background:
-        pid = os.fork()
-        if pid:
-            (root / PID_FILE).write_text(f"{pid}\n")
-            sys.stdout.write(config_table(root))
-            print(f"simulating RAPL under {root}: {powers}; kill {pid} stops", file=sys.stderr)
-            return 0
-        os.setsid()  # not stopped with the shell that started it
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
-    stop = threading.Event()
-    _stop_on_signals(stop)
-    if args.duration > 0:
-        timer = threading.Timer(args.duration, stop.set)
-        timer.daemon = True
-        timer.start()
-    if not args.background:
-        sys.stdout.write(config_table(root))
-        sys.stdout.flush()
-        print(f"simulating RAPL under {root}: {powers}; Ctrl-C stops", file=sys.stderr)
-    run(root, zones, stop, period_s=args.period, max_range_uj=args.max_range_uj, start_ns=start)
-    if args.background:
-        (root / PID_FILE).unlink(missing_ok=True)
+    ran = serve(
+        root,
+        config_table(root),
+        f"RAPL under {root}: {powers}",
+        lambda now: write_counters(root, zones, start, now, args.max_range_uj),
+        period_s=args.period,
+        duration_s=args.duration,
+        background=args.background,
+    )
+    if ran:
+        for path in root.glob("sys/devices/virtual/powercap/intel-rapl/**/energy_uj.tmp"):
+            path.unlink(missing_ok=True)
     return 0

@@ -12,8 +12,8 @@ import pytest
 
 from acquisition.config import parse_config
 from acquisition.tracker import Tracker
+from collectors.nvml.fake import FakeNvml
 from tests.nvml.conftest import write_stat
-from tests.nvml.fake_pynvml import FakeNvml
 
 USED = 7_800_000_000
 

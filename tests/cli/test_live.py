@@ -3,6 +3,7 @@ and energy per source; and what a run with no energy source says."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ from acquisition.energy import (
 )
 from acquisition.point import Point
 from tests.answers.fakepower import powercap_tree
+from tests.docs.execdocs import blocks, output_matches
 from tests.rapl.scenarios import FIXTURES
 
 NRG = str(Path(sys.executable).with_name("nrg-collect"))
@@ -82,23 +84,28 @@ def _wait(cond: object, what: str, timeout: float = 60.0) -> None:
 def test_live_line_stays_below_the_jobs_output_and_shows_power_and_energy(
     tmux: Tmux,
 ) -> None:
+    """On simulated RAPL counters and a simulated GPU; the line at the job's last epoch is the
+    one the docs show, their numbers aside."""
     with (
         tempfile.TemporaryDirectory(prefix="nrg-") as d,
         powercap_tree({"package-0": 30.0, "dram": 5.0}) as rapl,  # counters that measure
+        simulated_gpu(Path(d) / "gpu") as gpu,
     ):
         work = Path(d)
         (work / "job.py").write_text(_JOB)
         cfg = work / "nrg.toml"
         cfg.write_text(
             f'[agent]\ninterval = "200ms"\nstate_dir = "{work}/state"\n'
-            f'[[collectors.rapl]]\nroot = "{rapl}"\n'
-            f'[[sinks.file]]\npath = "{work}/out/nrg.lp"\n'
+            f'[[collectors.rapl]]\nroot = "{rapl}"\n{gpu}[[collectors.procfs]]\n'
+            "[[collectors.hooks]]\n"
         )
+        # The default file sink, under a home of its own (shown as ~ on the line).
         command = (
-            f"env PYTHONPATH={REPO} TERM=xterm NRG_RUNTIME_DIR={work}/run "
-            f"{NRG} -c {cfg} -- {sys.executable} {work}/job.py 2>&1; echo EXIT=$?; sleep 60"
+            f"env -u XDG_DATA_HOME -u NRG_DATA_DIR HOME={work} PYTHONPATH={REPO} TERM=xterm "
+            f"NRG_RUNTIME_DIR={work}/run {NRG} -c {cfg} -- {sys.executable} {work}/job.py 2>&1; "
+            "echo EXIT=$?; sleep 60"
         )
-        tmux.run("new-session", "-d", "-x", "100", "-y", "12", command)
+        tmux.run("new-session", "-d", "-x", "240", "-y", "12", command)
         _wait(lambda: tmux.screen() and tmux.screen()[-1].startswith("nrg ▸"), "the live line")
         _wait(lambda: any("epoch 8" in line for line in tmux.screen()), "epoch 8")
         screen = tmux.screen()
@@ -107,12 +114,50 @@ def test_live_line_stays_below_the_jobs_output_and_shows_power_and_energy(
         for line in screen[:-1]:
             assert "nrg ▸" not in line, screen
             assert not line.strip() or _LINE.match(line) or "nrg" in line, screen
+        _wait(lambda: any("epoch 15" in line for line in tmux.screen()), "epoch 15")
+        last = tmux.screen()[-1]
         _wait(lambda: any(line.startswith("EXIT=") for line in tmux.history()), "the exit")
         history = tmux.history()
     epochs = [int(m.group(1)) for line in history if (m := _LINE.match(line))]
     assert epochs == list(range(16)), history
     assert "EXIT=0" in history
     assert not any("nrg ▸" in line for line in history), "the live line was left behind"
+    shown = docs_live_lines()
+    assert shown, "no page shows the live line"
+    for where, line in shown:
+        assert output_matches([line], [last.rstrip()], numbers_vary=True), (
+            f"{where} shows\n{line}\nthe live line is\n{last.rstrip()}"
+        )
+
+
+@contextlib.contextmanager
+def simulated_gpu(directory: Path) -> Iterator[str]:
+    """``nrg-collect simulate nvml`` at 500 W for the block (over 1 kJ by the job's last
+    epoch, as the docs show); the table that reads it."""
+    sim = subprocess.Popen(
+        [NRG, "simulate", "nvml", str(directory), "--power", "500W"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert sim.stdout is not None
+        yield "".join(sim.stdout.readline() for _ in range(2))
+    finally:
+        sim.terminate()
+        sim.communicate(timeout=30)
+
+
+def docs_live_lines() -> list[tuple[str, str]]:
+    """Every live line README.md and docs/ show: (where, line)."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    return [
+        (b.where, line)
+        for page in pages
+        for b in blocks(page)
+        for line in b.text.splitlines()
+        if line.startswith("nrg ▸ ")
+    ]
 
 
 def test_no_live_line_without_a_terminal() -> None:

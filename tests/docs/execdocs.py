@@ -11,7 +11,8 @@ nothing of it):
 - options after ``run``, separated by spaces: ``save=FILE`` writes the block to ``FILE`` in the
   page's directory instead of running it (``train.py``, ``nrg.toml``); ``uses=FILE,...``: the
   files other pages save are put in this page's directory first; ``numbers-vary``: every
-  number in the shown output matches any number (times, energies, sizes); ``exit=N``: the
+  number in the shown output matches any number (times, energies, sizes), and a unit of
+  energy or power any of its prefixes (``J``, ``kJ``, ``MJ``: a slower machine's run is longer); ``exit=N``: the
   commands must exit with status N; ``define=a,b``: the Python block calls placeholders
   (``train()``, ``evaluate()``...) that the test defines as small workloads first; ``host=NAME``:
   the output shows this machine's name as ``NAME``.
@@ -45,6 +46,8 @@ _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+)(?P<lang>[\w-]*)\s*$")
 _MARK = re.compile(r"^\s*<!--\s*(?P<kind>run|skip)\b(?P<rest>.*?)-->\s*$")
 _NUMBER = re.compile(r"[-+]?\d+(?:[.,:]\d+)*(?:[eE][-+]?\d+)?")
 _ANY = "…"
+_UNIT = re.compile(r"[kMG]?(J|W|Wh)([,;.)]*)")
+"""Units whose prefix follows the value's size (``151.8 J``, ``1.35 kJ``)."""
 
 
 @dataclass
@@ -122,6 +125,8 @@ def _line_pattern(expected: str, numbers_vary: bool) -> re.Pattern[str]:
             parts.append(".*?")
         elif chunk.isspace():
             parts.append(r"\s*" if not "".join(parts) else r"\s+")
+        elif numbers_vary and (unit := _UNIT.fullmatch(chunk)):
+            parts.append(f"[kMG]?{unit.group(1)}{re.escape(unit.group(2))}")
         elif numbers_vary:
             pieces = _NUMBER.split(chunk)
             nums = len(pieces) - 1

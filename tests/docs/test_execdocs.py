@@ -56,3 +56,9 @@ def test_shown_output_matches_with_wildcards_spacing_and_numbers() -> None:
     assert output_matches(['root = "…/powercap"'], ['root = "/tmp/x/powercap"'])
     assert not output_matches(['root = "…/powercap"'], ['root = "/tmp/x/other"'])
     assert output_matches(["…"], [])
+    # a unit's prefix follows the value (a longer run on a slower machine)
+    assert output_matches(
+        ["Energy: 151.836 J, mean 30.0 W"], ["Energy: 1.350 kJ, mean 29.9 W"], numbers_vary=True
+    )
+    assert not output_matches(["Energy: 151.836 J"], ["Energy: 1.350 kJ"])
+    assert not output_matches(["Energy: 151.836 J"], ["Energy: 1.350 kW"], numbers_vary=True)

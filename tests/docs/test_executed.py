@@ -1,5 +1,6 @@
 """The docs run as written: every marked block of README.md and docs/ (see ``execdocs.py``) is
-executed, page by page, and the output it shows is compared with the real one."""
+executed, page by page, and the output it shows is compared with the real one. The pages run side
+by side (``NRG_DOC_JOBS`` at a time); the blocks of each in order."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -24,16 +26,14 @@ OPTIONS = frozenset({"save", "uses", "numbers-vary", "exit", "define", "host"})
 BLOCK_TIMEOUT_S = 300
 
 DEFINES = {
+    # Plain CPU work: the snippets that call it measure whatever runs (importing torch, not
+    # needed there, cost seconds a block).
     "train": """
 def train():
-    import torch
-    torch.manual_seed(0)
-    model = torch.nn.Linear(32, 4)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(50):
-        opt.zero_grad()
-        model(torch.randn(64, 32)).sum().backward()
-        opt.step()
+    total = 0
+    for i in range(3_000_000):
+        total += i * i % 7
+    return total
 """,
     "evaluate": """
 def evaluate():
@@ -126,14 +126,6 @@ class Page:
                 pass
 
 
-@pytest.fixture
-def page_dir() -> Iterator[Path]:
-    # Short: the hooks socket's path must fit a Unix socket address.
-    d = Path(tempfile.mkdtemp(prefix="nrg-doc-"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 def _saved(name: str) -> str:
     """The text of the block some page saves as ``name``."""
     for page in PAGES:
@@ -176,14 +168,40 @@ def _host_as(line: str, name: str) -> str:
     return re.sub(rf"(?<![\w.-]){re.escape(socket.gethostname())}(?![\w.-])", name, line)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # a page runs several training jobs; a loaded machine is slow
-@pytest.mark.parametrize("path", [p for p in PAGES if _runnable(p)], ids=_page_id)
-def test_page_runs_as_written(path: Path, page_dir: Path) -> None:
-    page = Page(page_dir)
+def _run_page(path: Path) -> None:
+    """Every marked block of the page, in order, in a directory of its own."""
+    # Short: the hooks socket's path must fit a Unix socket address.
+    page = Page(Path(tempfile.mkdtemp(prefix="nrg-doc-")))
     try:
         for b in blocks(path):
             if b.kind == "run":
                 _run_block(page, b)
     finally:
         page.close()
+        shutil.rmtree(page.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def executed_pages(request: pytest.FixtureRequest) -> Iterator[dict[Path, Future[None]]]:
+    """The selected pages, run side by side (``NRG_DOC_JOBS`` at a time, default one per CPU):
+    each page's blocks run in order, and the pages share nothing, so the wall time is that of
+    the longest few rather than their sum. The pages with the most blocks start first."""
+    wanted = [
+        item.callspec.params["path"]
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.originalname == "test_page_runs_as_written"
+    ]
+    wanted.sort(key=lambda p: -sum(b.kind == "run" for b in blocks(p)))
+    jobs = int(os.environ.get("NRG_DOC_JOBS") or os.cpu_count() or 1)
+    with ThreadPoolExecutor(max(1, min(jobs, len(wanted))), thread_name_prefix="page") as pool:
+        futures = {path: pool.submit(_run_page, path) for path in wanted}
+        yield futures
+        for future in futures.values():
+            future.cancel()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # a page runs several training jobs; a loaded machine is slow
+@pytest.mark.parametrize("path", [p for p in PAGES if _runnable(p)], ids=_page_id)
+def test_page_runs_as_written(path: Path, executed_pages: dict[Path, Future[None]]) -> None:
+    executed_pages[path].result()  # its first failing block's AssertionError, as raised there

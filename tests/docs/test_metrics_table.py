@@ -27,13 +27,14 @@ from acquisition.point import Point
 from acquisition.processors.carbon import CarbonConfig, CarbonRecord
 from acquisition.processors.forecast import ForecastConfig, RunForecast
 from acquisition.processors.process_power import ProcessPowerConfig, ProcessPowerShare
+from collectors.nvml.fake import FakeNvml
 from collectors.procfs import ProcfsCollector, ProcfsConfig
 from tests.attribution.test_processor import Harness, counter, module, run_event, step
 from tests.attribution.test_sources import timeline
 from tests.emonpi.conftest import Pty, fast_config, running, wait_until
 from tests.forecast.test_processor import job as forecast_job
 from tests.nvml.conftest import T0_NS, write_stat
-from tests.nvml.fake_pynvml import FakeNvml, load_scenario
+from tests.nvml.scenarios import load_scenario
 from tests.rapl.scenarios import MSR_SCENARIOS, POWERCAP_SCENARIOS, run_msr, run_powercap
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

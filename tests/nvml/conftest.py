@@ -11,7 +11,7 @@ import pytest
 from acquisition.api import PluginContext
 from acquisition.point import Point
 from collectors.nvml import NvmlCollector, NvmlConfig
-from tests.nvml.fake_pynvml import FakeNvml
+from collectors.nvml.fake import FakeNvml
 
 T0_NS = 1_763_884_800_000_000_000
 """Agent time of step 0; step k is ticked at T0_NS + k seconds."""

@@ -12,9 +12,9 @@ import pytest
 from acquisition.api import PluginContext
 from acquisition.point import Point
 from collectors.nvml import NvmlCollector, NvmlConfig
+from collectors.nvml.fake import FakeNvml
 from tests.attribution.test_processor import RUN, Harness
 from tests.nvml.conftest import T0_NS
-from tests.nvml.fake_pynvml import FakeNvml
 
 MS = 1_000_000
 TICKS = 30  # 3 s of 100 ms ticks

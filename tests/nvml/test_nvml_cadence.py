@@ -14,9 +14,9 @@ import pytest
 from acquisition.api import PluginContext
 from acquisition.point import Point
 from collectors.nvml import NvmlCollector, NvmlConfig
+from collectors.nvml.fake import FakeNvml
 from collectors.nvml.state import Cadence
 from tests.nvml.conftest import T0_NS, only
-from tests.nvml.fake_pynvml import FakeNvml
 
 TICK_NS = 100_000_000
 RELOAD_STEP = 15

@@ -1,4 +1,4 @@
-"""The NVML collector against the scenario-driven fake of pynvml (tests/nvml/fake_pynvml.py)."""
+"""The NVML collector against the scenario-driven fake of pynvml (collectors/nvml/fake.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from acquisition.errors import NoData, NrgError
 from acquisition.point import Point
 from collectors.nvml.state import WHY_NVML
 from tests.nvml.conftest import T0_NS, MakeCollector, only, tick, write_stat
-from tests.nvml.fake_pynvml import load_scenario
+from tests.nvml.scenarios import load_scenario
 
 H100 = "GPU-5c1e0b1a-7d2f-4a6e-9b51-0c2d3e4f5a61"
 P100 = "GPU-0a9b8c7d-6e5f-4a3b-2c1d-0e9f8a7b6c5d"

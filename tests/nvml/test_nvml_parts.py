@@ -29,8 +29,9 @@ from collectors.nvml import (
     select_new_samples,
     value_of,
 )
+from collectors.nvml.fake import FakeNvml
 from tests.nvml.conftest import MakeCollector, tick
-from tests.nvml.fake_pynvml import FakeNvml, load_scenario
+from tests.nvml.scenarios import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,8 @@ from acquisition.point import Point
 from acquisition.profiler.series import SeriesBuilder, build_series, gpu_names_by_uuid
 from acquisition.profiler.trace import ENERGY_ARG, SELF_ENERGY_ARG, add_energy
 from collectors.nvml import NvmlCollector, NvmlConfig
-from tests.nvml.fake_pynvml import FakeNvml, load_scenario
+from collectors.nvml.fake import FakeNvml
+from tests.nvml.scenarios import load_scenario
 
 T_US = 1_790_000_000_000_000
 """Driver timestamp (Unix-epoch µs) of the first power sample."""

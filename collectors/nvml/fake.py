@@ -1,6 +1,8 @@
 """A fake of exactly the ``pynvml`` functions :mod:`collectors.nvml` calls, driven by a scenario.
 
-This machine has no GPU, so the narrowest boundary is faked: the Python binding's functions.
+For machines without a GPU the narrowest boundary is faked: the Python binding's functions (the
+tests drive it step by step; :mod:`collectors.nvml.sim` on the wall clock, for
+``nrg-collect simulate nvml``).
 Everything the fake hands back is what the real binding hands back: the real ctypes structures
 (``c_nvmlFieldValue_t``, ``c_nvmlUtilization_t``, ``c_nvmlMemory_t``/``_v2_t``, ``c_nvmlSample_t``,
 ``c_nvmlProcessUtilizationSample_t``, ``c_nvmlProcessUtilizationInfo_v1_t``), the friendly objects
@@ -55,7 +57,7 @@ function named; scenario values are written in these units):
   RESET_REQUIRED 16, LIB_RM_VERSION_MISMATCH 18, ARGUMENT_VERSION_MISMATCH 25, GPU_NOT_FOUND 28
   (``test_nvml_constants_match_the_binding`` checks them against the binding's constants).
 
-Scenario (TOML or a dict; see ``tests/fixtures/nvml/*.toml``). Per-step series are lists indexed by
+Scenario (TOML or a dict; see the tests' ``tests/fixtures/nvml/*.toml``). Per-step series are lists indexed by
 the fake's ``step``; a shorter list holds its last value. Keys of a ``[[gpu]]``::
 
     uuid, name, architecture (omit: NOT_SUPPORTED), memory_total, memory_reserved, power_limit_mw
@@ -99,7 +101,6 @@ from collectors.nvml.parse import is_ga100
 
 __all__ = [
     "COST_SOURCES",
-    "FIXTURES",
     "H100_COSTS_US",
     "H100_MEASURED_US",
     "H200_COSTS_US",
@@ -107,8 +108,6 @@ __all__ = [
     "FakeNvml",
     "load_scenario",
 ]
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
 
 _NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 _SAMPLE_KEYS = {0: "samples_power", 1: "samples_gpu_util", 2: "samples_memory_util"}
@@ -150,9 +149,9 @@ COST_SOURCES = {name: "H100" if name in H100_MEASURED_US else "H200" for name in
 """Which GPU each figure of :data:`H100_COSTS_US` was measured on."""
 
 
-def load_scenario(name: str) -> dict[str, Any]:
-    """A scenario file from ``tests/fixtures/nvml`` (``.toml`` added)."""
-    with (FIXTURES / f"{name}.toml").open("rb") as f:
+def load_scenario(path: str | Path) -> dict[str, Any]:
+    """A scenario from a TOML file."""
+    with Path(path).open("rb") as f:
         return tomllib.load(f)
 
 

@@ -1,0 +1,203 @@
+"""Each source's energy over a span: a counter differenced, or power readings integrated.
+
+A span is one or more stretches of time (the run less what it leaves out, e.g. a Tracker's own
+waits); the energy, the sampled time and the peak add up over the stretches. Mean power =
+energy ÷ sampled time; peak power = the largest power seen, an instant reading or the mean power
+between two consecutive samples, so never below the mean; ``error_j`` = mean power × the part
+of the span no two samples bracket.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from acquisition.processors.energy import shaped_energy
+from acquisition.summary.model import SourceEnergy
+
+__all__ = [
+    "Series",
+    "continuous",
+    "counter_edges",
+    "pieces",
+    "shaped_counter",
+    "source_energy",
+]
+
+_NS = 1e9
+
+
+@dataclass
+class Series:
+    """One (host, source)'s readings: a cumulative counter, or power readings."""
+
+    counter: list[tuple[int, float]] = field(default_factory=list)
+    power: list[tuple[int, float]] = field(default_factory=list)
+    readings: list[tuple[int, float]] = field(default_factory=list)
+    """Instantaneous power readings (``power_watts``) beside a counter, for the peak."""
+    samples: list[tuple[int, float]] = field(default_factory=list)
+    """The driver's power samples (``gpu_sample``): they shape a counter between readings."""
+
+    def edge_power(self) -> list[tuple[int, float]]:
+        """Every power reading and sample, in time order."""
+        return sorted(self.power + self.readings + self.samples)
+
+
+def continuous(samples: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """A counter made continuous across collector restarts (a decrease starts from 0 again:
+    the interval of the restart itself is lost, not counted negative)."""
+    samples.sort()
+    out: list[tuple[int, float]] = []
+    offset = 0.0
+    prev = None
+    for t, v in samples:
+        if prev is not None and v < prev:
+            offset = out[-1][1] - v
+        if out and t <= out[-1][0]:
+            continue
+        out.append((t, v + offset))
+        prev = v
+    return out
+
+
+def _at(series: list[tuple[int, float]], t: int) -> float:
+    """Linear interpolation inside the series (``t`` within its span)."""
+    i = bisect.bisect_left(series, (t, -math.inf))
+    if i < len(series) and series[i][0] == t:
+        return series[i][1]
+    (t0, v0), (t1, v1) = series[i - 1], series[i]
+    return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+
+def _clip(series: list[tuple[int, float]], start: int, end: int) -> list[tuple[int, float]] | None:
+    """The series inside [start, end], with interpolated points at the edges it brackets."""
+    a, b = max(start, series[0][0]), min(end, series[-1][0])
+    if b <= a:
+        return None
+    inner = [(t, v) for t, v in series if a < t < b]
+    return [(a, _at(series, a)), *inner, (b, _at(series, b))]
+
+
+def _trapezoid(series: list[tuple[int, float]]) -> float:
+    return sum((v0 + v1) / 2 * (t1 - t0) / _NS for (t0, v0), (t1, v1) in itertools.pairwise(series))
+
+
+def source_energy(
+    host: str, name: str, series: Series, pieces: Sequence[tuple[int, int]]
+) -> SourceEnergy | None:
+    use_counter = len(series.counter) >= 2
+    raw = continuous(series.counter) if use_counter else sorted(series.power)
+    if len(raw) < 2:
+        return None
+    energy = span = 0.0
+    edges = [0.0, 0.0, 0.0]  # J, s and error bar (J) of the parts beyond the counter's readings
+    power = series.edge_power() if use_counter else []
+    peaks = []
+    for start, end in pieces:
+        data = _clip(raw, start, end)
+        if data is not None:
+            joules, peak = _piece(series, raw, data, (start, end), use_counter)
+            energy, span = energy + joules, span + (data[-1][0] - data[0][0]) / _NS
+            peaks.append(peak)
+            if use_counter:
+                edges = [
+                    x + y
+                    for x, y in zip(edges, counter_edges(power, data, (start, end)), strict=True)
+                ]
+    if not peaks:
+        return None
+    origin = (
+        "energy_joules counter, differenced"
+        if use_counter
+        else "power readings, integrated by trapezoids"
+    )
+    mean = energy / span if span > 0 else None
+    uncovered = max(sum(b - a for a, b in pieces) / _NS - span - edges[1], 0.0)
+    error = mean * uncovered + edges[2] if mean is not None else None
+    if edges[1]:
+        origin += ", power readings beyond it"
+        mean = (energy + edges[0]) / (span + edges[1])
+    return SourceEnergy(name, energy + edges[0], mean, max(peaks), error, host, True, origin)
+
+
+def _piece(
+    series: Series,
+    raw: list[tuple[int, float]],
+    data: list[tuple[int, float]],
+    window: tuple[int, int],
+    use_counter: bool,
+) -> tuple[float, float]:
+    """Energy and peak power of one clipped stretch of a series. The peak is the largest power
+    seen: an instant reading inside, or the mean power between two consecutive samples (so
+    it is never below the mean over the stretch, which those intervals make up)."""
+    start, end = window
+    if not use_counter:
+        return _trapezoid(data), max(v for _, v in data)
+    deltas = [(v1 - v0) / ((t1 - t0) / _NS) for (t0, v0), (t1, v1) in itertools.pairwise(data)]
+    inside = [w for t, w in series.readings if start <= t <= end]
+    linear = data[-1][1] - data[0][1]
+    return shaped_counter(raw, series.samples, data[0][0], data[-1][0], linear), max(
+        [*inside, *deltas]
+    )
+
+
+def shaped_counter(
+    counter: list[tuple[int, float]],
+    samples: list[tuple[int, float]],
+    a: int,
+    b: int,
+    linear: float,
+) -> float:
+    """The counter's gain over [a, b] with an edge inside a reading interval given that
+    interval's energy in proportion to the power samples' energy there, not to its time (a
+    GPU going idle at the window's end); ``linear`` without samples covering it."""
+    if not samples:
+        return linear
+    samples.sort()
+    times, joules = [t for t, _ in counter], [v for _, v in counter]
+    st, sw = [t for t, _ in samples], [w for _, w in samples]
+    shaped = shaped_energy(times, joules, st, sw, a, b)
+    return linear if shaped is None else shaped
+
+
+def counter_edges(
+    power: list[tuple[int, float]], data: list[tuple[int, float]], window: tuple[int, int]
+) -> tuple[float, float, float]:
+    """The window's parts outside the counter readings' span (a counter read less often than
+    power, as NVML's energy counter is): their energy from the power readings there (J), the
+    seconds those cover, and an error bar (J): the readings' relative error against the counter
+    over the counter's span, applied to that energy."""
+    if len(power) < 2:
+        return 0.0, 0.0, 0.0
+    (first, first_j), (last, last_j) = data[0], data[-1]
+    energy = covered = 0.0
+    for a, b in ((window[0], first), (last, window[1])):
+        part = _clip(power, a, b) if b > a else None
+        if part is not None:
+            energy += _trapezoid(part)
+            covered += (part[-1][0] - part[0][0]) / _NS
+    if not covered:
+        return 0.0, 0.0, 0.0
+    reference = _clip(power, first, last)
+    counted = last_j - first_j
+    relative = abs(_trapezoid(reference) / counted - 1) if reference and counted > 0 else 1.0
+    return energy, covered, relative * energy
+
+
+def pieces(window: tuple[int, int], exclude: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``window`` less the ``exclude`` intervals: the stretches of it that count."""
+    start, end = window
+    out = []
+    for a, b in sorted(exclude):
+        a, b = max(a, start), min(b, end)
+        if b <= a:
+            continue
+        if a > start:
+            out.append((start, a))
+        start = b
+    if end > start:
+        out.append((start, end))
+    return out
