@@ -6,6 +6,7 @@ Times are ns, powers W, energies J (W·ns / 10⁹)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 
@@ -41,7 +42,7 @@ def integral(times: list[int], watts: list[int], start: int, end: int) -> Fracti
         return Fraction(0)
     cuts = sorted({start, end, *(t for t in times if start < t < end)})
     total = Fraction(0)
-    for a, b in zip(cuts, cuts[1:], strict=False):
+    for a, b in itertools.pairwise(cuts):
         total += (value_at(times, watts, a) + value_at(times, watts, b)) / 2 * (b - a)
     return total / NS
 
