@@ -71,12 +71,16 @@ def answers(*statuses: int) -> object:
     return script
 
 
-async def test_the_backoff_starts_again_after_the_server_answers(context: PluginContext) -> None:
+async def test_the_backoff_starts_again_after_the_server_answers(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
     """Guards: the delay before a replay grows with each failed try of an episode and starts
     from ``retry_initial`` again once the server has answered. ``retry_initial`` 1 ms: the
     7th try of the first episode waits 1 ms·2⁶ = 64 ms less jitter (32 to 64 ms); the first
     try of the next episode 1 ms less jitter (0.5 to 1 ms), not 1 ms·2⁷ as the attempts would
-    give had they not been reset."""
+    give had they not been reset. Each episode is logged once as failing and once as
+    answering again; the counters add up: 4 + 2 points spooled and replayed, none sent
+    directly, 6 failed replays, 10 requests."""
     script = answers(*[503] * 7, 204, 503)  # 1 direct + 6 replays fail; then 1 direct fails
     with ScriptedServer(script) as server:  # type: ignore[arg-type]
         sink = make_sink(context, server.url, retry_initial=0.001, retry_max=10.0)
@@ -92,6 +96,12 @@ async def test_the_backoff_starts_again_after_the_server_answers(context: Plugin
         assert 0.0005 <= sink.last_backoff_s <= 0.001
         await sink.aclose()
     assert len(server.writes) == 10 and len(server.accepted) == 2
+    stats = sink.stats()
+    assert (stats["sent_points"], stats["spooled_points"], stats["replayed_points"]) == (0, 6, 6)
+    assert (stats["replay_failures"], stats["requests"], stats["lost_points"]) == (6, 10, 0)
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("failing (" in m for m in messages) == 2
+    assert sum("answers again" in m for m in messages) == 2
 
 
 async def test_a_spool_record_that_cannot_be_read_is_given_up_after_five_tries(
