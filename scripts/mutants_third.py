@@ -134,13 +134,6 @@ THIRD = [
         SINK,
     ),
     _M(
-        "[3] Retry-After kept after success",
-        SINK_PY,
-        "        self._unexpected = 0\n        self._retry_after = None\n",
-        "        self._unexpected = 0\n",
-        SINK,
-    ),
-    _M(
         "[3] one more unexpected failure before setting aside",
         SINK_PY,
         "if self._unexpected < MAX_UNEXPECTED:",
