@@ -46,8 +46,16 @@ LINEPROTO = (
     "not memory_stays_flat",
 )
 EMONPI = ("tests/emonpi/test_parse.py", "tests/emonpi/test_emon32_keys.py")
-RAPL = ("tests/rapl/test_counter_sample.py", "tests/rapl/test_rapl_powercap.py")
-PROCFS = ("tests/procfs/test_tree_sums.py", "tests/procfs/test_procfs_golden.py")
+RAPL = (
+    "tests/rapl/test_counter_sample.py",
+    "tests/rapl/test_rapl_powercap.py",
+    "tests/rapl/test_rapl_msr_perf.py",
+)
+PROCFS = (
+    "tests/procfs/test_tree_sums.py",
+    "tests/procfs/test_procfs_golden.py",
+    "tests/procfs/test_procfs_trees.py",
+)
 STEPS = ("tests/torch/test_steps.py", "tests/torch/test_steps_nesting.py")
 
 BUILD = "acquisition/summary/build.py"

@@ -1,7 +1,7 @@
 """Mutation run: small deliberate bugs, applied one at a time, each against the tests that
 should notice it. A mutant is *killed* when its tests fail; a *survivor* shows a test gap.
 
-    python scripts/mutate.py               # every mutant in scripts/mutants.py
+    python scripts/mutate.py               # every mutant (scripts/mutants.py, mutants_third.py)
     python scripts/mutate.py --only build  # those whose file or name contains "build"
     python scripts/mutate.py --only "peak is" --only secrets  # either
     python scripts/mutate.py --list
@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from mutants import MUTANTS, Mutant  # noqa: E402
+from mutants_third import THIRD  # noqa: E402
+
+ALL = MUTANTS + THIRD
 
 TIMEOUT_S = 300
 
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C does: through run_one's finally, which restores the mutated file.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     wanted = args.only or [""]
-    chosen = [m for m in MUTANTS if any(w in m.path or w in m.name for w in wanted)]
+    chosen = [m for m in ALL if any(w in m.path or w in m.name for w in wanted)]
     if args.list:
         for m in chosen:
             print(f"{m.name}: {m.path}  ({m.why})")

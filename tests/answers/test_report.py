@@ -24,7 +24,7 @@ from acquisition.report.formats import list_text
 from acquisition.report.influx_target import INFLUX_NO_DATABASE
 from acquisition.report.runs import NO_SUCH_RUN, RunInfo, select_runs
 from acquisition.store import Store
-from acquisition.summary import summarize
+from acquisition.summary import SummaryOptions, summarize
 from tests.answers.runs import NS, T0, KnownRun
 
 
@@ -106,6 +106,29 @@ def test_compare_experiments_mean_sd_n() -> None:
     assert energy[0].sd == pytest.approx(10.0 * d / 2**0.5)
     assert energy[1].diff == pytest.approx(40.0 * d)
     assert energy[1].significant is True  # 40 W apart, runs 10 W apart
+
+
+def _with_rss(run: KnownRun, combined_bytes: list[int]) -> list[Point]:
+    pts = run.points()
+    for i, rss in enumerate(combined_bytes):
+        tags = {"host": "h1", "run": run.run, "tree": "4242", "scope": "combined"}
+        fields = {"rss_bytes": rss, "cpu_cores": 0.5, "threads": 3}
+        pts.append(Point("process", tags, fields, run.job_start + i * NS))
+    return pts
+
+
+@pytest.mark.parametrize("unit", ["bytes", "megabytes", "gigabytes"])
+def test_compare_peak_memory_is_in_decimal_megabytes(unit: str) -> None:
+    """Guards: compare's peak memory is the combined RSS peak in MB (10**6 bytes, the unit
+    it states), whatever unit the summaries were made in. Peaks 320_000_000 and 500_000_000
+    bytes: 320 MB and 500 MB, 180 MB apart (in MiB it would read 305.2 and 476.8)."""
+    opts = SummaryOptions(ram_unit=unit)  # type: ignore[arg-type]
+    a = summarize(_with_rss(KnownRun(run="a"), [100_000_000, 320_000_000]), opts)
+    b = summarize(_with_rss(KnownRun(run="b"), [500_000_000, 200_000_000]), opts)
+    fig = next(f for f in compare(["a", "b"], [[a], [b]]).figures if f.name.startswith("peak"))
+    assert fig.unit == "MB"
+    assert [v.value for v in fig.values] == [pytest.approx(320.0), pytest.approx(500.0)]
+    assert fig.values[1].diff == pytest.approx(180.0)
 
 
 def test_select_and_errors(tmp_path: Path) -> None:

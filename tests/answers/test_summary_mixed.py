@@ -262,3 +262,21 @@ def test_a_run_that_ended_twice_ends_at_its_last_end() -> None:
     later = Point(end.measurement, end.tags, end.fields, end.time_ns + NS)
     s = summarize([*pts, later])
     assert s.duration_s == pytest.approx(4.9)
+
+
+def test_rest_of_system_error_bar_adds_every_part() -> None:
+    """Guards: the rest of system (wall − package − DRAM − GPU) carries the error bars of all
+    four parts, not the wall's alone. The window starts 2 s before the first sample, so each
+    source's bar is its power × 2 s: wall 400 J, package 50 J, DRAM 10 J, GPU 200 J; the rest's
+    400 + 50 + 10 + 200 = 660 J. Its energy over the 4.9 s sampled: (200 − 130) W × 4.9 s."""
+    run = mixed()
+    s = summarize(run.points(), window_ns=(run.t0 - 2 * NS, run.job_end))
+    src = by_source(s)
+    errors = {name: src[name].error_j for name in src}  # type: ignore[attr-defined]
+    assert errors["emonpi:5"] == pytest.approx(400.0, rel=REL)
+    assert errors["rapl:package-0"] == pytest.approx(50.0, rel=REL)
+    assert errors["rapl:dram-0"] == pytest.approx(10.0, rel=REL)
+    assert errors["nvml:0"] == pytest.approx(200.0, rel=REL)
+    assert errors[REST_OF_SYSTEM] == pytest.approx(660.0, rel=REL)
+    assert src[REST_OF_SYSTEM].energy_j == pytest.approx(70.0 * 4.9, rel=REL)  # type: ignore[attr-defined]
+    assert not src[REST_OF_SYSTEM].counted  # type: ignore[attr-defined]

@@ -1,12 +1,14 @@
-"""The file sink's fsync at rotation and close, whatever the policy but ``never``."""
+"""The file sink's fsync: at rotation and close whatever the policy but ``never``, and on its interval."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
+import sinks.file as file_sink
 from acquisition.api import PluginContext
 from acquisition.point import Point
 from sinks.file import FileConfig, FileSink
@@ -54,3 +56,44 @@ async def test_a_file_is_synced_when_it_is_rotated_out_and_at_close(
         assert len(synced) >= batches and set(synced) == set(inodes)
     else:
         assert synced == []
+
+
+class SinkTime:
+    """The file sink's view of :mod:`time` with a monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+
+async def test_interval_fsync_counts_from_the_last_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: under ``fsync = "interval"`` (10 s) a batch is synced when 10 s or more have
+    passed since the last sync (or the open), and the clock restarts at each sync. Opened at
+    t=0, batches at 1, 10, 12, 19.9, 20 and 35 s: syncs at 10 (10 ≥ 10), 20 (20 − 10 = 10)
+    and 35 (15 s after); none at 1, 12 or 19.9 (2 s and 9.9 s after the sync at 10)."""
+    clock = SinkTime()
+    monkeypatch.setattr(file_sink, "time", clock)
+    synced_at: list[float] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced_at.append(clock.now - 1000.0)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    config = FileConfig(dir=str(tmp_path), max_bytes=1 << 30, fsync="interval")
+    config.fsync_interval = 10.0
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    for i, t in enumerate((1.0, 10.0, 12.0, 19.9, 20.0, 35.0)):
+        clock.now = 1000.0 + t
+        await sink.write(pts(1, start=i))
+    assert synced_at == [10.0, 20.0, 35.0]
+    await sink.aclose()

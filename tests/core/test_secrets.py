@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from acquisition.api import PluginContext
 from acquisition.errors import ConfigError, NrgError
@@ -97,6 +99,41 @@ def test_short_secrets_are_redacted_too() -> None:
         r = Redactor(password=secret)
         assert r.redact(f"[{secret}]") == f"[{REDACTED}]", secret
     assert Redactor(password="e").redact("the energy") == "the energy"
+
+
+# Secrets drawn from letters that "<token>" does not contain, so a replacement can never
+# spell one again; the text around them from characters no secret or base64 form contains, so
+# each form stands apart.
+SECRET_CHARS = "ABCDFGHIJLMPQRSUVWXYZ0123456789!#%&*-_"
+secret_text = st.text(SECRET_CHARS, min_size=0, max_size=12)
+tokens = st.one_of(secret_text, st.tuples(secret_text, secret_text).map(":".join))
+
+
+@settings(max_examples=150)
+@given(
+    token=tokens,
+    username=secret_text,
+    password=secret_text,
+    filler=st.lists(st.text(" ,.;", min_size=1, max_size=3), min_size=4, max_size=4),
+    order=st.permutations(range(4)),
+)
+def test_every_form_of_any_secret_is_replaced_whole(
+    token: str, username: str, password: str, filler: list[str], order: list[int]
+) -> None:
+    """Guards, for any token, user and password: each form of at least 3 characters (the
+    token, the password, the password half of a ``user:password`` token, the Basic header of
+    user and password) is replaced whole by the marker wherever it stands, in any order, none
+    cut into a redacted half and a visible rest (a ``user:`` left before a redacted password);
+    the text around them is kept as it was."""
+    forms = [token, password, token.partition(":")[2] if ":" in token else ""]
+    if username or password:
+        forms.append(basic_auth(username, password))
+    forms = [f for f in forms if len(f) >= 3]
+    r = Redactor(token, username=username, password=password)
+    text = "".join(filler[i] + (forms[i] if i < len(forms) else "") for i in order)
+    want = "".join(filler[i] + (REDACTED if i < len(forms) else "") for i in order)
+    assert r.redact(text) == want
+    assert r.redact("".join(filler)) == "".join(filler)
 
 
 def test_read_secret_from_a_file_and_errors_that_never_show_it(tmp_path: Path) -> None:

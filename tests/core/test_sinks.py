@@ -190,10 +190,12 @@ async def test_file_sink_write_is_all_or_nothing_when_the_disk_is_full(
         signal.signal(signal.SIGXFSZ, old_handler)
     assert info.value.retryable
     assert (tmp_path / "out.lp").stat().st_size == size  # the partial batch was truncated away
+    assert sink.lines_written == 3  # nothing of the refused batch counted
     await sink.write(pts(2, start=3))
     await sink.aclose()
     values = [decode_line(ln).fields["n"] for ln in (tmp_path / "out.lp").read_text().splitlines()]
     assert values == [0, 1, 2, 3, 4]
+    assert sink.lines_written == 5
 
 
 async def test_stdout_sink_filters_measurements(tmp_path: Path) -> None:
@@ -423,6 +425,7 @@ async def test_file_sink_writes_what_fits_on_whole_lines_when_the_disk_fills(
             await sink.write(batch)
         written = info.value.written
         assert 0 < written < 5000
+        assert sink.lines_written == written  # the whole lines kept are counted as written
         text = (disk / "out.lp").read_text()
         assert text.endswith("\n")
         assert [decode_line(ln).fields["n"] for ln in text.splitlines()] == list(range(written))
@@ -433,6 +436,7 @@ async def test_file_sink_writes_what_fits_on_whole_lines_when_the_disk_fills(
         await sink.aclose()
         values = [decode_line(ln).fields["n"] for ln in (disk / "out.lp").read_text().splitlines()]
         assert values == list(range(5000))
+        assert sink.lines_written == 5000  # each line counted once, across the two writes
 
 
 async def test_file_sink_keeps_max_files_also_across_restarts(tmp_path: Path) -> None:

@@ -1,10 +1,15 @@
-"""The InfluxDB sink's retry delay after an answer that needs the user (401/403/404)."""
+"""The InfluxDB sink's retry delay: after an answer that needs the user (401/403/404), across
+episodes, and the tries of a spool record that cannot be read."""
 
 from __future__ import annotations
+
+import errno
+import os
 
 import pytest
 
 from acquisition.api import PluginContext
+from sinks.influxdb import InfluxDBSink
 from sinks.influxdb.state import SinkState
 from tests.influxdb.helpers import make_points, make_sink, until
 from tests.influxdb.scripted import Answer, Request, ScriptedServer
@@ -53,3 +58,83 @@ async def test_a_huge_retry_after_waits_retry_max_at_most(context: PluginContext
         assert sink.last_backoff_s == 0.3
         await sink.aclose()
     assert len(server.accepted) == 1
+
+
+def answers(*statuses: int) -> object:
+    """Answer each post with the next status (a 503 says "later"), then 204 for ever."""
+    queue = iter(statuses)
+
+    def script(_: Request) -> Answer:
+        status = next(queue, 204)
+        return status, {}, b'{"message":"busy"}' if status != 204 else b""
+
+    return script
+
+
+async def test_the_backoff_starts_again_after_the_server_answers(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: the delay before a replay grows with each failed try of an episode and starts
+    from ``retry_initial`` again once the server has answered. ``retry_initial`` 1 ms: the
+    7th try of the first episode waits 1 ms·2⁶ = 64 ms less jitter (32 to 64 ms); the first
+    try of the next episode 1 ms less jitter (0.5 to 1 ms), not 1 ms·2⁷ as the attempts would
+    give had they not been reset. Each episode is logged once as failing and once as
+    answering again; the counters add up: 4 + 2 points spooled and replayed, none sent
+    directly, 6 failed replays, 10 requests."""
+    script = answers(*[503] * 7, 204, 503)  # 1 direct + 6 replays fail; then 1 direct fails
+    with ScriptedServer(script) as server:  # type: ignore[arg-type]
+        sink = make_sink(context, server.url, retry_initial=0.001, retry_max=10.0)
+        await sink.open()
+        await sink.write(make_points(0, 4))
+        await sink.flush()
+        await until(lambda: sink.spool.records == 0, "the first episode to end")
+        assert 0.032 <= sink.last_backoff_s <= 0.064
+        assert sink.machine.state is SinkState.OK
+        await sink.write(make_points(4, 2))
+        await sink.flush()
+        await until(lambda: sink.spool.records == 0, "the second episode to end")
+        assert 0.0005 <= sink.last_backoff_s <= 0.001
+        await sink.aclose()
+    assert len(server.writes) == 10 and len(server.accepted) == 2
+    stats = sink.stats()
+    assert (stats["sent_points"], stats["spooled_points"], stats["replayed_points"]) == (0, 6, 6)
+    assert (stats["replay_failures"], stats["requests"], stats["lost_points"]) == (6, 10, 0)
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("failing (" in m for m in messages) == 2
+    assert sum("answers again" in m for m in messages) == 2
+
+
+async def test_a_spool_record_that_cannot_be_read_is_given_up_after_five_tries(
+    context: PluginContext, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: replay failing for a reason that is not the server's (here the disk: every read
+    of the spool's oldest record fails with EIO) tries the same record 5 times, each failure
+    logged with its number, then gives that record up (its 4 points counted in
+    ``lost_points``) and moves on: the next record (3 points) is delivered."""
+    sinks: list[InfluxDBSink] = []
+    reads_failed: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        if sinks and sinks[0].lost_points == 0:
+            reads_failed.append(offset)
+            raise OSError(errno.EIO, "Input/output error")
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    with ScriptedServer(answers(503)) as server:  # type: ignore[arg-type]
+        sink = make_sink(context, server.url, retry_initial=0.001, retry_max=0.01)
+        sinks.append(sink)
+        await sink.open()
+        await sink.write(make_points(0, 4))  # refused (503): spooled
+        await sink.flush()
+        await sink.write(make_points(4, 3))  # spooled behind it
+        await sink.flush()
+        await until(lambda: sink.spool.records == 0, "the spool to drain")
+        await sink.aclose()
+    assert len(reads_failed) == 5
+    assert (sink.lost_points, sink.replayed_points) == (4, 3)
+    failed = [r.getMessage() for r in caplog.records if "replay failed" in r.getMessage()]
+    assert [m.split("(")[1].split(")")[0] for m in failed] == [f"{k} of 5" for k in range(1, 6)]
+    assert len(server.accepted) == 1
+    assert server.accepted[0].body.decode().count("\n") == 3

@@ -362,6 +362,25 @@ async def test_awaited_append_raises_and_leaves_the_points_to_the_caller(tmp_pat
         await spool.close()
 
 
+async def test_a_failed_first_record_leaves_no_segment_file(tmp_path: Path) -> None:
+    """Guards: when the first record of a new segment cannot be written (disk full), the
+    segment file it opened is removed, not left behind empty; the next record, once there is
+    room, starts a segment of its own that holds exactly it."""
+    with small_disk(tmp_path / "disk", 128 * 1024) as disk:
+        spool = Spool(disk / "spool", max_bytes=1 << 30)
+        await spool.open()
+        filler = fill(disk)
+        with pytest.raises(OSError, match="cannot write"):
+            await spool.append(lines(0, 100), 100)
+        assert segments(disk / "spool") == []
+        filler.unlink()
+        assert await spool.append(lines(100, 3), 3)
+        (seg,) = segments(disk / "spool")
+        assert seg.read_bytes().startswith(MAGIC)
+        assert await drain(spool) == lines(100, 3)
+        await spool.close()
+
+
 async def test_corruption_found_at_replay_is_counted_once_and_skipped(tmp_path: Path) -> None:
     spool = Spool(tmp_path, max_bytes=1 << 20)
     await spool.open()

@@ -1,10 +1,10 @@
 """A process tree's sums: the combined scope (main + descendants) reports PSS and swap only when
-every member had them."""
+every member had them; the fields of a ``process`` point by hand."""
 
 from __future__ import annotations
 
 from collectors.procfs.parsers import MemoryDetail, PidStat
-from collectors.procfs.trees import Proc, Sum
+from collectors.procfs.trees import Proc, Sum, TickContext, process_fields
 
 MB = 1 << 20
 
@@ -40,3 +40,47 @@ def test_combined_memory_split_only_when_both_parts_have_one() -> None:
     assert descendants.memory() is None
     assert main.merged(descendants).memory() is None
     assert descendants.merged(main).memory() is None
+
+
+def test_process_fields_by_hand() -> None:
+    """Guards the units and ratios of a ``process`` point. HZ 100, 4 KiB pages, 8 CPUs online;
+    since the last tick the machine ran 800 ticks of which 400 busy, the tree 300. CPU 250
+    ticks = 2.5 s; utilisation 300/800 = 0.375 of the machine = 0.375 × 8 = 3 cores; busy share
+    300/400 = 0.75; RSS 1000 pages × 4096 = 4,096,000 bytes, of 8,192,000 used: 0.5."""
+    tick = TickContext(
+        hz=100,
+        page_size=4096,
+        d_total=800,
+        d_busy=400,
+        n_online=8,
+        used_bytes=8_192_000,
+        memory_detail=True,
+    )
+    f = process_fields(tick, True, 250, 300, 1000, 7, MemoryDetail(3 * MB, MB, 2 * MB, 0), 2)
+    assert f == {
+        "cpu_seconds": 2.5,
+        "cpu_utilization_ratio": 0.375,
+        "cpu_cores": 3.0,
+        "cpu_busy_share_ratio": 0.75,
+        "rss_bytes": 4_096_000,
+        "private_bytes": 3 * MB,
+        "shared_bytes": MB,
+        "pss_bytes": 2 * MB,
+        "swap_bytes": 0,
+        "memory_used_share_ratio": 0.5,
+        "threads": 7,
+        "process_count": 2,
+    }
+    # a busy share above 1 (the tree's ticks and the machine's read a moment apart) is capped;
+    # no history: no rates; a single process: no count; no PSS/swap where the source has none
+    f = process_fields(tick, True, 0, 500, 1, 1, MemoryDetail(1, 1, None, None), -1)
+    assert f["cpu_busy_share_ratio"] == 1.0
+    assert "pss_bytes" not in f and "swap_bytes" not in f and "process_count" not in f
+    f = process_fields(tick, False, 0, 0, 1, 1, None, 1)
+    assert set(f) == {
+        "cpu_seconds",
+        "rss_bytes",
+        "memory_used_share_ratio",
+        "threads",
+        "process_count",
+    }

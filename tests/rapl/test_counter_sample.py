@@ -3,7 +3,10 @@ its resolution)."""
 
 from __future__ import annotations
 
+import logging
 from fractions import Fraction
+
+import pytest
 
 from collectors.rapl.backends import Counter
 
@@ -29,3 +32,30 @@ def test_two_reads_at_the_same_time_give_energy_and_no_power() -> None:
     assert c.sample(clock) == {"energy_joules": 0.002}  # type: ignore[arg-type]
     clock.now += 10**9
     assert c.sample(clock) == {"energy_joules": 0.004, "power_watts": 0.002}  # type: ignore[arg-type]
+
+
+def test_a_failing_counter_is_logged_once_per_episode(caplog: pytest.LogCaptureFixture) -> None:
+    """Guards: a counter that cannot be read is warned about once when it starts failing (not
+    at every tick), said to read again once when it recovers, and warned about again when a new
+    episode starts; every failed read is counted. Reads: ok, fail ×3, ok, fail ×2, ok: two
+    warnings, two "reads again", five errors."""
+    script = [1000, None, None, None, 2000, None, None, 3000]
+    values = iter(script)
+
+    def read() -> int:
+        v = next(values)
+        if v is None:
+            raise OSError(5, "Input/output error")
+        return v
+
+    c = Counter({"domain": "package"}, "energy_uj", read, Fraction(1, 10**6), 2**32)
+    clock = Clock(10**9)
+    caplog.set_level(logging.INFO, logger="collectors.rapl")
+    for _ in script:
+        clock.now += 10**9
+        c.sample(clock)  # type: ignore[arg-type]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    again = [r for r in caplog.records if r.getMessage() == "rapl: energy_uj reads again"]
+    assert (len(warnings), len(again), c.errors) == (2, 2, 5)
+    assert all("cannot read energy_uj" in r.getMessage() for r in warnings)
+    assert c.total == 2000  # 1000 → 2000 → 3000 µJ: nothing lost across the failures

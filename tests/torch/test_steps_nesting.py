@@ -1,9 +1,9 @@
-"""The step aggregator with three levels of nesting, and a resume inside a step."""
+"""The step aggregator with three levels of nesting, a resume inside a step, and GPU times."""
 
 from __future__ import annotations
 
 from acquisition.torch.hooks import FWD_POST, FWD_PRE, RESUME, RETIME, STEP
-from acquisition.torch.steps import ModuleTiming, StepAggregator
+from acquisition.torch.steps import ROOT_NAME, ModuleTiming, StepAggregator, step_points
 
 
 class M:
@@ -66,3 +66,42 @@ def test_a_retime_after_calls_in_the_step_keeps_the_step_start() -> None:
     done += agg.feed([(root, 60, RETIME), (root, 70, FWD_POST), (None, 80, STEP)])
     assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30), (1, 30, 80)]
     assert done[1].modules[("", "forward")] == ModuleTiming(1, 10, 10)
+
+
+class Event:
+    """Stands for a CUDA event the GPU has reached at ``ms`` on its clock."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def elapsed_time(self, end: Event) -> float:
+        return end.ms - self.ms
+
+
+def test_gpu_time_sums_every_call_of_a_module_and_leaves_children_out() -> None:
+    """Guards: a module called twice in a step gets both calls' GPU time (inclusive and
+    exclusive), and its parent's exclusive GPU time leaves its children out. On the GPU the root
+    runs 0–10 ms and the leaf 1–3 ms and 4–7 ms: leaf 2 + 3 = 5 ms inclusive and exclusive;
+    root 10 ms inclusive, 10 − 5 = 5 ms exclusive. In the points, seconds: 0.005 each."""
+    agg = StepAggregator(NAMES)
+    (record,) = agg.feed(
+        [
+            (root, 0, FWD_PRE, Event(0.0)),
+            (leaf, 10, FWD_PRE, Event(1.0)),
+            (leaf, 20, FWD_POST, Event(3.0)),
+            (leaf, 30, FWD_PRE, Event(4.0)),
+            (leaf, 40, FWD_POST, Event(7.0)),
+            (root, 50, FWD_POST, Event(10.0)),
+            (None, 60, STEP),
+        ]
+    )
+    leaf_t, root_t = record.modules[("block.leaf", "forward")], record.modules[("", "forward")]
+    assert (leaf_t.calls, leaf_t.gpu_inclusive_ms, leaf_t.gpu_exclusive_ms) == (2, 5.0, 5.0)
+    assert (root_t.gpu_inclusive_ms, root_t.gpu_exclusive_ms) == (10.0, 5.0)
+    fields = {p.tags["module"]: p.fields for p in step_points(record, {}, 0)[1:]}
+    assert fields["block.leaf"]["gpu_seconds"] == 0.005
+    assert fields["block.leaf"]["gpu_inclusive_seconds"] == 0.005
+    assert (fields[ROOT_NAME]["gpu_seconds"], fields[ROOT_NAME]["gpu_inclusive_seconds"]) == (
+        0.005,
+        0.01,
+    )
