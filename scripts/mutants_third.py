@@ -27,6 +27,7 @@ from mutants import (
     SEGMENTS_PY,
     SINK,
     SINK_PY,
+    SOURCE_ENERGY_PY,
     SPOOL,
     STEPS,
     STEPS_PY,
@@ -42,7 +43,7 @@ THIRD = [
     # -- run summary and compare --
     _M(
         "[3] clip keeps a sample on the window start twice",
-        BUILD,
+        SOURCE_ENERGY_PY,
         "inner = [(t, v) for t, v in series if a < t < b]",
         "inner = [(t, v) for t, v in series if a <= t < b]",
         SUMMARY,

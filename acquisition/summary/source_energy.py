@@ -139,9 +139,8 @@ def _piece(
     deltas = [(v1 - v0) / ((t1 - t0) / _NS) for (t0, v0), (t1, v1) in itertools.pairwise(data)]
     inside = [w for t, w in series.readings if start <= t <= end]
     linear = data[-1][1] - data[0][1]
-    return shaped_counter(raw, series.samples, data[0][0], data[-1][0], linear), max(
-        [*inside, *deltas]
-    )
+    peak = max([*inside, *deltas])
+    return shaped_counter(raw, series.samples, data[0][0], data[-1][0], linear), peak
 
 
 def shaped_counter(
