@@ -8,7 +8,8 @@ rounds interleaved across modes, medians reported. Sections:
    without backward, steps only) beside ``torch.profiler`` (CPU + CUDA), and how much slower a
    step with module detail is than the others (from the steps' own GPU intervals);
 2. the first step: plain, instrumented without example inputs, and with them (their analysis
-   runs at start);
+   runs at start); then the steps that follow it, over which an analysis beside training is
+   spread (plain's figures measured in the same rounds);
 3. per-epoch energy against NVML's energy counter read after ``torch.cuda.synchronize()`` at
    each epoch's start and end, with the agent (``nrg-collect -- JOB``) at its default interval
    and at 100 ms: three epochs of different power; each epoch's stated error bar beside its true
@@ -20,7 +21,9 @@ rounds interleaved across modes, medians reported. Sections:
 
 Run: ``.venv/bin/python bench/bench_gpu.py`` (about 4 minutes on one H100). Without a GPU it
 says so and exits; ``--smoke`` runs every section on the CPU with a tiny network and short
-durations, to check the script itself (``tests/torch/test_bench_gpu.py`` does).
+durations, to check the script itself (``tests/torch/test_bench_gpu.py`` does). ``--cpu-full``
+runs section 2 on the CPU with the full-size network (batch 2, 112×112 images, one intra-op
+thread), to measure what the training side does at a session's first step without a GPU.
 """
 
 from __future__ import annotations
@@ -258,11 +261,12 @@ def _detailed_ratio(directory: Path, every: int) -> float:
 def first_step(setup: Setup) -> None:
     x, y = setup.batch_of()
     results: dict[str, list[float]] = {"plain": [], "no example inputs": [], "example inputs": []}
+    later: dict[str, list[float]] = {name: [] for name in results}
     starts: list[float] = []
     with tempfile.TemporaryDirectory(prefix="nrg-bench-first-") as tmp_name:
         tmp = Path(tmp_name)
-        for _ in range(max(1, setup.rounds)):
-            for name in results:
+        for r in range(max(1, setup.rounds)):
+            for name in list(results)[:: 1 if r % 2 == 0 else -1]:
                 model = setup.model()
                 opt = torch.optim.SGD(model.parameters(), lr=0.01)
                 train_step(model, opt, x, y)  # kernels, cuDNN plans, allocator: not nrg's cost
@@ -284,14 +288,25 @@ def first_step(setup: Setup) -> None:
                     train_step(model, opt, x, y)
                     setup.sync()
                     t2 = time.perf_counter()
+                    for _ in range(setup.steps):
+                        train_step(model, opt, x, y)
+                    setup.sync()
+                    t3 = time.perf_counter()
                 results[name].append((t2 - t1) * 1e3)
+                later[name].append((t3 - t2) * 1e3)
                 if name == "example inputs":
                     starts.append((t1 - t0) * 1e3)
     plain = statistics.median(results["plain"])
+    plain_later = statistics.median(later["plain"])
     print("\n== 2. the first step of a session (after one warm step of the same model) ==")
+    print(f"median of {max(1, setup.rounds)} rounds; then {setup.steps} steps (sum)")
     for name, values in results.items():
         ms = statistics.median(values)
-        print(f"{name:20} first step {ms:9.1f} ms  added {ms - plain:+8.1f} ms")
+        after = statistics.median(later[name])
+        print(
+            f"{name:20} first step {ms:9.1f} ms  added {ms - plain:+8.1f} ms"
+            f"   next {setup.steps} steps {after:9.1f} ms  added {after - plain_later:+8.1f} ms"
+        )
     print(f"{'':20} session start with example inputs: {statistics.median(starts):.1f} ms")
 
 
@@ -537,12 +552,20 @@ def _setup(args: argparse.Namespace) -> Setup:
     if args.smoke:
         torch.set_num_threads(1)
         return Setup(torch.device("cpu"), True, 2, 16, 1, 2, 1, args.epoch_steps or 2, 1.0)
+    if getattr(args, "cpu_full", False):
+        torch.set_num_threads(1)
+        return Setup(torch.device("cpu"), False, 2, 112, 1, 10, 3, args.epoch_steps or 2, 1.0)
     return Setup(torch.device("cuda"), False, 64, 224, 20, 40, 3, args.epoch_steps or 150, 15.0)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--smoke", action="store_true", help="every section on the CPU, tiny")
+    parser.add_argument(
+        "--cpu-full",
+        action="store_true",
+        help="section 2 (or --only) on the CPU with the full-size network, batch 2, 112x112",
+    )
     parser.add_argument("--epoch-steps", type=int, default=0, help="steps per epoch (section 3)")
     parser.add_argument("--only", default="", help="comma-separated section numbers to run")
     parser.add_argument("--child-train", help=argparse.SUPPRESS)
@@ -550,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child_train:
         child_train(args.child_train, args.smoke, _setup(args).epoch_steps)
         return 0
-    if not args.smoke and not torch.cuda.is_available():
+    if not args.smoke and not args.cpu_full and not torch.cuda.is_available():
         print(NO_GPU)
         return 0
     setup = _setup(args)
@@ -560,7 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"GPU: {props.name}; torch {torch.__version__}; {time.strftime('%Y-%m-%d')}")
         print(f"driver: {_driver()}; CPUs: {os.cpu_count()}")
     else:
-        print(f"smoke run on the CPU; torch {torch.__version__}")
+        kind = "full-size" if args.cpu_full else "smoke"
+        print(f"{kind} run on the CPU ({os.cpu_count()} CPUs); torch {torch.__version__}")
     sections: dict[str, Callable[[], None]] = {
         "1": lambda: hook_cost(setup),
         "2": lambda: first_step(setup),
@@ -569,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         "5": lambda: tracker_vs_counter(setup),
         "6": lambda: agent_cpu(setup),
     }
-    wanted = [s for s in args.only.split(",") if s] or list(sections)
+    wanted = [s for s in args.only.split(",") if s] or (["2"] if args.cpu_full else list(sections))
     began = time.perf_counter()
     for key in wanted:
         sections[key]()
