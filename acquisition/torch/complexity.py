@@ -45,7 +45,7 @@ def module_sizes(model: nn.Module, tick: Tick = _no_tick) -> dict[str, tuple[int
     """``{qualname: (parameter elements, buffer elements)}``, inclusive of submodules;
     ``tick`` is called after each module (work paced beside training)."""
     sizes = {}
-    for name, module in model.named_modules():
+    for name, module in list(model.named_modules()):  # no pause while walking the tree
         sizes[name] = (
             sum(p.numel() for p in module.parameters()),
             sum(b.numel() for b in module.buffers()),
