@@ -7,8 +7,8 @@ rounds interleaved across modes, medians reported. Sections:
 1. hook cost per mode (plain, ``instrument()`` default, module detail on every step, the same
    without backward, steps only) beside ``torch.profiler`` (CPU + CUDA), and how much slower a
    step with module detail is than the others (from the steps' own GPU intervals);
-2. the first step: plain, instrumented without example inputs, and with them (their analysis
-   runs at start);
+2. the first step, and the sum of the next steps: plain, instrumented without example inputs,
+   and with them (their analysis runs at start);
 3. per-epoch energy against NVML's energy counter read after ``torch.cuda.synchronize()`` at
    each epoch's start and end, with the agent (``nrg-collect -- JOB``) at its default interval
    and at 100 ms: three epochs of different power; each epoch's stated error bar beside its true
@@ -20,7 +20,9 @@ rounds interleaved across modes, medians reported. Sections:
 
 Run: ``.venv/bin/python bench/bench_gpu.py`` (about 4 minutes on one H100). Without a GPU it
 says so and exits; ``--smoke`` runs every section on the CPU with a tiny network and short
-durations, to check the script itself (``tests/torch/test_bench_gpu.py`` does).
+durations, to check the script itself (``tests/torch/test_bench_gpu.py`` does). ``--cpu-full``
+runs section 2 on the CPU with the full-size network, one thread, batch 2 of 32×32 images (a
+short step, much of it the per-operation work of Python and the dispatcher, as on a GPU).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from torch import nn
 
 from acquisition.lineproto import decode_line
 from acquisition.torch import instrument
+from bench.resnet import resnet
 
 NO_GPU = (
     "bench_gpu: no CUDA GPU here (torch.cuda.is_available() is False); nothing measured. "
@@ -58,49 +61,6 @@ HERE = Path(__file__).resolve()
 
 
 # --- workload ------------------------------------------------------------------------------------
-
-
-class Bottleneck(nn.Module):
-    def __init__(self, cin: int, width: int, stride: int) -> None:
-        super().__init__()
-        cout = width * 4
-        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU(inplace=True)
-        self.downsample: nn.Module | None = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        out += identity
-        return self.relu(out)
-
-
-def resnet(blocks: tuple[int, ...], base: int, classes: int = 100) -> nn.Module:
-    layers: list[nn.Module] = [
-        nn.Conv2d(3, base, 7, 2, 3, bias=False),
-        nn.BatchNorm2d(base),
-        nn.ReLU(inplace=True),
-        nn.MaxPool2d(3, 2, 1),
-    ]
-    cin = base
-    for i, n in enumerate(blocks):
-        width = base * 2**i
-        for j in range(n):
-            layers.append(Bottleneck(cin, width, 2 if j == 0 and i > 0 else 1))
-            cin = width * 4
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
-    return nn.Sequential(*layers)
 
 
 @dataclass
@@ -257,12 +217,13 @@ def _detailed_ratio(directory: Path, every: int) -> float:
 
 def first_step(setup: Setup) -> None:
     x, y = setup.batch_of()
-    results: dict[str, list[float]] = {"plain": [], "no example inputs": [], "example inputs": []}
+    modes = ("plain", "no example inputs", "example inputs")
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in modes}
     starts: list[float] = []
     with tempfile.TemporaryDirectory(prefix="nrg-bench-first-") as tmp_name:
         tmp = Path(tmp_name)
-        for _ in range(max(1, setup.rounds)):
-            for name in results:
+        for r in range(max(1, setup.rounds)):
+            for name in list(results)[:: 1 if r % 2 == 0 else -1]:
                 model = setup.model()
                 opt = torch.optim.SGD(model.parameters(), lr=0.01)
                 train_step(model, opt, x, y)  # kernels, cuDNN plans, allocator: not nrg's cost
@@ -284,14 +245,24 @@ def first_step(setup: Setup) -> None:
                     train_step(model, opt, x, y)
                     setup.sync()
                     t2 = time.perf_counter()
-                results[name].append((t2 - t1) * 1e3)
+                    for _ in range(setup.steps):
+                        train_step(model, opt, x, y)
+                    setup.sync()
+                    t3 = time.perf_counter()
+                results[name].append(((t2 - t1) * 1e3, (t3 - t2) * 1e3))
                 if name == "example inputs":
                     starts.append((t1 - t0) * 1e3)
-    plain = statistics.median(results["plain"])
+
+    def median(name: str, i: int) -> float:  # i: 0 the first step, 1 the next steps' sum
+        return statistics.median(row[i] for row in results[name])
+
     print("\n== 2. the first step of a session (after one warm step of the same model) ==")
-    for name, values in results.items():
-        ms = statistics.median(values)
-        print(f"{name:20} first step {ms:9.1f} ms  added {ms - plain:+8.1f} ms")
+    for name in modes:
+        ms, later, plain = median(name, 0), median(name, 1), median("plain", 1)
+        print(
+            f"{name:20} first step {ms:9.1f} ms  added {ms - median('plain', 0):+8.1f} ms"
+            f"   next {setup.steps} steps {later:9.1f} ms  added {later - plain:+8.1f} ms"
+        )
     print(f"{'':20} session start with example inputs: {statistics.median(starts):.1f} ms")
 
 
@@ -541,12 +512,16 @@ def _setup(args: argparse.Namespace) -> Setup:
     if args.smoke:
         torch.set_num_threads(1)
         return Setup(torch.device("cpu"), True, 2, 16, 1, 2, 1, args.epoch_steps or 2, 1.0)
+    if getattr(args, "cpu_full", False):
+        torch.set_num_threads(1)
+        return Setup(torch.device("cpu"), False, 2, 32, 1, 20, 3, args.epoch_steps or 2, 1.0)
     return Setup(torch.device("cuda"), False, 64, 224, 20, 40, 3, args.epoch_steps or 150, 15.0)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--smoke", action="store_true", help="every section on the CPU, tiny")
+    parser.add_argument("--cpu-full", action="store_true", help="section 2 on the CPU, full size")
     parser.add_argument("--epoch-steps", type=int, default=0, help="steps per epoch (section 3)")
     parser.add_argument("--only", default="", help="comma-separated section numbers to run")
     parser.add_argument("--child-train", help=argparse.SUPPRESS)
@@ -554,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child_train:
         child_train(args.child_train, args.smoke, _setup(args).epoch_steps)
         return 0
-    if not args.smoke and not torch.cuda.is_available():
+    if not args.smoke and not args.cpu_full and not torch.cuda.is_available():
         print(NO_GPU)
         return 0
     setup = _setup(args)
@@ -564,7 +539,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"GPU: {props.name}; torch {torch.__version__}; {time.strftime('%Y-%m-%d')}")
         print(f"driver: {_driver()}; CPUs: {os.cpu_count()}")
     else:
-        print(f"smoke run on the CPU; torch {torch.__version__}")
+        print(
+            f"{'full-size' if args.cpu_full else 'smoke'} run on the CPU; torch {torch.__version__}"
+        )
     sections: dict[str, Callable[[], None]] = {
         "1": lambda: hook_cost(setup),
         "2": lambda: first_step(setup),
@@ -573,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         "5": lambda: tracker_vs_counter(setup),
         "6": lambda: agent_cpu(setup),
     }
-    wanted = [s for s in args.only.split(",") if s] or list(sections)
+    wanted = [s for s in args.only.split(",") if s] or (["2"] if args.cpu_full else list(sections))
     began = time.perf_counter()
     for key in wanted:
         sections[key]()

@@ -5,6 +5,9 @@ thread of its own, from the first forward call's inputs: there it works on a pri
 the model on the meta device (:func:`~acquisition.torch.complexity.meta_copy`: shapes without
 data or hooks) and meta copies of the inputs, so training's tensors, buffers and random number
 generators are never touched and the training thread only pays for the copies of the inputs.
+That thread waits for the end of the first step (or the session's close), so the first step
+runs alone, then works in short slices paced by a :class:`~acquisition.torch.pacing.Pacer`,
+which gives the interpreter lock back to training between them; at close the pauses end.
 Beside training it counts sizes and FLOPs only (a thread-local dispatch mode): graph capture
 patches process-wide state (``torch.export``'s tracer, the warnings filters) that a training
 forward running at the same moment would trip over, so the copy's graph is captured when the
@@ -24,8 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from acquisition.point import Point
 from acquisition.torch import complexity
+from acquisition.torch.complexity import Tick
 from acquisition.torch.graph import GraphCapture, capture_graph
 from acquisition.torch.launch import prefixed, unwrap_model
+from acquisition.torch.pacing import Pacer
 
 if TYPE_CHECKING:
     from torch import nn
@@ -99,19 +104,21 @@ def analyse_model(
     model_tags: Mapping[str, str],
     time_ns: int,
     private: nn.Module | None = None,
+    tick: Tick | None = None,
 ) -> Analysis:
     """Sizes, FLOPs (a failure to count them is logged, not raised) and, with ``graph``, the
     op graph written to ``graph_path``. With ``private`` (a copy of ``model``, or of the module
     its DDP/FSDP wrapper trains, that nothing else uses), FLOPs and graph come from running the
-    copy, beside training."""
+    copy, beside training, calling ``tick`` between short pieces of the work."""
     began = time.perf_counter()
-    sizes = complexity.module_sizes(model)
+    tick = tick or (lambda: None)
+    sizes = complexity.module_sizes(model, tick)
     # The module a DDP/FSDP wrapper trains: the wrapper's forward runs collectives (an analysis
     # pass on some ranks only would leave them waiting) and torch.export cannot take it.
     inner, prefix = unwrap_model(model)
     run = inner if private is None else private
     if private is not None:  # a copy that cannot run raises: the model itself is analysed later
-        flops = prefixed(complexity.module_flops_private(private, args, kwargs), prefix)
+        flops = prefixed(complexity.module_flops_private(private, args, kwargs, tick), prefix)
     else:
         try:
             flops = prefixed(complexity.module_flops(inner, args, kwargs), prefix)
@@ -171,12 +178,16 @@ class ModelAnalysis:
         """The first call's inputs, kept until the analysis beside training has succeeded."""
         self._graph_later: tuple[nn.Module, tuple[Any, ...], dict[str, Any], Analysis] | None = None
         """The private copy, its inputs and its analysis: the graph is captured at close."""
+        self._go = threading.Event()
+        """Set at the end of the first step (or at close): the analysis beside training begins."""
+        self.pacer = Pacer()
 
     def first_call(
         self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], hooks: Any
     ) -> tuple[Any, ...] | None:
         """On the model's first forward (training thread): meta copies of the inputs go to the
-        analysis thread. Returns a RETIME event when the analysis had to run here instead."""
+        analysis thread, which waits for :meth:`step_ended`. Returns a RETIME event when the
+        analysis had to run here instead."""
         from acquisition.torch.hooks import RETIME
 
         began = time.perf_counter()
@@ -193,10 +204,15 @@ class ModelAnalysis:
         self._thread.start()
         log.info(
             "nrg: first forward call: %.1f ms on the training thread; the model analysis runs "
-            "beside training",
+            "beside training from the first step's end",
             (time.perf_counter() - began) * 1e3,
         )
         return None
+
+    def step_ended(self) -> None:
+        """A step ended (training thread): the analysis beside training may begin."""
+        if not self._go.is_set():
+            self._go.set()
 
     def here(self, args: tuple[Any, ...], kwargs: dict[str, Any], hooks: Any) -> None:
         """Analyse the model itself (training thread), without our hooks seeing it."""
@@ -222,6 +238,8 @@ class ModelAnalysis:
     def wait(self) -> bool:
         """Wait (bounded) for an analysis beside training, capture the graph it left for the
         end of training (the calling thread: training is over); whether one is still due."""
+        self._go.set()
+        self.pacer.release()  # training is over: full speed
         if self._thread is not None:
             self._thread.join(ANALYSIS_WAIT_S)
             if not self._thread.is_alive():
@@ -253,9 +271,14 @@ class ModelAnalysis:
     def _aside(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         from acquisition.torch.complexity import meta_copy
 
+        self._go.wait()
+        tick = self.pacer.tick
+        self.pacer.start()
+        began = time.perf_counter()
         try:
-            private = meta_copy(unwrap_model(self.model)[0])
-            result = self._run(args, kwargs, private=private, graph=False)
+            private = meta_copy(unwrap_model(self.model)[0], tick)
+            result = self._run(args, kwargs, private=private, graph=False, tick=tick)
+            result.seconds = time.perf_counter() - began  # the copy included
         except Exception as exc:
             log.info("nrg: model analysis beside training failed (%r); it runs at a step end", exc)
             self.due = True
@@ -271,6 +294,7 @@ class ModelAnalysis:
         kwargs: dict[str, Any],
         private: nn.Module | None,
         graph: bool | None = None,
+        tick: Tick | None = None,
     ) -> Analysis:
         return analyse_model(
             self.model,
@@ -282,11 +306,17 @@ class ModelAnalysis:
             model_tags=self.model_tags,
             time_ns=self.time_ns,
             private=private,
+            tick=tick,
         )
 
     def _finish(self, result: Analysis) -> None:
         self.capture = result.capture
         if self.graph and self._graph_later is None and not result.graph_written:
             self.graph_path = None
-        log.info("nrg: model analysis (sizes, FLOPs, graph) took %.3f s", result.seconds)
+        paced = ""
+        if self.pacer.pauses:
+            paced = (
+                f" ({self.pacer.paused_s:.3f} s of it in {self.pacer.pauses} pauses for training)"
+            )
+        log.info("nrg: model analysis (sizes, FLOPs, graph) took %.3f s%s", result.seconds, paced)
         self._send(result.points)

@@ -14,7 +14,7 @@ once per module that owns it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from acquisition.point import Point
@@ -33,16 +33,25 @@ __all__ = [
     "preserved_state",
 ]
 
+Tick = Callable[[], None]
+"""Called between short pieces of work (:meth:`acquisition.torch.pacing.Pacer.tick`)."""
 
-def module_sizes(model: nn.Module) -> dict[str, tuple[int, int]]:
-    """``{qualname: (parameter elements, buffer elements)}``, inclusive of submodules."""
-    return {
-        name: (
+
+def _no_tick() -> None:
+    pass
+
+
+def module_sizes(model: nn.Module, tick: Tick = _no_tick) -> dict[str, tuple[int, int]]:
+    """``{qualname: (parameter elements, buffer elements)}``, inclusive of submodules;
+    ``tick`` is called after each module (work paced beside training)."""
+    sizes = {}
+    for name, module in list(model.named_modules()):  # no pause while walking the tree
+        sizes[name] = (
             sum(p.numel() for p in module.parameters()),
             sum(b.numel() for b in module.buffers()),
         )
-        for name, module in model.named_modules()
-    }
+        tick()
+    return sizes
 
 
 @contextlib.contextmanager
@@ -99,12 +108,14 @@ def module_flops(
     return parse_flop_counts(type(model).__name__, counter.get_flop_counts())
 
 
-def meta_copy(model: nn.Module) -> nn.Module:
+def meta_copy(model: nn.Module, tick: Tick = _no_tick) -> nn.Module:
     """A copy of ``model`` on the meta device: the same modules and shapes, no data, no hooks.
 
     Parameters and buffers become meta tensors (no memory, no copy of their values); the hook
     dictionaries of every module are left empty in the copy, so nothing registered on the
-    model runs when the copy does."""
+    model runs when the copy does. Modules are copied one at a time, each after its
+    submodules (one memo: the same copy as one ``deepcopy`` of the model), with ``tick``
+    between them."""
     import copy
 
     import torch
@@ -113,7 +124,8 @@ def meta_copy(model: nn.Module) -> nn.Module:
     memo: dict[int, Any] = {}
     for p in model.parameters():
         memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), p.requires_grad)
-    for module in model.modules():
+    modules = list(model.modules())
+    for module in modules:
         for name, value in vars(module).items():
             if isinstance(value, torch.Tensor) and id(value) not in memo:
                 memo[id(value)] = torch.empty_like(value, device="meta")
@@ -122,17 +134,25 @@ def meta_copy(model: nn.Module) -> nn.Module:
         for value in module._buffers.values():
             if value is not None and id(value) not in memo:
                 memo[id(value)] = torch.empty_like(value, device="meta")
+        tick()
+    # modules() lists a module before its submodules: reversed, each one's are in the memo.
+    for module in reversed(modules[1:]):
+        copy.deepcopy(module, memo)
+        tick()
     return copy.deepcopy(model, memo)
 
 
 def module_flops_private(
-    model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None = None,
+    tick: Tick = _no_tick,
 ) -> dict[str, int]:
     """:func:`module_flops` for a model no other thread uses (a :func:`meta_copy`), safe to run
     beside training: the same formulas (``torch.utils.flop_counter``'s registry), counted by a
     dispatch mode (thread-local) and attributed through hooks on this model's own modules,
     where ``FlopCounterMode`` tracks modules with global hooks that would also see the training
-    thread's calls."""
+    thread's calls. ``tick`` is called at each module call and each operation."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry
@@ -143,6 +163,7 @@ def module_flops_private(
     class Count(TorchDispatchMode):  # type: ignore[no-untyped-call]
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             kwargs = kwargs or {}
+            tick()
             out = func(*args, **kwargs)
             formula = flop_registry.get(func._overloadpacket)
             if formula is not None:
@@ -151,9 +172,13 @@ def module_flops_private(
                     counts[name] = counts.get(name, 0) + flops
             return out
 
+    def enter(name: str) -> None:
+        tick()
+        stack.append(name)
+
     handles = []
     for name, module in model.named_modules():
-        handles.append(module.register_forward_pre_hook(lambda m, a, n=name: stack.append(n)))
+        handles.append(module.register_forward_pre_hook(lambda m, a, n=name: enter(n)))
         handles.append(
             module.register_forward_hook(lambda m, a, o: stack.pop() and None, always_call=True)
         )

@@ -465,6 +465,7 @@ class Session:
         CUDA, the steps whose boundary the GPU has reached), then put the module hooks in for a
         detailed step or take them out for the others."""
         self._steps_seen += 1
+        self._model_analysis.step_ended()
         if self._model_analysis.due:
             self._model_analysis.late(self._hooks)
             self._restart_clock()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from torch import nn
 
 import acquisition.torch.analysis as analysis
 from acquisition.lineproto import decode_line
-from acquisition.torch import complexity, instrument
+from acquisition.torch import complexity, instrument, pacing
 from tests.torch.conftest import Listener
 
 
@@ -107,3 +108,80 @@ def test_a_model_the_copy_cannot_run_is_analysed_at_a_step_end(
         train(model, steps=3)
     assert threads == ["MainThread"]
     assert model_points(listener)["fc"]["flops"] == 2 * 16 * 8 * 4
+
+
+class HoldsFirstStep(nn.Module):
+    """Calls ``hold`` in its first forward (a function: the model's meta copy shares it)."""
+
+    def __init__(self, hold: Callable[[], None]) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.hold = hold
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.calls == 0:
+            self.hold()
+        self.calls += 1
+        return self.fc(x)
+
+
+def test_the_analysis_begins_after_the_first_step_and_not_on_the_training_thread(
+    listener: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    order: list[str] = []
+    threads: set[str] = set()
+    began = threading.Event()
+
+    def spy(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            threads.add(threading.current_thread().name)
+            order.append(name)
+            began.set()
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in ("meta_copy", "module_sizes", "module_flops_private", "module_flops"):
+        monkeypatch.setattr(complexity, name, spy(name, getattr(complexity, name)))
+
+    def hold() -> None:
+        began.wait(1.0)  # time for an analysis that does not wait to show itself
+        order.append("first forward")
+
+    model = HoldsFirstStep(hold)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    # Registered before the session's own hook: runs first, as the first step ends.
+    handle = register_optimizer_step_post_hook(lambda *_: order.append("optimizer step"))
+    try:
+        with instrument(model, run="after-first", graph=False):
+            for _ in range(2):
+                opt.zero_grad()
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+            assert began.wait(30)  # begun while the session runs, not at its close
+    finally:
+        handle.remove()
+    assert threads == {"nrg-torch-analysis"}
+    assert order.index("first forward") < order.index("optimizer step") < order.index("meta_copy")
+    assert model_points(listener)["fc"]["flops"] == 2 * 4 * 8 * 4
+
+
+def test_the_analysis_pauses_for_training_until_the_session_closes(
+    listener: Listener, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every piece of work asks for a pause of days: only the session's close can end it.
+    monkeypatch.setattr(pacing, "PACE_SLICE_S", 0.0)
+    monkeypatch.setattr(pacing, "PACE_DUTY", 1e-9)
+    monkeypatch.setattr(analysis, "ANALYSIS_WAIT_S", 30.0)
+    caplog.set_level(logging.INFO, logger="acquisition.torch")
+    with instrument(model := dropout_model(), run="paced", graph=False) as session:
+        train(model, steps=2)
+        pacer = session._model_analysis.pacer
+        assert not pacer.released  # training runs: paced
+    assert pacer.released
+    assert model_points(listener)["0"]["flops"] == 2 * 16 * 8 * 16
+    took = [r.message for r in caplog.records if "model analysis (sizes, FLOPs" in r.message]
+    assert len(took) == 1 and "in 1 pauses for training" in took[0], took
