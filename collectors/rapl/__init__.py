@@ -249,9 +249,13 @@ class RaplCollector:
         io = self.io
         work = self._work()
         for c in self._counters:
-            fields = c.sample(io, work)
-            if fields is not None:
-                emit(Point(MEASUREMENT, c.tags, fields, now_ns))
+            fields = c.sample(io, work, now_ns)
+            if fields is None:
+                continue
+            if c.still_ns is not None:  # its first move: it starts at its last still reading
+                emit(Point(MEASUREMENT, c.tags, {"energy_joules": 0.0}, c.still_ns))
+                c.still_ns = None
+            emit(Point(MEASUREMENT, c.tags, fields, now_ns))
 
     def _work(self) -> float | None:
         """The machine's busy CPU-seconds while a counter has yet to prove that it moves."""
