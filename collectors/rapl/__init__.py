@@ -267,8 +267,9 @@ class RaplCollector:
     async def probe(self) -> str:
         """For ``list``: read until every counter moved or was judged not advancing (doing
         some CPU work between readings); NoData when none measures."""
-        deadline = time.monotonic() + WINDOW_S * 2
-        while time.monotonic() < deadline and any(
+        # The seam's clock, the one the rule's window is measured on (a fake clock drives both).
+        deadline = self.io.monotonic_ns() + int(WINDOW_S * 2 * 1e9)
+        while self.io.monotonic_ns() < deadline and any(
             c.advance is not None and c.advance.pending for c in self._counters
         ):
             _burn(PROBE_BURN_S)
