@@ -28,7 +28,7 @@ from typing import Any
 from acquisition import __version__
 from acquisition.agent import Agent, default_config
 from acquisition.config import Config, load_config, parse_config, parse_duration, sanitize_tag
-from acquisition.energy import EnergyTotals, no_energy_message
+from acquisition.energy import EnergyTotals, no_energy_message, say_when_still
 from acquisition.errors import ConfigError, NoData
 from acquisition.job import (
     Job,
@@ -475,16 +475,16 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     socket_path = _own_socket(config, agent) if job is not None else ""
     summary = _attach_summary(agent, job) if job is not None else None
     await agent.start()
-    no_energy = no_energy_message(
-        [c.label for c in agent.collectors],
-        [(u.label, u.reason) for u in agent.state.unavailable],
-    )
+    labels = [c.label for c in agent.collectors]
+    no_energy = no_energy_message(labels, [(u.label, u.reason) for u in agent.state.unavailable])
     if no_energy:
         _announce(no_energy + (f"\n{MSG_REQUIRE_ENERGY}" if args.require_energy else ""))
         if args.require_energy:
             await agent.shutdown()
             return 3
-    live = _start_live(agent, args)
+    # The energy collectors that opened may all be judged not advancing later: said then.
+    still = asyncio.create_task(say_when_still(labels, agent.unavailable, _announce))
+    tasks = [t for t in (still, _start_live(agent, args)) if t is not None]
     exit_code = 0
     try:
         if job is not None and not signals.stop.is_set():
@@ -493,9 +493,9 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
             await signals.stop.wait()
             exit_code = 130 if job is not None else 0
     finally:
-        if live is not None:
-            live.cancel()
-            await asyncio.gather(live, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         signals.draining = True
         await agent.shutdown(abort=signals.abort)
     if job is not None:

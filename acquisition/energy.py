@@ -8,7 +8,8 @@ cumulative ``energy*_joules`` (since the collector opened) and ``power*_watts``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from acquisition.errors import install_hint
@@ -26,9 +27,12 @@ __all__ = [
     "FIX_RAPL_STUCK",
     "NOT_CONFIGURED",
     "NO_ENERGY",
+    "NO_ENERGY_STILL",
     "EnergyTotals",
     "energy_problems",
     "no_energy_message",
+    "no_energy_still",
+    "say_when_still",
 ]
 
 ENERGY_COLLECTORS = ("rapl", "nvml", "emonpi")
@@ -36,6 +40,10 @@ ENERGY_COLLECTORS = ("rapl", "nvml", "emonpi")
 
 NO_ENERGY = (
     "nrg: no energy source is readable here; this run records time and resources, no joules."
+)
+NO_ENERGY_STILL = (
+    "nrg: no energy source measures here: every energy counter stands still, so this run records "
+    "time and resources, no joules."
 )
 FIX_RAPL_PERMISSION = (
     "RAPL counters are readable by root only (Linux 5.10 and later). Grant read access with a "
@@ -65,6 +73,8 @@ FIX_RAPL_STUCK = (
 FIX_EMONPI_PORT = "check the emonPi's cable and its port in [[collectors.emonpi]] port"
 FIX_EMONPI_ZEROS = "put the emonPi's CT clamp on the supply cable of this machine"
 NOT_CONFIGURED = "not configured"
+STILL_CHECK_S = 0.5
+"""How often a run whose energy collectors opened looks whether all of them stand still."""
 
 
 def _fix(name: str, reason: str) -> tuple[int, str]:
@@ -108,7 +118,39 @@ def no_energy_message(open_labels: Iterable[str], unavailable: Iterable[tuple[st
     ones a user can fix first), why it is unavailable here and what to do."""
     if any(label.split("-")[0] in ENERGY_COLLECTORS for label in open_labels):
         return ""
-    lines = [NO_ENERGY]
+    return _with_problems(NO_ENERGY, unavailable)
+
+
+def no_energy_still(open_labels: Iterable[str], unavailable: Iterable[tuple[str, str]]) -> str:
+    """NO_ENERGY_STILL with every source's reason and fix (as :func:`no_energy_message`) once
+    every open energy collector is judged not advancing (``unavailable`` has its ``not
+    advancing: …`` reason); empty while one measures or may still (or none is open)."""
+    rows = list(unavailable)
+    still = {label for label, reason in rows if reason.strip().startswith("not advancing")}
+    energy = [label for label in open_labels if label.split("-")[0] in ENERGY_COLLECTORS]
+    if not energy or any(label not in still for label in energy):
+        return ""
+    return _with_problems(NO_ENERGY_STILL, rows)
+
+
+async def say_when_still(
+    open_labels: Iterable[str],
+    unavailable: Callable[[], Iterable[tuple[str, str]]],
+    say: Callable[[str], None],
+) -> None:
+    """Say :func:`no_energy_still` once, as soon as every open energy collector is judged not
+    advancing (``unavailable()``: the agent's reasons so far); runs until cancelled."""
+    labels = list(open_labels)
+    while True:
+        await asyncio.sleep(STILL_CHECK_S)
+        message = no_energy_still(labels, unavailable())
+        if message:
+            say(message)
+            return
+
+
+def _with_problems(sentence: str, unavailable: Iterable[tuple[str, str]]) -> str:
+    lines = [sentence]
     for name, reason, fix in energy_problems(unavailable):
         lines.append(f"  {name}: {reason}")
         if fix:

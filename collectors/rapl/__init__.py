@@ -249,9 +249,13 @@ class RaplCollector:
         io = self.io
         work = self._work()
         for c in self._counters:
-            fields = c.sample(io, work)
-            if fields is not None:
-                emit(Point(MEASUREMENT, c.tags, fields, now_ns))
+            fields = c.sample(io, work, now_ns)
+            if fields is None:
+                continue
+            if c.still_ns is not None:  # its first move: it starts at its last still reading
+                emit(Point(MEASUREMENT, c.tags, {"energy_joules": 0.0}, c.still_ns))
+                c.still_ns = None
+            emit(Point(MEASUREMENT, c.tags, fields, now_ns))
 
     def _work(self) -> float | None:
         """The machine's busy CPU-seconds while a counter has yet to prove that it moves."""
@@ -263,8 +267,9 @@ class RaplCollector:
     async def probe(self) -> str:
         """For ``list``: read until every counter moved or was judged not advancing (doing
         some CPU work between readings); NoData when none measures."""
-        deadline = time.monotonic() + WINDOW_S * 2
-        while time.monotonic() < deadline and any(
+        # The seam's clock, the one the rule's window is measured on (a fake clock drives both).
+        deadline = self.io.monotonic_ns() + int(WINDOW_S * 2 * 1e9)
+        while self.io.monotonic_ns() < deadline and any(
             c.advance is not None and c.advance.pending for c in self._counters
         ):
             _burn(PROBE_BURN_S)

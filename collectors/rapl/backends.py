@@ -104,6 +104,7 @@ class Counter:
     num: int = 0  # unit as an integer ratio, for exact arithmetic on the hot path
     den: int = 1
     advance: Advance | None = None  # the proof that it measures (None: not checked)
+    still_ns: int | None = None  # its last still reading's stamp, until its first move
 
     def __post_init__(self) -> None:
         self.num, self.den = self.unit.numerator, self.unit.denominator
@@ -119,10 +120,14 @@ class Counter:
         self.last_raw, self.last_ns = raw, io.monotonic_ns()
         return None
 
-    def sample(self, io: RaplIO, work_s: float | None = None) -> dict[str, float] | None:
+    def sample(
+        self, io: RaplIO, work_s: float | None = None, stamp_ns: int | None = None
+    ) -> dict[str, float] | None:
         """Read once; the fields to emit, or None (failed read, the baseline, or a counter that
         has not moved since open: see :mod:`acquisition.advancing`). ``work_s``: the machine's
-        busy CPU-seconds so far, for that check."""
+        busy CPU-seconds so far, for that check; ``stamp_ns``: this reading's point time, kept
+        in :attr:`still_ns` while the counter has not moved: the collector writes 0 J there
+        with its first move, so that its series starts at its last still reading."""
         try:
             raw = self.read()
         except (OSError, ValueError) as exc:
@@ -154,6 +159,7 @@ class Counter:
             and watch.state != ADVANCING
             and not watch.observe(d != 0, now, work_s)
         ):
+            self.still_ns = stamp_ns
             return None
         # Exact integer ratios, rounded once: the fixture tests compare exact values.
         if dt > 0:

@@ -7,9 +7,11 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,13 +26,16 @@ from acquisition.energy import (
     FIX_RAPL_PERMISSION,
     FIX_RAPL_STUCK,
     NO_ENERGY,
+    NO_ENERGY_STILL,
     EnergyTotals,
     no_energy_message,
+    no_energy_still,
 )
 from acquisition.point import Point
+from collectors.rapl import WHY_FIRMWARE
 from tests.answers.fakepower import powercap_tree
 from tests.docs.execdocs import blocks, output_matches
-from tests.rapl.scenarios import FIXTURES
+from tests.rapl.scenarios import FIXTURES, install_tree
 
 NRG = str(Path(sys.executable).with_name("nrg-collect"))
 REPO = Path(__file__).resolve().parents[2]
@@ -229,6 +234,61 @@ def test_require_energy_exits_3_before_starting_the_command() -> None:
         assert not marker.exists()
     assert NO_ENERGY in out.stderr and MSG_REQUIRE_ENERGY in out.stderr
     assert FIX_RAPL_ABSENT in out.stderr
+
+
+def test_no_energy_still_once_every_open_energy_collector_is_not_advancing() -> None:
+    stuck = "not advancing: psys (socket 0) did not move in 2.0 s (a virtual machine)"
+    gpu = "not advancing: GPU 0 energy counter did not move in 2.0 s (a driver)"
+    assert no_energy_still(["procfs"], []) == ""  # none opened: said at start instead
+    assert no_energy_still(["rapl", "nvml"], []) == ""  # not judged yet
+    assert no_energy_still(["rapl", "nvml"], [("rapl", stuck)]) == ""  # the GPU may measure
+    text = no_energy_still(["procfs", "rapl", "nvml"], [("rapl", stuck), ("nvml", gpu)])
+    assert text.splitlines()[:3] == [
+        NO_ENERGY_STILL,
+        f"  rapl: {stuck}",
+        f"    fix: {FIX_RAPL_STUCK}",
+    ]
+    assert "  nvml: " + gpu in text.splitlines()
+
+
+def test_an_agent_whose_counters_never_move_says_it_measures_no_energy(tmp_path: Path) -> None:
+    """A real agent on a powercap tree whose counters stand still (no proc/stat there: the
+    window alone judges): once they are judged, stderr says what it says when no source is
+    readable at all, with the reason and the fix, once."""
+    root = install_tree("xeon-2s-dram", tmp_path)
+    cfg = tmp_path / "nrg.toml"
+    cfg.write_text(
+        f'[agent]\ninterval = "100ms"\nstate_dir = "{tmp_path}/state"\n[[collectors.procfs]]\n'
+        f'[[collectors.rapl]]\nroot = "{root}"\nbackend = "powercap"\n'
+        f'[[sinks.file]]\npath = "{tmp_path}/out/nrg.lp"\n'
+    )
+    env = {**os.environ, "NRG_RUNTIME_DIR": str(tmp_path)}
+    agent = subprocess.Popen(
+        [NRG, "-q", "-c", str(cfg)], stderr=subprocess.PIPE, text=True, env=env
+    )
+    lines: list[str] = []
+    assert agent.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(agent.stderr or ()), daemon=True)
+    reader.start()
+    try:
+        _wait(lambda: any(NO_ENERGY_STILL in line for line in lines), "the sentence")
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(60)
+        reader.join(60)
+        agent.stderr.close()
+    text = [line.rstrip("\n") for line in lines]
+    start = text.index(NO_ENERGY_STILL)
+    rapl, fix = text[start + 1 : start + 3]
+    assert rapl.startswith(
+        "  rapl: not advancing: package (socket 0), dram (socket 0), package (socket 1), "
+        "dram (socket 1) did not move in "
+    )
+    assert rapl.endswith(f" s ({WHY_FIRMWARE})") and fix == f"    fix: {FIX_RAPL_STUCK}"
+    assert text.count(NO_ENERGY_STILL) == 1
+    assert NO_ENERGY not in text  # an energy collector opened: nothing said at start
+    written = "".join(f.read_text() for f in (tmp_path / "out").glob("*.lp"))
+    assert "\nrapl," not in "\n" + written  # and no zero it could be taken for
 
 
 def test_energy_totals_keep_power_now_and_energy_so_far_per_source() -> None:

@@ -1,11 +1,14 @@
-"""A RAPL powercap tree whose counters advance at known power, and an in-process sampler of it.
+"""A RAPL powercap tree whose counters advance at known power, and samplers of it.
 
 The tree is laid out as the kernel lays it out (see ``tests/e2e/test_training_energy.py``); a
 writer process rewrites each zone's ``energy_uj`` about every 1 ms (atomic rename) with the energy
 of a piecewise-constant power profile: ``[(from_ns, watts), ...]`` in Unix-epoch ns, so the truth
-for any interval is known to the test. :class:`RaplSampler` runs the real RAPL collector on that
-tree in a background thread: the seam :class:`acquisition.profiler.wrapper.EnergyProfile` takes
-as ``sampler``.
+for any interval is known to the test. Those files serve a reader that opens the tree itself
+(an ``nrg-collect`` agent); they lag while the writer waits for a CPU. :class:`RaplSampler` (a
+background thread) and :class:`ProcessRaplSampler` (a child process) run the real RAPL collector
+on the tree with its counters read as hardware counts instead
+(:class:`tests.profiler.stamped.StampedIO`): the seam
+:class:`acquisition.profiler.wrapper.EnergyProfile` takes as ``sampler``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from acquisition.lineproto import decode_line
 from acquisition.point import Point
 from collectors.rapl import RaplCollector, RaplConfig
 from tests.e2e.test_training_energy import make_powercap
+from tests.profiler.stamped import StampedIO
 
 __all__ = [
     "ProcessRaplSampler",
@@ -126,7 +130,9 @@ class RaplSampler:
 
     def __init__(self, root: Path, interval_s: float = 0.005) -> None:
         context = PluginContext("testhost", interval_s, root, root, root)
-        self.collector = RaplCollector(RaplConfig(root=str(root), backend="powercap"), context)
+        self.io = StampedIO(root / _PROFILES)
+        config = RaplConfig(root=str(root), backend="powercap")
+        self.collector = RaplCollector(config, context, io=self.io)
         self.interval_s = interval_s
         self._points: list[Point] = []
         self._lock = threading.Lock()
@@ -153,7 +159,8 @@ class RaplSampler:
 
     async def _read(self) -> None:
         """One read, stamped before it as the agent's runner does."""
-        await self.collector.collect(self._emit, time.time_ns())
+        self.io.at_ns = now = time.time_ns()
+        await self.collector.collect(self._emit, now)
 
     def _emit(self, point: Point) -> None:
         with self._lock:
@@ -176,15 +183,18 @@ from pathlib import Path
 from acquisition.api import PluginContext
 from acquisition.lineproto import encode_point
 from collectors.rapl import RaplCollector, RaplConfig
-root, interval = Path(sys.argv[1]), float(sys.argv[2])
+from tests.profiler.stamped import StampedIO
+root, interval, profiles = Path(sys.argv[1]), float(sys.argv[2]), Path(sys.argv[3])
 async def main():
+    io = StampedIO(profiles)
     c = RaplCollector(RaplConfig(root=str(root), backend="powercap"),
-                      PluginContext("testhost", interval, root, root, root))
+                      PluginContext("testhost", interval, root, root, root), io=io)
     await c.open()
     print("ready", flush=True)
     out = []
     while True:
-        await c.collect(out.append, time.time_ns())
+        io.at_ns = now = time.time_ns()
+        await c.collect(out.append, now)
         sys.stdout.write("".join(encode_point(p) + "\n" for p in out))
         sys.stdout.flush()
         out.clear()
@@ -196,7 +206,9 @@ asyncio.run(main())
 class ProcessRaplSampler:
     """The real RAPL collector on ``root``, read in a child process (its line protocol read
     back on a thread): its reads are stamped to the millisecond whatever this process does,
-    where a reader thread in here waits for the GIL behind a busy Python loop."""
+    where a reader thread in here waits for the GIL behind a busy Python loop. Its counters are
+    read as hardware counts (:class:`tests.profiler.stamped.StampedIO`): each the energy of its
+    profile at the reading's stamp, however late the tree's writer runs."""
 
     def __init__(self, root: Path, interval_s: float = 0.005) -> None:
         self.root, self.interval_s = root, interval_s
@@ -208,7 +220,14 @@ class ProcessRaplSampler:
     def start(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(self.root), str(self.interval_s)],
+            [
+                sys.executable,
+                "-c",
+                _CHILD,
+                str(self.root),
+                str(self.interval_s),
+                str(self.root / _PROFILES),
+            ],
             stdout=subprocess.PIPE,
             text=True,
             env=env,

@@ -50,7 +50,8 @@ fsync = "never"
         agent = subprocess.Popen([NRG, "--config", str(config), "--quiet"])
         try:
             deadline = time.monotonic() + 60
-            while not (data.exists() and any(Store(data).points(["rapl"]))):
+            # the data directory is there before the file sink's first file
+            while not (any(data.glob("*.lp")) and any(Store(data).points(["rapl"]))):
                 assert agent.poll() is None, "the agent exited"
                 assert time.monotonic() < deadline, "no rapl points from the agent"
                 time.sleep(0.05)

@@ -1,10 +1,11 @@
 """The energy-aware profiler on real CPU torch, with a RAPL powercap tree at known power.
 
 The real RAPL collector samples the tree every 5 ms (in a child process, so that a busy Python
-loop here cannot delay its reads behind the GIL; see :class:`ProcessRaplSampler`); the truth for any event is the
-known power profile integrated over the event's own interval. The tolerance per event is the
-fixture's timing granularity (its counters advance about every 1 ms, and a read is stamped just
-before it happens: 4 ms of the total power) plus the event's own error estimate.
+loop here cannot delay its reads behind the GIL; see :class:`ProcessRaplSampler`), its counters
+read as hardware counts (the profile's energy at each reading's stamp, however late the tree's
+writer runs); the truth for any event is the known power profile integrated over the event's
+own interval. The tolerance per event is the fixture's timing granularity (4 ms of the total
+power) plus the event's own error estimate.
 """
 
 from __future__ import annotations
@@ -451,7 +452,8 @@ def test_a_drained_sampler_keeps_no_points_and_gives_the_same_energy(
         time.sleep(0.15)
     (sleep,) = [e for e in prof.energy_events() if e.name == "sleep"]
     assert_energy(sleep, profiles)
-    assert sampler.drains >= 2 and sampler.handed > 20
+    # every reading went through drain(), in more than one
+    assert sampler.drains >= 2 and sampler.handed == len(sampler.inner.snapshot()) > 0
     assert prof.step_energies()[0].energy_j is not None
 
 

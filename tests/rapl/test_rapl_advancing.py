@@ -76,10 +76,14 @@ async def test_perf_psys_that_never_moves_is_not_advancing_then_joins(
     assert warnings == [f"rapl: {reason}"]
     assert collector.describe() == "perf: psys (socket 0) not advancing"
 
-    # It starts counting: it joins, says so, and its energy and power are the real ones.
+    # It starts counting: it joins, says so, and its energy and power are the real ones; its
+    # series starts at its last reading that stood still (0 J since open then, energy only).
     io.counts["energy-psys"]["0"] = 30 << 32  # 30 J since open
     joined = await _tick(collector, io, 11.5 + WINDOW_S)
-    assert [p.fields for p in joined] == [{"energy_joules": 30.0, "power_watts": 30.0}]
+    assert [(p.time_ns, p.fields) for p in joined] == [
+        (round((10.5 + WINDOW_S) * S), {"energy_joules": 0.0}),
+        (round((11.5 + WINDOW_S) * S), {"energy_joules": 30.0, "power_watts": 30.0}),
+    ]
     assert collector.not_advancing() is None
     assert MSG_JOINS % ("rapl", "psys (socket 0)") in caplog.messages
     io.counts["energy-psys"]["0"] = 30 << 32  # a tick without a move is a real 0 W now
@@ -155,4 +159,55 @@ async def test_powercap_zone_that_never_moves_beside_one_that_does(tmp_path: Pat
     psys = next(c for c in collector._counters if c.tags["domain"] == "psys")
     assert psys.advance is not None and psys.advance.reason() == (
         f"not advancing: psys (socket 0) did not move in 2.0 s ({WHY_FIRMWARE})"
+    )
+
+
+async def test_a_zone_that_moves_a_tick_late_starts_at_its_last_still_reading(
+    tmp_path: Path,
+) -> None:
+    """Zones are written one after the other (the kernel's and a fixture's alike): a tick can
+    read package moved and dram not yet. dram's series then starts at that tick (its last still
+    reading, 0 J since open), not one tick after package's: a reader that starts once it has a
+    first reading finds every zone's series open from there."""
+    root = install_tree("xeon-2s-dram", tmp_path)
+    io = SteppedIO()
+    collector = RaplCollector(
+        RaplConfig(root=str(root), domains=["package", "dram"]), context(), io=io
+    )
+    await collector.open()
+    first = await _tick(collector, io, 1)  # nothing moved since open
+    bump(root, "intel-rapl:0", 10_000_000)
+    bump(root, "intel-rapl:1", 10_000_000)
+    second = await _tick(collector, io, 2)  # the packages moved, the DRAMs not yet
+    for zone in ("intel-rapl:0:0", "intel-rapl:1:0", "intel-rapl:0", "intel-rapl:1"):
+        bump(root, zone, 2_000_000)
+    third = await _tick(collector, io, 3)
+
+    def seen(points: list[Point]) -> list[tuple[str, str, float, dict[str, float]]]:
+        return [
+            (p.tags["domain"], p.tags["socket"], p.time_ns / S, dict(p.fields))  # type: ignore[arg-type]
+            for p in points
+        ]
+
+    assert first == []
+    assert seen(second) == [
+        ("package", "0", 1.0, {"energy_joules": 0.0}),
+        ("package", "0", 2.0, {"energy_joules": 10.0, "power_watts": 10.0}),
+        ("package", "1", 1.0, {"energy_joules": 0.0}),
+        ("package", "1", 2.0, {"energy_joules": 10.0, "power_watts": 10.0}),
+    ]
+    assert seen(third) == [
+        ("package", "0", 3.0, {"energy_joules": 12.0, "power_watts": 2.0}),
+        ("dram", "0", 2.0, {"energy_joules": 0.0}),
+        ("dram", "0", 3.0, {"energy_joules": 2.0, "power_watts": 2.0}),
+        ("package", "1", 3.0, {"energy_joules": 12.0, "power_watts": 2.0}),
+        ("dram", "1", 2.0, {"energy_joules": 0.0}),
+        ("dram", "1", 3.0, {"energy_joules": 2.0, "power_watts": 2.0}),
+    ]
+    # Once it has moved, a tick without a move is a real 0 W, written as such (no 0 J again).
+    assert seen(await _tick(collector, io, 4))[1] == (
+        "dram",
+        "0",
+        4.0,
+        {"energy_joules": 2.0, "power_watts": 0.0},
     )

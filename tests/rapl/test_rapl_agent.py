@@ -123,13 +123,20 @@ def test_once_prints_rapl_line_protocol(tmp_path: Path) -> None:
         done = _nrg("--once", "--config", str(cfg))
     assert done.returncode == 0, done.stderr
     points = [decode_line(line) for line in done.stdout.splitlines()]
-    # The ones that moved, with energy since open and power; never a wrap.
-    assert [dict(p.tags) for p in points] == [
+    # The ones that moved, with energy since open and power; never a wrap. A zone that stood
+    # still at the first reading (its writer had not written yet) starts there: 0 J since open,
+    # energy only, at the first reading's time, just before its first move.
+    moved = [p for p in points if "power_watts" in p.fields]
+    assert [dict(p.tags) for p in moved] == [
         {"domain": "package", "host": "xeon", "socket": "0"},
         {"domain": "dram", "host": "xeon", "socket": "1"},
     ]
-    for p in points:
+    for p in moved:
         assert p.fields["energy_joules"] > 0 and p.fields["power_watts"] > 0  # type: ignore[operator]
+        before = points[: points.index(p)]
+        for still in [q for q in before if q.tags == p.tags]:
+            assert still.fields == {"energy_joules": 0.0} and still.time_ns < p.time_ns
+    assert len(points) <= 2 * len(moved)
 
 
 def test_bad_rapl_option_is_a_startup_error(tmp_path: Path) -> None:
