@@ -249,9 +249,14 @@ class CollectorRunner:
 
 async def last_readings(runners: Iterable[object]) -> None:
     """One more tick of each polled collector once its task has stopped, so that a span that
-    ends now ends on a reading instead of up to an interval after the last one."""
+    ends now ends on a reading instead of up to an interval after the last one. A collector
+    that reads some things less often than every tick (NVML's energy counter and sample
+    buffers) reads everything in it: it is asked first through ``read_all_next()``."""
     for runner in runners:
         if isinstance(runner, CollectorRunner):
+            read_all_next = getattr(runner.collector, "read_all_next", None)
+            if read_all_next is not None:
+                read_all_next()
             await runner.tick()
 
 

@@ -187,6 +187,12 @@ class NvmlCollector(Readings):
         else:
             executor.shutdown(wait=False)
 
+    def read_all_next(self) -> None:
+        """The next tick reads everything, whatever its cadence: the agent's last reading at
+        stop brings the counter and the sample buffers up to the end of the span."""
+        for cadence in (self._energy_due, self._detail_due, self._process_due):
+            cadence.last_ns = None
+
     def describe(self) -> str:
         names = ", ".join(f"{gpu.index}: {gpu.name}" for gpu in self._gpus)
         return f"{len(self._gpus)} GPU(s) ({names}), driver {self._driver}"

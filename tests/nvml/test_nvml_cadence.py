@@ -312,3 +312,32 @@ async def test_power_fields_are_read_in_one_call(
         assert ("power_average_watts" in gpu.fields) is average
         if average:
             assert gpu.fields["power_average_watts"] == 400.0
+
+
+async def test_the_last_reading_at_stop_reads_everything(
+    context: PluginContext, tmp_path: Path
+) -> None:
+    """``read_all_next()`` (what the agent calls before its last tick at stop): that tick reads
+    the counter, the detail, per-process utilisation and all three buffers, up to its time, and
+    the ordinary cadence goes on from it."""
+    fake = FakeNvml(h100())
+    collector = NvmlCollector(NvmlConfig(root=str(tmp_path)), context, nvml=fake, environ={})
+    await collector.open()
+    made: list[Counter[str]] = []
+    points: dict[int, list[Point]] = {}
+    try:
+        for step, last in ((1, False), (4, True), (5, False)):
+            fake.step = step
+            if last:
+                collector.read_all_next()
+            before = Counter(fake.calls)
+            points[step] = []
+            await collector.collect(points[step].append, T0_NS + step * TICK_NS)
+            made.append(fake.calls - before)
+    finally:
+        await collector.aclose()
+    assert made == [CHEAP + DETAIL + ENERGY + PROCESS, CHEAP + DETAIL + ENERGY + PROCESS, CHEAP]
+    power = [p.time_ns for p in only(points[4], "gpu_sample") if "power_watts" in p.fields]
+    assert max(power) == T0_NS + 4 * TICK_NS  # the driver's newest sample, the last tick's
+    (gpu,) = only(points[4], "gpu")
+    assert gpu.fields["energy_joules"] == pytest.approx((energy_mj(4) - energy_mj(0)) / 1000)
