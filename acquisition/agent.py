@@ -19,6 +19,7 @@ from typing import Any
 from acquisition.api import PluginContext
 from acquisition.bus import Bus, ProcessorStats
 from acquisition.config import Config, PluginSpec
+from acquisition.energy import ENERGY_COLLECTORS
 from acquisition.errors import ConfigError, NoData, install_hint
 from acquisition.paths import data_dir, runtime_dir, state_dir
 from acquisition.point import Point
@@ -425,7 +426,7 @@ class Agent:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        await last_readings(c.runner for c in self.collectors)
+        await last_readings((c.runner for c in self.collectors), ENERGY_COLLECTORS)
         await self._close_collectors()
         self.bus.flush_processors()
         self.emit_self_stats()

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from types import CoroutineType
 
@@ -247,13 +247,14 @@ class CollectorRunner:
             self._done.set_exception(exc)
 
 
-async def last_readings(runners: Iterable[object]) -> None:
-    """One more tick of each polled collector once its task has stopped, so that a span that
-    ends now ends on a reading instead of up to an interval after the last one. A collector
-    that reads some things less often than every tick (NVML's energy counter and sample
-    buffers) reads everything in it: it is asked first through ``read_all_next()``."""
+async def last_readings(runners: Iterable[object], kinds: Collection[str]) -> None:
+    """One more tick of each polled collector of these ``kinds`` (collector names) once its
+    task has stopped, so that a span that ends now ends on a reading instead of up to an
+    interval after the last one. A collector that reads some things less often than every tick
+    (NVML's energy counter and sample buffers) reads everything in it: it is asked first
+    through ``read_all_next()``."""
     for runner in runners:
-        if isinstance(runner, CollectorRunner):
+        if isinstance(runner, CollectorRunner) and runner.collector.name in kinds:
             read_all_next = getattr(runner.collector, "read_all_next", None)
             if read_all_next is not None:
                 read_all_next()

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from acquisition.api import PluginContext
 from acquisition.bus import Bus
 from acquisition.config import Config, PluginSpec, parse_config
+from acquisition.energy import ENERGY_COLLECTORS
 from acquisition.errors import ConfigError, NoData
 from acquisition.paths import data_dir, runtime_dir, state_dir
 from acquisition.point import Point
@@ -202,7 +203,7 @@ class Sampler:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
             if self._stop_event.is_set():  # stopped, not failed: the span ends on a reading
-                await last_readings(self._runners)
+                await last_readings(self._runners, ENERGY_COLLECTORS)
             for instance in opened:
                 try:
                     await instance.aclose()

@@ -11,11 +11,11 @@ plugins; :func:`serve` is the loop the counter simulators share.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import re
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -85,20 +85,19 @@ def serve(
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
-    stop = threading.Event()
+    # The handler only appends to a list: an Event set from a signal handler can deadlock on
+    # the lock the main thread holds inside the Event's own wait.
+    signals: list[int] = []
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    if duration_s > 0:
-        timer = threading.Timer(duration_s, stop.set)
-        timer.daemon = True
-        timer.start()
+        signal.signal(signum, lambda signum, _frame: signals.append(signum))
+    deadline = time.monotonic() + duration_s if duration_s > 0 else math.inf
     if not background:
         sys.stdout.write(table)
         sys.stdout.flush()
         print(f"simulating {what}; Ctrl-C stops", file=sys.stderr)
-    while not stop.is_set():
+    while not signals and time.monotonic() < deadline:
         tick(time.time_ns())
-        stop.wait(period_s)
+        time.sleep(period_s)
     if background:
         (root / PID_FILE).unlink(missing_ok=True)
     return True

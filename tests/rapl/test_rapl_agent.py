@@ -237,7 +237,9 @@ fsync = "always"
     assert any(all(o + d in package0_uj for d in offsets) for o in package0_uj), energies_j
     assert energies_j == sorted(energies_j)
     assert float(energies_j[-1]) > 0.0
-    assert all(float(f["power_watts"]) >= 0.0 for f in package0)
+    # (A series' first point may be its last still reading: energy only, no power.)
+    assert all(float(f["power_watts"]) >= 0.0 for f in package0 if "power_watts" in f)
+    assert sum("power_watts" in f for f in package0) >= len(package0) - 1
     shares = [p for p in points if p.measurement == "process_power"]
     assert shares, "no process_power points"
     assert {p.tags["scope"] for p in shares} == {"combined"}
