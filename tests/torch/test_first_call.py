@@ -177,9 +177,21 @@ def test_the_analysis_pauses_for_training_until_the_session_closes(
     monkeypatch.setattr(pacing, "PACE_DUTY", 1e-9)
     monkeypatch.setattr(analysis, "ANALYSIS_WAIT_S", 30.0)
     caplog.set_level(logging.INFO, logger="acquisition.torch")
+    waiting = threading.Event()
+
+    class Watched(threading.Event):
+        """The pacer's release event, telling when a pause has begun to wait on it."""
+
+        def wait(self, timeout: float | None = None) -> bool:
+            waiting.set()
+            return super().wait(timeout)
+
     with instrument(model := dropout_model(), run="paced", graph=False) as session:
-        train(model, steps=2)
         pacer = session._model_analysis.pacer
+        pacer._released = Watched()  # before the first step: the analysis has not begun
+        train(model, steps=2)
+        # On a loaded machine the analysis thread may start late: close only once it pauses.
+        assert waiting.wait(60)
         assert not pacer.released  # training runs: paced
     assert pacer.released
     assert model_points(listener)["0"]["flops"] == 2 * 16 * 8 * 16
