@@ -10,6 +10,7 @@ plugins; :func:`serve` is the loop the counter simulators share.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import math
 import os
@@ -20,7 +21,16 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["BAD_POWER", "PID_FILE", "SIMULATORS", "UNKNOWN_SOURCE", "main", "parse_watts", "serve"]
+__all__ = [
+    "BAD_POWER",
+    "PID_FILE",
+    "SIMULATORS",
+    "UNKNOWN_SOURCE",
+    "add_run_options",
+    "main",
+    "parse_watts",
+    "serve",
+]
 
 SIMULATORS: dict[str, tuple[str, str]] = {
     "rapl": ("collectors.rapl.sim:main", "a powercap tree at given powers (--package, --dram)"),
@@ -58,6 +68,30 @@ def parse_watts(value: str) -> float:
     if m is None:
         raise ValueError(BAD_POWER.format(value=value))
     return float(m.group(1)) * (1000.0 if m.group(2) == "kW" else 1.0)
+
+
+def _positive_seconds(value: str) -> float:
+    seconds = float(value)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return seconds
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options every counter simulator shares: ``--period``, ``--duration`` and
+    ``--background`` (the arguments of :func:`serve`)."""
+    parser.add_argument(
+        "--period",
+        type=_positive_seconds,
+        default=0.001,
+        help="seconds between counter updates (0.001)",
+    )
+    parser.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds")
+    parser.add_argument(
+        "--background",
+        action="store_true",
+        help="once the counters run, go on in the background (kill PID stops it)",
+    )
 
 
 def serve(

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from acquisition.errors import NoData, install_hint
-from acquisition.simulate import BAD_POWER, parse_watts, serve
+from acquisition.simulate import BAD_POWER, add_run_options, parse_watts, serve
 
 __all__ = [
     "BAD_POWER",
@@ -146,15 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR", help="where to write the GPUs' files (created if missing)")
     p.add_argument("--power", default="300W", help="each GPU's power (default 300W)")
     p.add_argument("--gpus", type=int, default=1, help="GPUs (default 1)")
-    p.add_argument(
-        "--period", type=float, default=0.001, help="seconds between counter updates (0.001)"
-    )
-    p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds")
-    p.add_argument(
-        "--background",
-        action="store_true",
-        help="once the counters run, go on in the background (kill PID stops it)",
-    )
+    add_run_options(p)
     return p
 
 
@@ -166,8 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    if args.gpus < 1 or args.period <= 0:
-        print("simulate nvml: --gpus and --period must be > 0", file=sys.stderr)
+    if args.gpus < 1:
+        print("simulate nvml: --gpus must be > 0", file=sys.stderr)
         return 2
     root = Path(args.dir).expanduser().resolve()
     start = time.time_ns()

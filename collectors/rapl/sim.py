@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from acquisition.simulate import BAD_POWER, PID_FILE, parse_watts, serve
+from acquisition.simulate import BAD_POWER, PID_FILE, add_run_options, parse_watts, serve
 
 __all__ = [
     "BAD_POWER",
@@ -112,20 +112,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dram", default="5W", help="each package's DRAM power (default 5W; 0: none)")
     p.add_argument("--sockets", type=int, default=1, help="packages (default 1)")
     p.add_argument(
-        "--period", type=float, default=0.001, help="seconds between counter updates (0.001)"
-    )
-    p.add_argument(
         "--max-range-uj",
         type=int,
         default=MAX_RANGE_UJ,
         help=f"where the counters wrap to 0 (default {MAX_RANGE_UJ})",
     )
-    p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds")
-    p.add_argument(
-        "--background",
-        action="store_true",
-        help="once the counters run, go on in the background (kill PID stops it)",
-    )
+    add_run_options(p)
     return p
 
 
@@ -138,8 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    if args.sockets < 1 or args.period <= 0 or args.max_range_uj < 1:
-        print("simulate rapl: --sockets, --period and --max-range-uj must be > 0", file=sys.stderr)
+    if args.sockets < 1 or args.max_range_uj < 1:
+        print("simulate rapl: --sockets and --max-range-uj must be > 0", file=sys.stderr)
         return 2
     root = Path(args.dir).expanduser().resolve()
     zones = layout(root, package, dram if dram > 0 else None, args.sockets, args.max_range_uj)

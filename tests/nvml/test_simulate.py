@@ -4,12 +4,7 @@ measures the simulated power."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import tempfile
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,8 +14,8 @@ from acquisition.errors import NoData
 from acquisition.point import Point
 from collectors.nvml import NvmlCollector, NvmlConfig
 from collectors.nvml.sim import config_table, layout, write_state
+from tests.simulated import sources, tracked_run_on_simulator
 
-NRG = str(Path(sys.executable).with_name("nrg-collect"))
 S = 1_000_000_000
 T0 = 1_795_000_000 * S
 WATTS = 300.0
@@ -67,41 +62,12 @@ async def test_no_simulated_gpus_is_said(tmp_path: Path, context: PluginContext)
         await collector.open()
 
 
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="nrg-sim-") as d:  # Unix socket path length
-        yield Path(d)
-
-
 @pytest.mark.slow
 def test_simulate_and_a_tracked_run_measure_the_simulated_power(short_tmp: Path) -> None:
-    sim = subprocess.Popen(
-        [NRG, "simulate", "nvml", str(short_tmp / "gpu"), "--power", "300W"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    summary = tracked_run_on_simulator(
+        short_tmp, ["nvml", str(short_tmp / "gpu"), "--power", "300W"], table_lines=2
     )
-    try:
-        assert sim.stdout is not None
-        table = "".join(sim.stdout.readline() for _ in range(2))
-        cfg = short_tmp / "nrg.toml"
-        cfg.write_text(
-            f'[agent]\ninterval = "100ms"\ndata_dir = "{short_tmp}/data"\n'
-            f'state_dir = "{short_tmp}/state"\n\n{table}energy_interval = "100ms"\n'
-            f'[[collectors.procfs]]\n[[collectors.hooks]]\nsocket_path = "{short_tmp}/s"\n'
-            f'[[sinks.file]]\ndir = "{short_tmp}/out"\n'
-        )
-        out = short_tmp / "summary.json"
-        run = [NRG, "-c", str(cfg), "--quiet", "--summary", "json", "--summary-file", str(out)]
-        job = [sys.executable, "-c", "import time; time.sleep(2)"]
-        proc = subprocess.run([*run, "--", *job], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-    finally:
-        sim.terminate()
-        _, err = sim.communicate(timeout=30)
-    assert sim.returncode == 0, err
-    summary = json.loads(out.read_text())
-    gpu = {s["source"]: s for s in summary["energy"]["sources"]}["nvml:0"]
+    gpu = sources(summary)["nvml:0"]
     assert gpu["mean_w"] == pytest.approx(WATTS, rel=0.01)
     # power × time, to 1 % and the summary's error bar (the run's edges the samples miss)
     expected = WATTS * summary["duration_s"]

@@ -3,12 +3,8 @@ that wrap included), and a tracked run on it measures the simulated powers."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
-import tempfile
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,8 +12,8 @@ import pytest
 from collectors.rapl import RaplCollector, RaplConfig
 from collectors.rapl.sim import BAD_POWER, config_table, layout, parse_watts, write_counters
 from tests.rapl.scenarios import SteppedIO, context
+from tests.simulated import NRG, sources, tracked_run_on_simulator
 
-NRG = str(Path(sys.executable).with_name("nrg-collect"))
 S = 1_000_000_000
 
 
@@ -54,39 +50,23 @@ async def test_the_collector_reads_the_tree_and_its_wraps(tmp_path: Path) -> Non
     assert collector.stats()["wraps"] >= 2 * 11  # both packages wrapped at least 11 times
 
 
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="nrg-sim-") as d:  # Unix socket path length
-        yield Path(d)
-
-
 @pytest.mark.slow
 def test_simulate_and_a_tracked_run_measure_the_simulated_powers(short_tmp: Path) -> None:
-    sim = subprocess.Popen(
-        [NRG, "simulate", "rapl", str(short_tmp / "rapl"), "--package", "25W", "--dram", "5W"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert sim.stdout is not None
-        table = "".join(sim.stdout.readline() for _ in range(3))
-        cfg = short_tmp / "nrg.toml"
-        cfg.write_text(
-            f'[agent]\ninterval = "100ms"\ndata_dir = "{short_tmp}/data"\n'
-            f'state_dir = "{short_tmp}/state"\n\n{table}\n[[collectors.procfs]]\n'
-            f'[[collectors.hooks]]\nsocket_path = "{short_tmp}/s"\n'
-            f'[[sinks.file]]\ndir = "{short_tmp}/out"\n'
+    simulate = ["rapl", str(short_tmp / "rapl"), "--package", "25W", "--dram", "5W"]
+    measured = sources(tracked_run_on_simulator(short_tmp, simulate, table_lines=3))
+    assert measured["rapl:package-0"]["mean_w"] == pytest.approx(25.0, rel=0.01)
+    assert measured["rapl:dram-0"]["mean_w"] == pytest.approx(5.0, rel=0.01)
+
+
+@pytest.mark.parametrize("period", ["0", "-1"])
+def test_a_period_that_is_not_positive_is_refused(tmp_path: Path, period: str) -> None:
+    for source in ("rapl", "nvml"):
+        proc = subprocess.run(
+            [NRG, "simulate", source, str(tmp_path / source), "--period", period],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
-        out = short_tmp / "summary.json"
-        run = [NRG, "-c", str(cfg), "--quiet", "--summary", "json", "--summary-file", str(out)]
-        job = [sys.executable, "-c", "import time; time.sleep(2)"]
-        proc = subprocess.run([*run, "--", *job], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-    finally:
-        sim.terminate()
-        _, err = sim.communicate(timeout=30)
-    assert sim.returncode == 0, err
-    sources = {s["source"]: s for s in json.loads(out.read_text())["energy"]["sources"]}
-    assert sources["rapl:package-0"]["mean_w"] == pytest.approx(25.0, rel=0.01)
-    assert sources["rapl:dram-0"]["mean_w"] == pytest.approx(5.0, rel=0.01)
+        assert proc.returncode == 2
+        assert f"argument --period: must be > 0, got {period}" in proc.stderr
+        assert not (tmp_path / source).exists()
