@@ -61,21 +61,47 @@ def test_list_says_a_real_port_is_available(tmp_path: Path, pty_port: tuple[int,
     assert rows["emonpi"].startswith(f"available: {port}"), rows
 
 
+def _has_open(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open (its file descriptors under /proc)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def test_once_with_only_an_emonpi_waits_for_its_frame(
     tmp_path: Path, pty_port: tuple[int, str]
 ) -> None:
+    """The frame comes only once the collector has the port open (a frame sent before is not
+    one it could have read), and again every half second, as a monitor sends them, until
+    ``--once`` has taken one and exited: however slowly the agent starts."""
     master, port = pty_port
+    env = {**os.environ, "NRG_STATE_DIR": str(tmp_path / "state")}
+    cmd = [NRG, "--once", "-c", str(_config(tmp_path, port))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
-    def send_later() -> None:
-        time.sleep(1.0)  # the collector has opened the port by now; a frame comes later
-        os.write(master, FRAME)
+    def send_once_open() -> None:
+        while proc.poll() is None:
+            if _has_open(proc.pid, port):
+                os.write(master, FRAME)
+            time.sleep(0.5)
 
-    writer = threading.Thread(target=send_later)
+    writer = threading.Thread(target=send_once_open)
     writer.start()
-    out = _nrg("--once", "-c", str(_config(tmp_path, port)), tmp_path=tmp_path)
-    writer.join()
-    assert out.returncode == 0, out.stderr
-    points = [decode_line(line) for line in out.stdout.splitlines()]
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        writer.join()
+    assert proc.returncode == 0, stderr
+    points = [decode_line(line) for line in stdout.splitlines()]
     (emonpi,) = [p for p in points if p.measurement == "emonpi"]
     assert emonpi.tags["node"] == "5"
     assert emonpi.fields["power1_watts"] == 352.0
