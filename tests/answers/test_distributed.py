@@ -39,9 +39,19 @@ def ddp_run(rapl_root: Path) -> Iterator[tuple[Path, dict[str, object], str]]:
         job = [TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "tests.answers.job_ddp"]
         job += [str(tmp / "s"), str(tmp / "fallback"), str(tmp / "graphs")]
         proc = nrg(
-            "-c", str(cfg), "--run", "ddp1", "--quiet", "--summary", "json",
-            "--summary-file", str(out), "--", *job,
-        )  # fmt: skip
+            "-c",
+            str(cfg),
+            "--run",
+            "ddp1",
+            "--quiet",
+            "--summary",
+            "json",
+            "--summary-file",
+            str(out),
+            "--",
+            *job,
+            timeout=400,
+        )  # fmt: skip  (the two ranks took over 150 s at a load average of 10)
         yield tmp, json.loads(out.read_text()), proc.stderr
 
 

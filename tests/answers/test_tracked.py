@@ -81,9 +81,11 @@ fsync = "never"
     return cfg
 
 
-def nrg(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProcess[str]:
+def nrg(
+    *args: str, check_rc: int | None = 0, timeout: float = 150
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [NRG, *args], capture_output=True, text=True, timeout=150, cwd=REPO, check=False
+        [NRG, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
     )
     if check_rc is not None:
         assert proc.returncode == check_rc, proc.stderr
@@ -107,6 +109,7 @@ def validate(data: object) -> None:
     jsonschema.validate(data, json.loads(SCHEMA_FILE.read_text()))
 
 
+@pytest.mark.timeout(480)  # two tracked runs and ten commands: over 180 s at a load average of 10
 def test_training_run_summary_report_and_compare(short_tmp: Path, rapl_root: Path) -> None:
     cfg = config(short_tmp, rapl_root)
     job = [sys.executable, "-m", "tests.answers.job_train"]

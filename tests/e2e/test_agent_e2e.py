@@ -52,11 +52,16 @@ def test_agent_at_20_hz_records_every_tick_and_exits_cleanly_on_sigterm(tmp_path
     proc = subprocess.Popen(
         [NRG, "--config", str(cfg), "--quiet"], stderr=subprocess.PIPE, text=True
     )
-    time.sleep(3.0)
+    out = tmp_path / "out" / "nrg.lp"
+    deadline = time.monotonic() + 120  # the agent's start, seconds at a load average of 10
+    while not (out.exists() and out.stat().st_size) and proc.poll() is None:
+        assert time.monotonic() < deadline, "the agent wrote nothing in 120 s"
+        time.sleep(0.05)
+    time.sleep(3.0)  # 3 s of ticks once it runs
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 0, stderr
-    points = _read(tmp_path / "out" / "nrg.lp")
+    points = _read(out)
     assert {p.tags["run"] for p in points} == {"e2e"}
     assert all(p.tags["host"] for p in points)
 
