@@ -38,20 +38,11 @@ def ddp_run(rapl_root: Path) -> Iterator[tuple[Path, dict[str, object], str]]:
         out = tmp / "summary.json"
         job = [TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "tests.answers.job_ddp"]
         job += [str(tmp / "s"), str(tmp / "fallback"), str(tmp / "graphs")]
+        # the two ranks took over 150 s at a load average of 10
         proc = nrg(
-            "-c",
-            str(cfg),
-            "--run",
-            "ddp1",
-            "--quiet",
-            "--summary",
-            "json",
-            "--summary-file",
-            str(out),
-            "--",
-            *job,
-            timeout=400,
-        )  # fmt: skip  (the two ranks took over 150 s at a load average of 10)
+            "-c", str(cfg), "--run", "ddp1", "--quiet", "--summary", "json",
+            "--summary-file", str(out), "--", *job, timeout=400,
+        )  # fmt: skip
         yield tmp, json.loads(out.read_text()), proc.stderr
 
 
