@@ -71,7 +71,7 @@ def _rank_points(host: str, rank: int, local: int, steps: int, slow: bool) -> li
         end = T0 + NS + (n + 1) * STEP_NS - lag
         d = (end - start) / NS
         etags = {**tags, "epoch": str(n // 1000)}
-        fields = {"step": n, "start_time_ns": start, "end_time_ns": end, "samples": 32}
+        fields = {"step": n, "samples": 32, "start_time_ns": start, "end_time_ns": end}
         out.append(Point("nrg_step", etags, {**fields, "duration_seconds": d}, end))
         for source, watts in shared.items():
             e = {"step": n, "energy_joules": watts * d}

@@ -1,0 +1,168 @@
+"""Reading a run's step lines from ``.lp`` files into columns
+(:class:`acquisition.summary.columns.StepColumns`), every other line into points.
+
+One compiled regex runs over each chunk (C speed) and sorts its lines three ways: a plain
+``nrg_step`` line (``step``, ``samples``, ``start_time_ns``, ``end_time_ns``,
+``duration_seconds``, as the training library writes them), a plain step-scope ``nrg_energy``
+line (``step``, ``energy_joules`` and the attribution's optional fields in its order), or any
+other line. A step line's series (``measurement,tags``) is decoded once, when first met, and
+checked against the query's tags once; its values are only split off the line by the regex, and
+turned into numbers column by column at the end of each chunk. Any line of another shape (other
+fields or field order, escapes, strings, a value that is not a plain number) is an other line:
+it is decoded as a point by :class:`acquisition.store.Scanner`, as :class:`acquisition.store.Store`
+reads every line, so nothing is lost, only read the slow way.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from array import array
+from collections.abc import Iterator
+from typing import Any
+
+from acquisition.errors import LineProtocolError
+from acquisition.lineproto import decode_line
+from acquisition.point import Point
+from acquisition.store import Query, Scanner, ScanStats, Store
+from acquisition.summary.columns import NONE_INT, Series, StepColumns, step_series
+
+__all__ = ["read_columns"]
+
+_INT = rb"(-?\d+)i"
+_FLOAT = rb"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_END = rb" (\d+)(?![^\n])"
+_STEP = (
+    rb"nrg_step,([^ \n\\\"]+) step="
+    + _INT
+    + rb"(?:,samples="
+    + _INT
+    + rb")?,start_time_ns="
+    + _INT
+    + rb",end_time_ns="
+    + _INT
+    + rb",duration_seconds="
+    + _FLOAT
+    + _END
+)
+_ENERGY = (
+    rb"nrg_energy,([^ \n\\\"]*?,scope=step,[^ \n\\\"]*) step="
+    + _INT
+    + rb",energy_joules="
+    + _FLOAT
+    + rb"(?:,duration_seconds="
+    + _FLOAT
+    + rb")?(?:,mean_power_watts="
+    + _FLOAT
+    + rb")?(?:,error_joules="
+    + _FLOAT
+    + rb",error_start_joules="
+    + _FLOAT
+    + rb",error_end_joules="
+    + _FLOAT
+    + rb")?"
+    + _END
+)
+LINES = re.compile(rb"\n(?:" + _STEP + rb"|" + _ENERGY + rb"|([^\n]*))")
+"""Groups: ``nrg_step`` 1–7 (head, step, samples, start, end, duration, time), ``nrg_energy``
+8–16 (head, step, energy, duration, mean power, error, error at start, at end, time), other 17."""
+_STEP_GROUPS = slice(0, 7)
+_ENERGY_GROUPS = slice(7, 16)
+_OTHER = 16
+_SKIP: Any = object()
+"""A series of lines the query does not want."""
+
+
+def _int_or_none(values: tuple[bytes, ...]) -> list[int]:
+    if all(values):
+        return list(map(int, values))
+    return [int(v) if v else NONE_INT for v in values]
+
+
+def _float_or_nan(values: tuple[bytes, ...]) -> list[float]:
+    if all(values):
+        return list(map(float, values))
+    return [float(v) if v else math.nan for v in values]
+
+
+class ColumnScanner:
+    """A :class:`acquisition.store.ChunkReader` that keeps the step lines of ``query`` in
+    ``columns`` and yields the other lines' points."""
+
+    def __init__(self, query: Query, stats: ScanStats) -> None:
+        self.query = query
+        self.stats = stats
+        self.where = ""
+        self.bad_logged = False
+        self.others = Scanner(query, stats)
+        self.columns = StepColumns()
+        self._heads: dict[tuple[int, bytes], Series] = {}
+        self._rows: dict[int, tuple[Series, list[tuple[bytes, ...]], array[int]]] = {}
+
+    def points(self, buf: bytes, limit: int) -> Iterator[Point]:
+        self.others.where, self.others.bad_logged = self.where, self.bad_logged
+        other: list[bytes] = []
+        n = self.columns.lines
+        for groups in LINES.findall(buf, 0, limit):
+            if groups[0]:
+                n += self._row(0, groups[_STEP_GROUPS], n)
+            elif groups[7]:
+                n += self._row(1, groups[_ENERGY_GROUPS], n)
+            else:
+                other.append(groups[_OTHER])
+        self.columns.lines = n
+        self._flush()
+        yield from self.others.wanted(other)
+        self.bad_logged = self.others.bad_logged
+
+    def _row(self, kind: int, groups: tuple[bytes, ...], n: int) -> int:
+        series = self._heads.get((kind, groups[0]))
+        if series is None:
+            series = self._heads[(kind, groups[0])] = self._series(kind, groups[0])
+        if series is _SKIP:
+            return 0
+        entry = self._rows.get(id(series))
+        if entry is None:
+            entry = self._rows[id(series)] = (series, [], array("q"))
+        entry[1].append(groups)
+        entry[2].append(n)
+        return 1
+
+    def _series(self, kind: int, head: bytes) -> Series:
+        measurement = ("nrg_step", "nrg_energy")[kind]
+        try:
+            tags = decode_line(f"{measurement},{head.decode('utf-8')} x=0i 0").tags
+        except (LineProtocolError, UnicodeDecodeError):
+            return _SKIP  # type: ignore[no-any-return]
+        q = self.query
+        if q.measurements is not None and measurement not in q.measurements:
+            return _SKIP  # type: ignore[no-any-return]
+        if not all(tags.get(k) in vs for k, vs in q.tags.items()):
+            return _SKIP  # type: ignore[no-any-return]
+        return self.columns.add(step_series(measurement, tags))
+
+    def _flush(self) -> None:
+        """The chunk's rows into their series' columns."""
+        for series, rows, order in self._rows.values():
+            cols = list(zip(*rows, strict=True))
+            series.order.extend(order)
+            series.step.extend(map(int, cols[1]))
+            series.time.extend(map(int, cols[-1]))
+            if series.measurement == "nrg_step":
+                for target, values in zip(series.ints, cols[2:5], strict=True):
+                    target.extend(_int_or_none(values))
+                series.floats[0].extend(map(float, cols[5]))
+            else:
+                for target, values in zip(series.floats, cols[2:8], strict=True):
+                    target.extend(_float_or_nan(values))
+            self.stats.points += len(rows)
+        self._rows.clear()
+
+
+def read_columns(store: Store, query: Query) -> tuple[list[Point], StepColumns]:
+    """The points of ``query`` in ``store``, less its step lines, and those lines as columns."""
+    if query.start_ns is not None or query.end_ns is not None:
+        return list(store.query(query)), StepColumns()
+    scanner = ColumnScanner(query, store.stats)
+    points = list(store.scan(scanner))
+    return points, scanner.columns
