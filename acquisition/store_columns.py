@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from acquisition.errors import LineProtocolError
@@ -27,7 +27,7 @@ from acquisition.point import Point
 from acquisition.store import Query, Scanner, ScanStats, Store
 from acquisition.summary.columns import NONE_INT, Series, StepColumns, step_series
 
-__all__ = ["read_columns"]
+__all__ = ["LINES", "ColumnScanner", "read_columns", "skip_pattern"]
 
 _INT = rb"(-?\d+)i"
 _FLOAT = rb"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
@@ -66,11 +66,56 @@ _ENERGY = (
 LINES = re.compile(rb"\n(?:" + _STEP + rb"|" + _ENERGY + rb"|([^\n]*))")
 """Groups: ``nrg_step`` 1–7 (head, step, samples, start, end, duration, time), ``nrg_energy``
 8–16 (head, step, energy, duration, mean power, error, error at start, at end, time), other 17."""
+
+
+def lines_pattern(measurements: frozenset[str] | None) -> re.Pattern[bytes]:
+    """:data:`LINES` for the lines of ``measurements`` only (None: all): the others match
+    nothing, so they cost no Python call."""
+    if measurements is None:
+        return LINES
+    names = b"|".join(re.escape(m.encode()) for m in sorted(measurements))
+    step = _STEP if "nrg_step" in measurements else b"(?!)" + _STEP
+    energy = _ENERGY if "nrg_energy" in measurements else b"(?!)" + _ENERGY
+    other = b"((?:" + names + b")[ ,][^\n]*)" if names else b"(?!)([^\n]*)"
+    return re.compile(b"\n(?:" + step + b"|" + energy + b"|" + other + b")")
+
+
 _STEP_GROUPS = slice(0, 7)
 _ENERGY_GROUPS = slice(7, 16)
 _OTHER = 16
 _SKIP: Any = object()
 """A series of lines the query does not want."""
+
+
+_TAGS = rb"(?:[^ ,\n]*,)*?"
+"""Any tags before the next one named (tags are sorted), tag by tag."""
+_PLAIN = re.compile(r"[^ ,=\\\"]+")
+
+
+def skip_pattern(owners: Mapping[tuple[str, str], tuple[str, str]]) -> re.Pattern[bytes] | None:
+    """A regex for the step-energy lines of a rank on ``nvml`` sources other than its own GPU
+    (``owners``: (host, rank) → (its GPU's source, UUID)): the join of a host with several ranks
+    counts each GPU from its own rank only. None when there is nothing to skip."""
+    by_host: dict[str, list[bytes]] = {}
+    for (host, rank), (source, _) in sorted(owners.items()):
+        kind, _, gpu = source.partition(":")
+        if kind != "nvml" or not all(_PLAIN.fullmatch(v) for v in (host, rank, gpu)):
+            continue
+        by_host.setdefault(host, []).append(
+            re.escape(rank.encode())
+            + b","
+            + _TAGS
+            + b"scope=step,source=nvml:(?!"
+            + re.escape(gpu.encode())
+            + b"[ ,])"
+        )
+    if not by_host:
+        return None
+    hosts = [
+        re.escape(host.encode()) + b"," + _TAGS + b"rank=(?:" + b"|".join(ranks) + b")"
+        for host, ranks in by_host.items()
+    ]
+    return re.compile(b"\nnrg_energy," + _TAGS + b"host=(?:" + b"|".join(hosts) + b")[^\n]*")
 
 
 def _int_or_none(values: tuple[bytes, ...]) -> list[int]:
@@ -89,13 +134,17 @@ class ColumnScanner:
     """A :class:`acquisition.store.ChunkReader` that keeps the step lines of ``query`` in
     ``columns`` and yields the other lines' points."""
 
-    def __init__(self, query: Query, stats: ScanStats) -> None:
+    def __init__(
+        self, query: Query, stats: ScanStats, skip: re.Pattern[bytes] | None = None
+    ) -> None:
         self.query = query
+        self.skip = skip
+        self.pattern = lines_pattern(query.measurements)
         self.stats = stats
         self.where = ""
         self.bad_logged = False
         self.others = Scanner(query, stats)
-        self.columns = StepColumns()
+        self.columns = StepColumns(skipped=skip is not None)
         self._heads: dict[tuple[int, bytes], Series] = {}
         self._rows: dict[int, tuple[Series, list[tuple[bytes, ...]], array[int]]] = {}
 
@@ -103,7 +152,10 @@ class ColumnScanner:
         self.others.where, self.others.bad_logged = self.where, self.bad_logged
         other: list[bytes] = []
         n = self.columns.lines
-        for groups in LINES.findall(buf, 0, limit):
+        if self.skip is not None:  # at C speed: no Python call per line left out
+            buf = self.skip.sub(b"", buf[:limit])
+            limit = len(buf)
+        for groups in self.pattern.findall(buf, 0, limit):
             if groups[0]:
                 n += self._row(0, groups[_STEP_GROUPS], n)
             elif groups[7]:
@@ -159,10 +211,13 @@ class ColumnScanner:
         self._rows.clear()
 
 
-def read_columns(store: Store, query: Query) -> tuple[list[Point], StepColumns]:
-    """The points of ``query`` in ``store``, less its step lines, and those lines as columns."""
+def read_columns(
+    store: Store, query: Query, skip: re.Pattern[bytes] | None = None
+) -> tuple[list[Point], StepColumns]:
+    """The points of ``query`` in ``store``, less its step lines, and those lines as columns
+    (less the lines ``skip`` matches: see :func:`skip_pattern`)."""
     if query.start_ns is not None or query.end_ns is not None:
         return list(store.query(query)), StepColumns()
-    scanner = ColumnScanner(query, store.stats)
+    scanner = ColumnScanner(query, store.stats, skip)
     points = list(store.scan(scanner))
     return points, scanner.columns

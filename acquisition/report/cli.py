@@ -278,7 +278,7 @@ def _report(argv: Sequence[str]) -> int:
     options = summary_options(args)
     runs = find_runs(store)
     if args.list:
-        rows = [(info, summarize(info.points, options)) for info in runs]
+        rows = [(info, summarize(info.points, options, columns=info.columns)) for info in runs]
         _write(args, list_text(rows))
         return 0
     groups = select_runs(runs, args.names, str(where))

@@ -32,7 +32,7 @@ from acquisition.processors.attribution import parse_source
 from acquisition.processors.energy import parse_gpu_sample
 from acquisition.summary.bounds import StepBound, sum_bound
 from acquisition.summary.carbon import run_carbon
-from acquisition.summary.columns import RankView, StepColumns
+from acquisition.summary.columns import RankView, StepColumns, regular_views
 from acquisition.summary.forecast import first_forecast
 from acquisition.summary.model import (
     J_PER_KWH,
@@ -450,13 +450,12 @@ def _views(
     the columns' lines join the points (the general way)."""
     if columns is None:
         return pts, None
-    steps = any(
-        p.measurement == "nrg_step"
-        or (p.measurement == "nrg_energy" and p.tags.get("scope") == "step")
-        for p in pts
-    )
-    views = None if steps else columns.ranks()
-    return (pts, views) if views is not None else (pts + columns.to_points(), None)
+    views = regular_views(pts, columns)
+    if views is not None:
+        return pts, views
+    if columns.skipped:
+        raise ValueError("step columns read without some lines cannot take the general way")
+    return pts + columns.to_points(), None
 
 
 def step_energies(points: Iterable[Point], options: SummaryOptions | None = None) -> list[float]:

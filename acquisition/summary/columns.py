@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from acquisition.point import FieldValue, Point
 
-__all__ = ["ENERGY_OPTIONAL", "NONE_INT", "RankView", "Series", "StepColumns"]
+__all__ = ["ENERGY_OPTIONAL", "NONE_INT", "RankView", "Series", "StepColumns", "regular_views"]
 
 NONE_INT = -(2**63)
 """An absent int field (``samples``) in an int column."""
@@ -121,6 +121,11 @@ class StepColumns:
 
     series: list[Series] = field(default_factory=list)
     lines: int = 0
+    skipped: bool = False
+    """Lines the join does not read were left out (a rank's step energy of the host's other
+    GPUs): only the join of :func:`regular_views` may read these columns."""
+    _views: list[RankView] | None = field(default=None, repr=False)
+    _viewed: bool = field(default=False, repr=False)
 
     def add(self, series: Series) -> Series:
         self.series.append(series)
@@ -153,6 +158,11 @@ class StepColumns:
         """Each (host, rank)'s aligned steps, in (host, rank) order, when the run is regular:
         every rank has the same step numbers, each once, with its energy for the same sources
         on every step; else None (the points take the general way)."""
+        if not self._viewed:
+            self._views, self._viewed = self._ranks(), True
+        return self._views
+
+    def _ranks(self) -> list[RankView] | None:
         steps: dict[tuple[str, str], list[Series]] = {}
         energy: dict[tuple[str, str], dict[str, list[Series]]] = {}
         for s in self.series:
@@ -226,3 +236,14 @@ def _view(
                 return None
             view.bounds[source] = (errors[0], errors[1], errors[2])  # type: ignore[assignment]
     return view
+
+
+def regular_views(points: list[Point], columns: StepColumns) -> list[RankView] | None:
+    """The columns' aligned ranks when the join can read them: the run is regular and no step
+    line of it is among ``points`` (a line of another shape)."""
+    steps = any(
+        p.measurement == "nrg_step"
+        or (p.measurement == "nrg_energy" and p.tags.get("scope") == "step")
+        for p in points
+    )
+    return None if steps else columns.ranks()
