@@ -10,6 +10,8 @@ per step only the figures are read from the rank's arrays.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -89,44 +91,77 @@ def _plan(
     return plan
 
 
-def _merged(plan: _HostPlan, i: int, span: tuple[int, int], curves: Curves) -> dict[str, float]:
-    """The host's figure of each source it counts in step ``i``."""
-    views = plan.views
-    merged: dict[str, float] = {}
-    several = len(views) > 1
+def _max_of(plan: _HostPlan, source: str) -> list[float]:
+    """A shared source's figure in each step: the largest of its ranks', as the general join
+    takes them one by one."""
+    having = plan.shared[source]
+    out = plan.views[having[0]].energy[source]
+    for k in having[1:]:
+        out = list(map(max, plan.views[k].energy[source], out))
+    return out
+
+
+def _merged(
+    plan: _HostPlan, spans: list[tuple[int, int]], curves: Curves
+) -> dict[str, list[float]]:
+    """The host's figure of each source it counts, per step: a rank's own source its figure,
+    a shared one over the step's span from its readings (several ranks), else the largest."""
+    merged: dict[str, list[float]] = {}
     for source in plan.order:
         owner = plan.own.get(source)
         if owner is not None:
-            merged[source] = views[owner].energy[source][i]
+            merged[source] = plan.views[owner].energy[source]
             continue
-        having = plan.shared[source]
-        value = views[having[0]].energy[source][i]
-        for k in having[1:]:
-            value = max(views[k].energy[source][i], value)
-        if several:
-            curve = curves.get((plan.host, source))
-            over_span = curve.energy(*span) if curve is not None else None
-            if over_span is not None:
-                value = over_span
-        merged[source] = value
+        figures = _max_of(plan, source)
+        curve = curves.get((plan.host, source)) if len(plan.views) > 1 else None
+        if curve is not None:
+            over = [curve.energy(*span) for span in spans]
+            figures = [f if o is None else o for f, o in zip(figures, over, strict=True)]
+        merged[source] = figures
     return merged
 
 
-def _bound(plan: _HostPlan, source: str, i: int) -> StepBound:
-    """The largest of the bounds that count for ``source`` in step ``i`` (the first of equals)."""
-    found = [plan.views[k].bounds[source] for k in plan.bounded[source]]
-    best = max(range(len(found)), key=lambda j: found[j][0][i])
-    error, start, end = found[best]
-    return StepBound(error[i], start[i], end[i])
+def _added(columns: list[list[float]], n: int, start: float = 0) -> list[float]:
+    """Element by element, ``start`` plus each column in turn (the order of a loop's ``+=``)."""
+    out: list[float] = [start] * n
+    for col in columns:
+        out = list(map(operator.add, out, col))
+    return out
 
 
-def _add_bounds(
-    into: dict[str, StepBound], plan: _HostPlan, merged: Mapping[str, float], i: int
-) -> None:
-    for source in merged:
+@dataclass
+class _Energy:
+    """A host's figures per step."""
+
+    merged: dict[str, list[float]]
+    total: list[float]
+    own: list[list[float]]
+    """Per view of the host."""
+    share: list[float]
+
+
+def _host_energy(plan: _HostPlan, spans: list[tuple[int, int]], curves: Curves, n: int) -> _Energy:
+    merged = _merged(plan, spans, curves)
+    total = _added([merged[s] for s in plan.used], n)
+    zeros = [0.0] * n
+    own = [zeros] * len(plan.views)
+    for k, source in plan.own_used:
+        own[k] = merged[source]
+    owned = _added(own, n)
+    m = len(plan.views)
+    share = [(t - o) / m for t, o in zip(total, owned, strict=True)]
+    return _Energy(merged, total, own, share)
+
+
+def _bounds_at(plan: _HostPlan, into: dict[str, StepBound], i: int) -> None:
+    """Add the host's bounds of step ``i``: for each source it counts that has them, the
+    largest of the bounds that count (the owner's, or the sharers')."""
+    for source in plan.order:
         if source not in plan.bounded:
             continue
-        b = _bound(plan, source, i)
+        found = [plan.views[k].bounds[source] for k in plan.bounded[source]]
+        best = max(range(len(found)), key=lambda j: found[j][0][i])
+        b = StepBound(found[best][0][i], found[best][1][i], found[best][2][i])
         have = into.get(source)
         if have is None:
             into[source] = b
@@ -136,72 +171,62 @@ def _add_bounds(
         into[source] = StepBound(have.error + b.error, start, end)
 
 
-@dataclass
-class _StepTotals:
-    sources: dict[str, float] = field(default_factory=dict)
-    parts: list[tuple[float, float]] = field(default_factory=list)
-    """Per view of the run, (own J, share J)."""
-    total: float = 0.0
-    measured: bool = False
-    bounds: dict[str, StepBound] = field(default_factory=dict)
+def _spans(views: list[RankView]) -> list[tuple[int, int]]:
+    """Each global step's span: from the previous step's end (or its ranks' earliest start,
+    when later) to its ranks' latest end."""
+    starts = list(map(min, *(v.start for v in views)))
+    ends = list(map(max, *(v.end for v in views)))
+    out = []
+    previous_end: int | None = None
+    for start, end in zip(starts, ends, strict=True):
+        if previous_end is not None:
+            start = max(start, previous_end)
+        previous_end = end
+        out.append((min(start, end), end))
+    return out
 
 
-def _energy(
-    out: GlobalSteps, plans: list[_HostPlan], i: int, span: tuple[int, int], curves: Curves
-) -> _StepTotals:
-    t = _StepTotals()
-    for plan in plans:
-        merged = _merged(plan, i, span, curves)
-        host_total = sum(merged[s] for s in plan.used)
-        own = [0.0] * len(plan.views)
-        for k, source in plan.own_used:
-            own[k] = merged[source]
-        shared = (host_total - sum(own)) / len(plan.views)
-        t.measured = t.measured or bool(plan.used)
-        for source, joules in merged.items():
-            t.sources[source] = t.sources.get(source, 0.0) + joules
-        for k, r in enumerate(plan.ranks):
-            t.parts.append((own[k], shared))
-            r.energy_j += own[k] + shared
-        t.total += host_total
-        out.host_energy[plan.host] = out.host_energy.get(plan.host, 0.0) + host_total
-        _add_bounds(t.bounds, plan, merged, i)
-    return t
-
-
-def _synth(step: int, views: list[RankView], i: int, span: tuple[int, int]) -> Point:
-    fields: dict[str, FieldValue] = {"step": step}
-    fields["start_time_ns"], fields["end_time_ns"] = span
-    fields["duration_seconds"] = (span[1] - span[0]) / _NS
-    samples = [v.samples[i] for v in views if v.samples[i] != NONE_INT]
-    if samples:
-        fields["samples"] = sum(samples)
-    epoch = views[0].epoch[i]
-    return Point("nrg_step", {"epoch": epoch} if epoch is not None else {}, fields, span[1])
+def _synth(views: list[RankView], spans: list[tuple[int, int]]) -> list[Point]:
+    """The global steps as ``nrg_step`` points (epoch, span, samples summed over ranks)."""
+    rows = list(zip(*(v.samples for v in views), strict=True))
+    out = []
+    for i, (step, span) in enumerate(zip(views[0].step, spans, strict=True)):
+        fields: dict[str, FieldValue] = {"step": step}
+        fields["start_time_ns"], fields["end_time_ns"] = span
+        fields["duration_seconds"] = (span[1] - span[0]) / _NS
+        samples = [s for s in rows[i] if s != NONE_INT]
+        if samples:
+            fields["samples"] = sum(samples)
+        epoch = views[0].epoch[i]
+        tags = {"epoch": epoch} if epoch is not None else {}
+        out.append(Point("nrg_step", tags, fields, span[1]))
+    return out
 
 
 def _stragglers(
     views: list[RankView],
     ranks: list[_Rank],
-    i: int,
-    span: tuple[int, int],
-    parts: list[tuple[float, float]],
+    spans: list[tuple[int, int]],
+    parts: list[tuple[list[float], list[float]]],
 ) -> None:
-    ends = [v.end[i] for v in views]
-    latest = max(ends)
-    slowest = ends.index(latest)
-    ranks[slowest].slowest_steps += 1
-    span_s = (span[1] - span[0]) / _NS
-    for k, v in enumerate(views):
-        wait = (latest - ends[k]) / _NS
-        if k == slowest or wait <= 0:
-            continue
-        r = ranks[k]
-        r.wait_s += wait
-        own, share = parts[k]
-        duration = (v.end[i] - v.start[i]) / _NS
-        power = (own / duration if duration > 0 else 0.0) + (share / span_s if span_s > 0 else 0.0)
-        r.wait_energy_j += power * wait
+    """Per step, the slowest rank (the first of the latest ends); every other rank waits from
+    its end to that one, at its mean power of the step."""
+    latest = list(map(max, *(v.end for v in views)))
+    rows = zip(*(v.end for v in views), strict=True)
+    for k in (row.index(end) for row, end in zip(rows, latest, strict=True)):
+        ranks[k].slowest_steps += 1
+    span_s = [(b - a) / _NS for a, b in spans]
+    for v, r, (own, share) in zip(views, ranks, parts, strict=True):
+        for i, end in enumerate(v.end):
+            wait = (latest[i] - end) / _NS
+            if wait <= 0:
+                continue
+            r.wait_s += wait
+            duration = (end - v.start[i]) / _NS
+            power = (own[i] / duration if duration > 0 else 0.0) + (
+                share[i] / span_s[i] if span_s[i] > 0 else 0.0
+            )
+            r.wait_energy_j += power * wait
 
 
 def global_steps_columns(
@@ -217,9 +242,8 @@ def global_steps_columns(
     ranks = []
     for v in views:
         gpu_source, uuid = owners.get((v.host, v.rank), ("", ""))
-        ranks.append(
-            out.ranks.setdefault((v.host, v.rank), _Rank(v.host, v.rank, uuid, gpu_source))
-        )
+        rank = _Rank(v.host, v.rank, uuid, gpu_source)
+        ranks.append(out.ranks.setdefault((v.host, v.rank), rank))
     by_host: dict[str, list[int]] = {}
     for k, v in enumerate(views):
         by_host.setdefault(v.host, []).append(k)
@@ -227,26 +251,46 @@ def global_steps_columns(
         _plan(host, [views[k] for k in ks], [ranks[k] for k in ks], owners, counted)
         for host, ks in by_host.items()
     ]
-    previous_end: int | None = None
-    for i, step in enumerate(views[0].step):
-        start = min(v.start[i] for v in views)
-        end = max(v.end[i] for v in views)
-        if previous_end is not None:
-            start = max(start, previous_end)
-        span = (min(start, end), end)
-        gkey: StepKey = ("", "", step)
-        out.steps[gkey] = _synth(step, views, i, span)
-        for v, r in zip(views, ranks, strict=True):
-            r.steps += 1
-            r.time_s += (v.end[i] - v.start[i]) / _NS
-        t = _energy(out, plans, i, span, curves)
-        if t.sources:
-            out.energy[gkey] = t.sources
-        if t.measured:
-            out.totals[gkey] = t.total
-        if t.bounds:
-            out.bounds[gkey] = t.bounds
-        _stragglers(views, ranks, i, span, t.parts)
-        previous_end = span[1]
-        out.multi_rank_steps += 1
+    n = len(views[0].step)
+    spans = _spans(views)
+    keys: list[StepKey] = [("", "", step) for step in views[0].step]
+    out.steps = dict(zip(keys, _synth(views, spans), strict=True))
+    for v, r in zip(views, ranks, strict=True):
+        r.steps += n
+        durations = [(e - s) / _NS for s, e in zip(v.start, v.end, strict=True)]
+        r.time_s = functools.reduce(operator.add, durations, r.time_s)
+    energies = [_host_energy(plan, spans, curves, n) for plan in plans]
+    parts = []
+    sources: dict[str, list[float]] = {}
+    for plan, e in zip(plans, energies, strict=True):
+        for source, figures in e.merged.items():
+            sources[source] = (
+                _added([figures], n, 0.0)
+                if source not in sources
+                else list(map(operator.add, sources[source], figures))
+            )
+        for k, r in enumerate(plan.ranks):
+            parts.append((e.own[k], e.share))
+            r.energy_j = functools.reduce(
+                operator.add, map(operator.add, e.own[k], e.share), r.energy_j
+            )
+        out.host_energy[plan.host] = functools.reduce(
+            operator.add, e.total, out.host_energy.get(plan.host, 0.0)
+        )
+    if sources:
+        names = list(sources)
+        for i, key in enumerate(keys):
+            out.energy[key] = {s: sources[s][i] for s in names}
+    if any(plan.used for plan in plans):
+        totals = _added([e.total for e in energies], n, 0.0)
+        out.totals = dict(zip(keys, totals, strict=True))
+    if any(plan.bounded for plan in plans):
+        for i, key in enumerate(keys):
+            into: dict[str, StepBound] = {}
+            for plan in plans:
+                _bounds_at(plan, into, i)
+            if into:
+                out.bounds[key] = into
+    _stragglers(views, ranks, spans, parts)
+    out.multi_rank_steps += n
     return out
