@@ -68,15 +68,23 @@ LINES = re.compile(rb"\n(?:" + _STEP + rb"|" + _ENERGY + rb"|([^\n]*))")
 8–16 (head, step, energy, duration, mean power, error, error at start, at end, time), other 17."""
 
 
-def lines_pattern(measurements: frozenset[str] | None) -> re.Pattern[bytes]:
+def lines_pattern(measurements: frozenset[str] | None, steps: bool = True) -> re.Pattern[bytes]:
     """:data:`LINES` for the lines of ``measurements`` only (None: all): the others match
-    nothing, so they cost no Python call."""
-    if measurements is None:
+    nothing, so they cost no Python call; without ``steps``, neither do plain ``nrg_step``
+    lines (read already)."""
+    if measurements is None and steps:
         return LINES
-    names = b"|".join(re.escape(m.encode()) for m in sorted(measurements))
-    step = _STEP if "nrg_step" in measurements else b"(?!)" + _STEP
-    energy = _ENERGY if "nrg_energy" in measurements else b"(?!)" + _ENERGY
-    other = b"((?:" + names + b")[ ,][^\n]*)" if names else b"(?!)([^\n]*)"
+    names = b"|".join(re.escape(m.encode()) for m in sorted(measurements or ()))
+    wanted = b"(?:" + names + b")[ ,]" if measurements is not None else b""
+    step = _STEP if steps and "nrg_step" in (measurements or {"nrg_step"}) else b"(?!)" + _STEP
+    on = measurements is None or "nrg_energy" in measurements
+    energy = _ENERGY if on else b"(?!)" + _ENERGY
+    plain_step = b"" if steps else b"(?!" + re.sub(rb"\((?!\?)", b"(?:", _STEP) + b")"
+    other = (
+        b"(" + plain_step + wanted + b"[^\n]*)"
+        if names or measurements is None
+        else b"(?!)([^\n]*)"
+    )
     return re.compile(b"\n(?:" + step + b"|" + energy + b"|" + other + b")")
 
 
@@ -135,11 +143,15 @@ class ColumnScanner:
     ``columns`` and yields the other lines' points."""
 
     def __init__(
-        self, query: Query, stats: ScanStats, skip: re.Pattern[bytes] | None = None
+        self,
+        query: Query,
+        stats: ScanStats,
+        skip: re.Pattern[bytes] | None = None,
+        steps: bool = True,
     ) -> None:
         self.query = query
         self.skip = skip
-        self.pattern = lines_pattern(query.measurements)
+        self.pattern = lines_pattern(query.measurements, steps)
         self.stats = stats
         self.where = ""
         self.bad_logged = False
@@ -212,12 +224,13 @@ class ColumnScanner:
 
 
 def read_columns(
-    store: Store, query: Query, skip: re.Pattern[bytes] | None = None
+    store: Store, query: Query, skip: re.Pattern[bytes] | None = None, steps: bool = True
 ) -> tuple[list[Point], StepColumns]:
     """The points of ``query`` in ``store``, less its step lines, and those lines as columns
-    (less the lines ``skip`` matches: see :func:`skip_pattern`)."""
+    (less the lines ``skip`` matches: see :func:`skip_pattern`; without ``steps``, less the
+    plain ``nrg_step`` lines too)."""
     if query.start_ns is not None or query.end_ns is not None:
         return list(store.query(query)), StepColumns()
-    scanner = ColumnScanner(query, store.stats, skip)
+    scanner = ColumnScanner(query, store.stats, skip, steps)
     points = list(store.scan(scanner))
     return points, scanner.columns

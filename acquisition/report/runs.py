@@ -192,7 +192,12 @@ def load_run_columns(store: PointSource, info: RunInfo) -> tuple[list[Point], St
 def _read(
     store: Store, info: RunInfo, query: Query, skip: re.Pattern[bytes] | None
 ) -> tuple[list[Point], StepColumns]:
-    points, columns = read_columns(store, query, skip)
+    # the plain nrg_step lines were read by find_runs: not again
+    known = info.columns
+    points, columns = read_columns(store, query, skip, steps=known is None)
+    if known is not None:
+        columns.series[:0] = known.series
+        columns.lines += known.lines
     if info.experiment == "":
         columns.series = [s for s in columns.series if not s.tags.get("experiment")]
     return _complete(store, info, points, columns), columns
