@@ -98,6 +98,14 @@ def build(ranks: int, steps: int) -> list[Point]:
 
 
 def _rss_mb() -> float:
+    """This process's peak resident memory (MB): VmHWM, which starts afresh at exec (the
+    rusage figure keeps the parent's from before the exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -202,7 +210,8 @@ def main_files(sizes: str, old_max: int) -> None:
     for size in sizes.split(","):
         ranks, steps = (int(v) for v in size.split("x"))
         with tempfile.TemporaryDirectory(prefix="nrg-scale-") as d:
-            lines = _write(d, ranks, steps)
+            argv = [sys.executable, __file__, "--write", size, d]  # the points die with it
+            lines = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
             ways = ["old", "new"] if ranks * steps <= old_max else ["new"]
             found = {}
             for way in ways:
@@ -238,8 +247,13 @@ def main() -> None:
         help="with --files, run the old way too up to this many rank-steps",
     )
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--write", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--child-files", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.write:
+        ranks, steps = (int(v) for v in args.write[0].split("x"))
+        print(_write(args.write[1], ranks, steps))
+        return
     if args.child:
         ranks, steps = (int(v) for v in args.child.split("x"))
         print(json.dumps(child(ranks, steps)))
