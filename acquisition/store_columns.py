@@ -213,12 +213,12 @@ class ColumnScanner:
             series.step.extend(map(int, cols[1]))
             series.time.extend(map(int, cols[-1]))
             if series.measurement == "nrg_step":
-                for target, values in zip(series.ints, cols[2:5], strict=True):
-                    target.extend(_int_or_none(values))
+                for ints, values in zip(series.ints, cols[2:5], strict=True):
+                    ints.extend(_int_or_none(values))
                 series.floats[0].extend(map(float, cols[5]))
             else:
-                for target, values in zip(series.floats, cols[2:8], strict=True):
-                    target.extend(_float_or_nan(values))
+                for floats, values in zip(series.floats, cols[2:8], strict=True):
+                    floats.extend(_float_or_nan(values))
             self.stats.points += len(rows)
         self._rows.clear()
 

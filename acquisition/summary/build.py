@@ -486,11 +486,12 @@ def summarize(
     options.validate()
     pts, views = _views(list(points), columns)
     columns = columns if views is not None else None
-    if not pts and not columns and window_ns is None:
+    if pts or columns:
+        start, end, code = _window(pts, columns)
+    elif window_ns is None:
         raise ValueError("no points to summarise")
-    start, end, code = (
-        _window(pts, columns) if pts or columns else (window_ns[0], window_ns[1], None)
-    )  # type: ignore[index]
+    else:
+        code = None
     if window_ns is not None:
         start, end = window_ns
     stretches = pieces((start, end), exclude_ns)

@@ -198,10 +198,17 @@ def _increasing(steps: array[int]) -> bool:
     return all(a < b for a, b in itertools.pairwise(steps))
 
 
-def _joined(parts: list[Series], column: int, ints: bool = False) -> list[float] | list[int]:
-    out = array("q") if ints else array("d")
+def _joined(parts: list[Series], column: int) -> list[float]:
+    out = array("d")
     for s in parts:
-        out.extend((s.ints if ints else s.floats)[column])
+        out.extend(s.floats[column])
+    return out.tolist()
+
+
+def _joined_ints(parts: list[Series], column: int) -> list[int]:
+    out = array("q")
+    for s in parts:
+        out.extend(s.ints[column])
     return out.tolist()
 
 
@@ -216,9 +223,9 @@ def _view(
         key[0],
         key[1],
         numbers.tolist(),
-        _joined(parts, 1, ints=True),  # type: ignore[arg-type]
-        _joined(parts, 2, ints=True),  # type: ignore[arg-type]
-        _joined(parts, 0, ints=True),  # type: ignore[arg-type]
+        _joined_ints(parts, 1),
+        _joined_ints(parts, 2),
+        _joined_ints(parts, 0),
         epochs,
         {},
         {},
@@ -228,13 +235,13 @@ def _view(
         steps, ordered = _concat(sparts)
         if steps != numbers:
             return None
-        view.energy[source] = _joined(ordered, 0)  # type: ignore[assignment]
+        view.energy[source] = _joined(ordered, 0)
         errors = [_joined(ordered, k) for k in (3, 4, 5)]
         present = [not math.isnan(e) for e in errors[0]]
         if any(present):
             if not all(present):
                 return None
-            view.bounds[source] = (errors[0], errors[1], errors[2])  # type: ignore[assignment]
+            view.bounds[source] = (errors[0], errors[1], errors[2])
     return view
 
 
