@@ -95,8 +95,9 @@ _SKIP: Any = object()
 """A series of lines the query does not want."""
 
 
-_TAGS = rb"(?:[^ ,\n]*,)*?"
-"""Any tags before the next one named (tags are sorted), tag by tag."""
+_TAGS = rb"(?>(?:[^ ,\n]*+,)*?"
+"""Any tags up to the one named after it (tags are sorted), tag by tag, in an atomic group
+closed after that tag's name: a tag is met once, so a later mismatch does not look again."""
 _PLAIN = re.compile(r"[^ ,=\\\"]+")
 
 
@@ -113,17 +114,17 @@ def skip_pattern(owners: Mapping[tuple[str, str], tuple[str, str]]) -> re.Patter
             re.escape(rank.encode())
             + b","
             + _TAGS
-            + b"scope=step,source=nvml:(?!"
+            + b"scope=step,source=nvml:)(?!"
             + re.escape(gpu.encode())
             + b"[ ,])"
         )
     if not by_host:
         return None
     hosts = [
-        re.escape(host.encode()) + b"," + _TAGS + b"rank=(?:" + b"|".join(ranks) + b")"
+        re.escape(host.encode()) + b"," + _TAGS + b"rank=)(?:" + b"|".join(ranks) + b")"
         for host, ranks in by_host.items()
     ]
-    return re.compile(b"\nnrg_energy," + _TAGS + b"host=(?:" + b"|".join(hosts) + b")[^\n]*")
+    return re.compile(b"\nnrg_energy," + _TAGS + b"host=)(?:" + b"|".join(hosts) + b")[^\n]*")
 
 
 def _int_or_none(values: tuple[bytes, ...]) -> list[int]:
