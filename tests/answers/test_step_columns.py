@@ -15,6 +15,7 @@ from acquisition.report.runs import find_runs, load_run, load_run_columns
 from acquisition.store import Store
 from acquisition.summary import summarize
 from acquisition.summary.columns import regular_views
+from acquisition.summary.ranks import GlobalSteps, _Rank
 from tests.answers.cluster import ClusterRun
 
 
@@ -97,3 +98,19 @@ def test_lines_of_another_shape_read_as_before(tmp_path: Path) -> None:
     old, new, fast = both(write(tmp_path, points))
     assert not fast
     assert new == old
+
+
+def test_the_summary_does_not_depend_on_the_order_of_points() -> None:
+    """The columns come after the other points: the run's host (both hosts have as many
+    points) must not depend on which point came first."""
+    points = ClusterRun().points()
+    forward, backward = summarize(points), summarize(points[::-1])
+    assert forward.host == backward.host == "h1"
+
+
+def test_equally_slow_ranks_name_the_first() -> None:
+    joined = GlobalSteps(multi_rank_steps=4)
+    for rank in ("10", "2", "1"):  # in no order
+        joined.ranks[("h", rank)] = _Rank("h", rank, slowest_steps=2 if rank != "1" else 0)
+    stragglers = joined.stragglers(1.0)
+    assert stragglers is not None and stragglers["slowest_rank"] == "2"
