@@ -8,13 +8,17 @@ per rank its ``nrg_run`` start naming its GPU, one ``nrg_step`` per step and the
 the points (the baseline: what storage hands the summary), ``summarize`` and ``report --by rank``
 text, and the peak resident memory of the child beside the memory the points alone take.
 
-With ``--files`` the run goes the way ``nrg-collect report --data DIR`` takes it: the points are
-written to a line-protocol file first, then the report's own path runs on it and is timed in
-parts: finding the run (``find_runs``), loading its points (``load_run``: reading, decoding,
-one ``Point`` per line), the summary and the ``--by rank`` text; the peak memory is the child's.
+With ``--files`` the run goes the way ``nrg-collect report --data DIR --by rank`` takes it: the
+points are written to a line-protocol file first (in a process of their own), then each way runs
+in a fresh child and is timed in parts: finding the run (``find_runs``), loading it
+(``load_run_columns``), the summary and the ``--by rank`` text, with the child's peak memory
+(VmHWM) and the load average at its end. ``new`` is the report's path: step lines read into
+columns, a rank's step energy of its host's other GPUs left unread, the join on the columns;
+``old`` (the baseline, up to ``--old-max`` rank-steps) reads the same file through ``points()``
+only, one ``Point`` per line, as before. Where both run, their summaries must be equal.
 
-Run: ``.venv/bin/python bench/bench_scale_ranks.py [--sizes 8x1000,64x1000,64x2500] [--files]``
-(RANKSxSTEPS, ranks a multiple of 8).
+Run: ``.venv/bin/python bench/bench_scale_ranks.py [--sizes 8x1000,64x1000,64x2500] [--files]
+[--old-max 64000]`` (RANKSxSTEPS, ranks a multiple of 8).
 """
 
 from __future__ import annotations
@@ -169,6 +173,7 @@ def child_files(ranks: int, steps: int, way: str, d: str, lines: int) -> dict[st
 
     base = _rss_mb()
     store: Any = Store(d) if way == "new" else _Points(Store(d))
+    cpu = time.process_time()
     t = time.perf_counter()
     (run,) = find_runs(store)
     find_s = time.perf_counter() - t
@@ -181,12 +186,14 @@ def child_files(ranks: int, steps: int, way: str, d: str, lines: int) -> dict[st
     t = time.perf_counter()
     ranks_text([s])
     text_s = time.perf_counter() - t
+    cpu = time.process_time() - cpu
     assert s.steps.count == steps and len(s.per_rank) == ranks
     assert s.stragglers is not None and s.stragglers["slowest_rank"] == str(ranks - 1)
     return {
         "ranks": ranks,
         "steps": steps,
         "lines": lines,
+        "cpu_s": cpu,
         "way": way,
         "find_s": find_s,
         "load_s": load_s,
@@ -204,8 +211,8 @@ def main_files(sizes: str, old_max: int) -> None:
 
     print(
         f"{'ranks':>6}{'steps':>7}{'lines':>10} {'way':>4}{'find s':>8}{'load s':>8}"
-        f"{'summary s':>10}{'report s':>9}{'total s':>9}{'µs/rank-step':>13}{'peak MB':>9}"
-        f"{'load avg':>9}"
+        f"{'summary s':>10}{'report s':>9}{'total s':>9}{'CPU s':>7}{'CPU µs/rank-step':>17}"
+        f"{'peak MB':>9}{'load avg':>9}"
     )
     for size in sizes.split(","):
         ranks, steps = (int(v) for v in size.split("x"))
@@ -227,11 +234,11 @@ def main_files(sizes: str, old_max: int) -> None:
 
 def _print_files_row(r: dict[str, Any]) -> None:
     total = r["find_s"] + r["load_s"] + r["summary_s"] + r["report_s"]
-    per = total / (r["ranks"] * r["steps"]) * 1e6
+    per = r["cpu_s"] / (r["ranks"] * r["steps"]) * 1e6
     print(
         f"{r['ranks']:>6}{r['steps']:>7}{r['lines']:>10} {r['way']:>4}{r['find_s']:>8.2f}"
         f"{r['load_s']:>8.2f}{r['summary_s']:>10.2f}{r['report_s']:>9.3f}{total:>9.2f}"
-        f"{per:>13.1f}{r['peak_mb']:>9.0f}{r['load_avg']:>9.1f}",
+        f"{r['cpu_s']:>7.2f}{per:>17.1f}{r['peak_mb']:>9.0f}{r['load_avg']:>9.1f}",
         flush=True,
     )
 
