@@ -209,6 +209,7 @@ class _Steps:
     bounds: dict[tuple[str, str, int], dict[str, StepBound]] = field(default_factory=dict)
     modules: dict[tuple[str, ...], dict[str, float]] = field(default_factory=dict)
     """(host, rank, module) → source → J as read; (host, module) once the ranks are joined."""
+    counted: dict[tuple[str, str, int], set[str]] | None = None
 
 
 def _collect_steps(points: list[Point]) -> _Steps:
@@ -248,8 +249,13 @@ def _bound(p: Point) -> StepBound | None:
 
 
 def _sum_bound(data: _Steps, keys: Iterable[tuple[str, str, int]]) -> float | None:
-    counted = {k: counted_sources(v) for k, v in data.energy.items()}
-    return sum_bound(keys, data.bounds, data.steps, counted)
+    if data.counted is None:  # the sources each step counts, worked out once per set of them
+        known: dict[frozenset[str], set[str]] = {}
+        data.counted = {}
+        for k, v in data.energy.items():
+            names = frozenset(v)
+            data.counted[k] = known.get(names) or known.setdefault(names, counted_sources(names))
+    return sum_bound(keys, data.bounds, data.steps, data.counted)
 
 
 def _quantile(values: list[float], q: float) -> float:
