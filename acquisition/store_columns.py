@@ -19,6 +19,7 @@ import math
 import re
 from array import array
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from acquisition.errors import LineProtocolError
@@ -88,11 +89,7 @@ def lines_pattern(measurements: frozenset[str] | None, steps: bool = True) -> re
     return re.compile(b"\n(?:" + step + b"|" + energy + b"|" + other + b")")
 
 
-_STEP_GROUPS = slice(0, 7)
-_ENERGY_GROUPS = slice(7, 16)
 _OTHER = 16
-_SKIP: Any = object()
-"""A series of lines the query does not want."""
 
 
 _TAGS = rb"(?>(?:[^ ,\n]*+,)*?"
@@ -158,8 +155,7 @@ class ColumnScanner:
         self.bad_logged = False
         self.others = Scanner(query, stats)
         self.columns = StepColumns(skipped=skip is not None)
-        self._heads: dict[tuple[int, bytes], Series] = {}
-        self._rows: dict[int, tuple[Series, list[tuple[bytes, ...]], array[int]]] = {}
+        self._heads: tuple[dict[bytes, _Pending], dict[bytes, _Pending]] = ({}, {})
 
     def points(self, buf: bytes, limit: int) -> Iterator[Point]:
         self.others.where, self.others.bad_logged = self.where, self.bad_logged
@@ -168,60 +164,80 @@ class ColumnScanner:
         if self.skip is not None:  # at C speed: no Python call per line left out
             buf = self.skip.sub(b"", buf[:limit])
             limit = len(buf)
+        steps, energy = self._heads
         for groups in self.pattern.findall(buf, 0, limit):
-            if groups[0]:
-                n += self._row(0, groups[_STEP_GROUPS], n)
-            elif groups[7]:
-                n += self._row(1, groups[_ENERGY_GROUPS], n)
+            head = groups[0]
+            if head:
+                pending = steps.get(head) or self._pending(0, head)
+            elif head := groups[7]:
+                pending = energy.get(head) or self._pending(1, head)
             else:
                 other.append(groups[_OTHER])
+                continue
+            if pending is not _SKIP:
+                pending.rows.append(groups)
+                pending.order.append(n)
+                n += 1
         self.columns.lines = n
         self._flush()
         yield from self.others.wanted(other)
         self.bad_logged = self.others.bad_logged
 
-    def _row(self, kind: int, groups: tuple[bytes, ...], n: int) -> int:
-        series = self._heads.get((kind, groups[0]))
-        if series is None:
-            series = self._heads[(kind, groups[0])] = self._series(kind, groups[0])
-        if series is _SKIP:
-            return 0
-        entry = self._rows.get(id(series))
-        if entry is None:
-            entry = self._rows[id(series)] = (series, [], array("q"))
-        entry[1].append(groups)
-        entry[2].append(n)
-        return 1
+    def _pending(self, kind: int, head: bytes) -> _Pending:
+        series = self._series(kind, head)
+        pending = _SKIP if series is None else _Pending(series)
+        self._heads[kind][head] = pending
+        return pending
 
-    def _series(self, kind: int, head: bytes) -> Series:
+    def _series(self, kind: int, head: bytes) -> Series | None:
+        """A new series of step lines, or None when the query does not want it."""
         measurement = ("nrg_step", "nrg_energy")[kind]
         try:
             tags = decode_line(f"{measurement},{head.decode('utf-8')} x=0i 0").tags
         except (LineProtocolError, UnicodeDecodeError):
-            return _SKIP  # type: ignore[no-any-return]
+            return None
         q = self.query
         if q.measurements is not None and measurement not in q.measurements:
-            return _SKIP  # type: ignore[no-any-return]
+            return None
         if not all(tags.get(k) in vs for k, vs in q.tags.items()):
-            return _SKIP  # type: ignore[no-any-return]
+            return None
         return self.columns.add(step_series(measurement, tags))
 
     def _flush(self) -> None:
         """The chunk's rows into their series' columns."""
-        for series, rows, order in self._rows.values():
+        for pending in (*self._heads[0].values(), *self._heads[1].values()):
+            if pending is _SKIP or not pending.rows:
+                continue
+            series, rows = pending.series, pending.rows
             cols = list(zip(*rows, strict=True))
-            series.order.extend(order)
-            series.step.extend(map(int, cols[1]))
-            series.time.extend(map(int, cols[-1]))
+            series.order.extend(pending.order)
             if series.measurement == "nrg_step":
+                series.step.extend(map(int, cols[1]))
                 for ints, values in zip(series.ints, cols[2:5], strict=True):
                     ints.extend(_int_or_none(values))
                 series.floats[0].extend(map(float, cols[5]))
+                series.time.extend(map(int, cols[6]))
             else:
-                for floats, values in zip(series.floats, cols[2:8], strict=True):
+                series.step.extend(map(int, cols[8]))
+                for floats, values in zip(series.floats, cols[9:15], strict=True):
                     floats.extend(_float_or_nan(values))
+                series.time.extend(map(int, cols[15]))
             self.stats.points += len(rows)
-        self._rows.clear()
+            pending.rows = []
+            pending.order = array("q")
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A series and the rows of the chunk being read, before they are turned into numbers."""
+
+    series: Series
+    rows: list[tuple[bytes, ...]] = field(default_factory=list)
+    order: array[int] = field(default_factory=lambda: array("q"))
+
+
+_SKIP: Any = _Pending(Series("", {}))
+"""The rows of a series the query does not want (never kept)."""
 
 
 def read_columns(
