@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from acquisition.errors import LineProtocolError, NrgError
 from acquisition.lineproto import decode_line
@@ -192,11 +192,15 @@ class Scanner:
             yield m.group(1)
 
     def points(self, buf: bytes, limit: int) -> Iterator[Point]:
+        return self.wanted(self.lines(buf, limit))
+
+    def wanted(self, lines: Iterable[bytes]) -> Iterator[Point]:
+        """The points of ``lines`` that the query wants."""
         q = self.query
         start_ns, end_ns = q.start_ns, q.end_ns
         timed = start_ns is not None or end_ns is not None
         tag_needles = self.tag_needles
-        for line in self.lines(buf, limit):
+        for line in lines:
             if not line or line[0] == 35:  # '#'
                 continue
             if tag_needles and not all(any(t in line for t in ts) for ts in tag_needles):
@@ -315,7 +319,17 @@ def complete_lines(carry: bytes, data: bytes) -> tuple[bytes, int, bytes]:
     return buf, last, buf[last:]
 
 
-def _scan_file(path: Path, scanner: Scanner, chunk_bytes: int) -> Iterator[Point]:
+class ChunkReader(Protocol):
+    """What reads the complete lines of one chunk (``buf[:limit]``, starting with a newline)."""
+
+    stats: ScanStats
+    where: str
+    bad_logged: bool
+
+    def points(self, buf: bytes, limit: int) -> Iterator[Point]: ...
+
+
+def _scan_file(path: Path, scanner: ChunkReader, chunk_bytes: int) -> Iterator[Point]:
     stats = scanner.stats
     scanner.where = str(path)
     scanner.bad_logged = False
@@ -376,7 +390,10 @@ class Store(QueryStore):
 
     def query(self, query: Query) -> Iterator[Point]:
         """Decoded points that match, file by file in time order, lines in file order."""
-        scanner = Scanner(query, self.stats)
+        return self.scan(Scanner(query, self.stats))
+
+    def scan(self, scanner: ChunkReader) -> Iterator[Point]:
+        """What ``scanner`` reads of every file, file by file in time order."""
         for path in self.files():
             self.stats.files += 1
             yield from _scan_file(path, scanner, self.chunk_bytes)

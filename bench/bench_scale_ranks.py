@@ -8,24 +8,30 @@ per rank its ``nrg_run`` start naming its GPU, one ``nrg_step`` per step and the
 the points (the baseline: what storage hands the summary), ``summarize`` and ``report --by rank``
 text, and the peak resident memory of the child beside the memory the points alone take.
 
-With ``--files`` the run goes the way ``nrg-collect report --data DIR`` takes it: the points are
-written to a line-protocol file first, then the report's own path runs on it and is timed in
-parts: finding the run (``find_runs``), loading its points (``load_run``: reading, decoding,
-one ``Point`` per line), the summary and the ``--by rank`` text; the peak memory is the child's.
+With ``--files`` the run goes the way ``nrg-collect report --data DIR --by rank`` takes it: the
+points are written to a line-protocol file first (in a process of their own), then each way runs
+in a fresh child and is timed in parts: finding the run (``find_runs``), loading it
+(``load_run_columns``), the summary and the ``--by rank`` text, with the child's peak memory
+(VmHWM) and the load average at its end. ``new`` is the report's path: step lines read into
+columns, a rank's step energy of its host's other GPUs left unread, the join on the columns;
+``old`` (the baseline, up to ``--old-max`` rank-steps) reads the same file through ``points()``
+only, one ``Point`` per line, as before. Where both run, their summaries must be equal.
 
-Run: ``.venv/bin/python bench/bench_scale_ranks.py [--sizes 8x1000,64x1000,64x2500] [--files]``
-(RANKSxSTEPS, ranks a multiple of 8).
+Run: ``.venv/bin/python bench/bench_scale_ranks.py [--sizes 8x1000,64x1000,64x2500] [--files]
+[--old-max 64000]`` (RANKSxSTEPS, ranks a multiple of 8).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -71,7 +77,7 @@ def _rank_points(host: str, rank: int, local: int, steps: int, slow: bool) -> li
         end = T0 + NS + (n + 1) * STEP_NS - lag
         d = (end - start) / NS
         etags = {**tags, "epoch": str(n // 1000)}
-        fields = {"step": n, "start_time_ns": start, "end_time_ns": end, "samples": 32}
+        fields = {"step": n, "samples": 32, "start_time_ns": start, "end_time_ns": end}
         out.append(Point("nrg_step", etags, {**fields, "duration_seconds": d}, end))
         for source, watts in shared.items():
             e = {"step": n, "energy_joules": watts * d}
@@ -96,6 +102,14 @@ def build(ranks: int, steps: int) -> list[Point]:
 
 
 def _rss_mb() -> float:
+    """This process's peak resident memory (MB): VmHWM, which starts afresh at exec (the
+    rusage figure keeps the parent's from before the exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -128,86 +142,136 @@ def child(ranks: int, steps: int) -> dict[str, float]:
     }
 
 
-def child_files(ranks: int, steps: int) -> dict[str, float]:
-    import tempfile
+class _Points:
+    """The store seen only through ``points()`` (as InfluxDB is): the report's way before step
+    lines were read as columns, the baseline."""
 
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def points(self, *args: Any, **kwargs: Any) -> Any:
+        return self.store.points(*args, **kwargs)
+
+
+def _write(d: str, ranks: int, steps: int) -> int:
     from acquisition.lineproto import LineEncoder
+
+    points = build(ranks, steps)
+    n = len(points)
+    with (Path(d) / "nrg.lp").open("w", encoding="utf-8") as f:
+        encoder = LineEncoder()
+        for i in range(0, n, 50_000):
+            f.write(encoder.encode_many(points[i : i + 50_000]))
+    return n
+
+
+def child_files(ranks: int, steps: int, way: str, d: str, lines: int) -> dict[str, Any]:
     from acquisition.report.formats import ranks_text
-    from acquisition.report.runs import find_runs, load_run
+    from acquisition.report.runs import find_runs, load_run_columns
     from acquisition.store import Store
     from acquisition.summary import summarize
 
-    with tempfile.TemporaryDirectory(prefix="nrg-scale-") as d:
-        points = build(ranks, steps)
-        n = len(points)
-        with (Path(d) / "nrg.lp").open("w", encoding="utf-8") as f:
-            encoder = LineEncoder()
-            for i in range(0, n, 50_000):
-                f.write(encoder.encode_many(points[i : i + 50_000]))
-        del points
-        base = _rss_mb()
-        store = Store(d)
-        t = time.perf_counter()
-        (run,) = find_runs(store)
-        find_s = time.perf_counter() - t
-        t = time.perf_counter()
-        loaded = load_run(store, run)
-        load_s = time.perf_counter() - t
-        t = time.perf_counter()
-        s = summarize(loaded)
-        summary_s = time.perf_counter() - t
-        t = time.perf_counter()
-        ranks_text([s])
-        text_s = time.perf_counter() - t
+    base = _rss_mb()
+    store: Any = Store(d) if way == "new" else _Points(Store(d))
+    cpu = time.process_time()
+    t = time.perf_counter()
+    (run,) = find_runs(store)
+    find_s = time.perf_counter() - t
+    t = time.perf_counter()
+    points, columns = load_run_columns(store, run)
+    load_s = time.perf_counter() - t
+    t = time.perf_counter()
+    s = summarize(points, columns=columns)
+    summary_s = time.perf_counter() - t
+    t = time.perf_counter()
+    ranks_text([s])
+    text_s = time.perf_counter() - t
+    cpu = time.process_time() - cpu
     assert s.steps.count == steps and len(s.per_rank) == ranks
+    assert s.stragglers is not None and s.stragglers["slowest_rank"] == str(ranks - 1)
     return {
         "ranks": ranks,
         "steps": steps,
-        "points": n,
+        "lines": lines,
+        "cpu_s": cpu,
+        "way": way,
         "find_s": find_s,
         "load_s": load_s,
         "summary_s": summary_s,
         "report_s": text_s,
         "base_mb": base,
         "peak_mb": _rss_mb(),
+        "load_avg": os.getloadavg()[0],
+        "summary": s.to_dict(),
     }
 
 
-def main_files(sizes: str) -> None:
+def main_files(sizes: str, old_max: int) -> None:
+    import tempfile
+
     print(
-        f"{'ranks':>6}{'steps':>8}{'points':>11}{'find s':>8}{'load s':>8}{'µs/line':>9}"
-        f"{'summary s':>11}{'report s':>10}{'peak MB':>9}"
+        f"{'ranks':>6}{'steps':>7}{'lines':>10} {'way':>4}{'find s':>8}{'load s':>8}"
+        f"{'summary s':>10}{'report s':>9}{'total s':>9}{'CPU s':>7}{'CPU µs/rank-step':>17}"
+        f"{'peak MB':>9}{'load avg':>9}"
     )
     for size in sizes.split(","):
-        out = subprocess.run(
-            [sys.executable, __file__, "--child-files", size],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        r = json.loads(out.stdout)
-        per_line = r["load_s"] / r["points"] * 1e6
-        print(
-            f"{r['ranks']:>6}{r['steps']:>8}{r['points']:>11}{r['find_s']:>8.2f}"
-            f"{r['load_s']:>8.2f}{per_line:>9.1f}{r['summary_s']:>11.2f}{r['report_s']:>10.3f}"
-            f"{r['peak_mb']:>9.0f}"
-        )
+        ranks, steps = (int(v) for v in size.split("x"))
+        with tempfile.TemporaryDirectory(prefix="nrg-scale-") as d:
+            argv = [sys.executable, __file__, "--write", size, d]  # the points die with it
+            lines = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+            ways = ["old", "new"] if ranks * steps <= old_max else ["new"]
+            found = {}
+            for way in ways:
+                argv = [sys.executable, __file__, "--child-files", size, way, d, str(lines)]
+                env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same order of sets in both
+                out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
+                r = json.loads(out.stdout)
+                found[way] = r.pop("summary")
+                _print_files_row(r)
+            if len(found) == 2:
+                assert found["old"] == found["new"], "the two ways disagree"
+
+
+def _print_files_row(r: dict[str, Any]) -> None:
+    total = r["find_s"] + r["load_s"] + r["summary_s"] + r["report_s"]
+    per = r["cpu_s"] / (r["ranks"] * r["steps"]) * 1e6
+    print(
+        f"{r['ranks']:>6}{r['steps']:>7}{r['lines']:>10} {r['way']:>4}{r['find_s']:>8.2f}"
+        f"{r['load_s']:>8.2f}{r['summary_s']:>10.2f}{r['report_s']:>9.3f}{total:>9.2f}"
+        f"{r['cpu_s']:>7.2f}{per:>17.1f}{r['peak_mb']:>9.0f}{r['load_avg']:>9.1f}",
+        flush=True,
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="8x1000,16x1000,64x1000,64x2500")
     ap.add_argument("--files", action="store_true", help="through .lp files, as report reads")
+    ap.add_argument(
+        "--old-max",
+        type=int,
+        default=64_000,
+        help="with --files, run the old way too up to this many rank-steps",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--child-files", help=argparse.SUPPRESS)
+    ap.add_argument("--write", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--child-files", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child or args.child_files:
-        ranks, steps = (int(v) for v in (args.child or args.child_files).split("x"))
-        run = child if args.child else child_files
-        print(json.dumps(run(ranks, steps)))
+    if args.write:
+        ranks, steps = (int(v) for v in args.write[0].split("x"))
+        print(_write(args.write[1], ranks, steps))
+        return
+    if args.child:
+        ranks, steps = (int(v) for v in args.child.split("x"))
+        print(json.dumps(child(ranks, steps)))
+        return
+    if args.child_files:
+        size, way, d, lines = args.child_files
+        ranks, steps = (int(v) for v in size.split("x"))
+        print(json.dumps(child_files(ranks, steps, way, d, int(lines))))
         return
     if args.files:
-        main_files(args.sizes)
+        main_files(args.sizes, args.old_max)
         return
     print(
         f"{'ranks':>6}{'steps':>8}{'points':>11}{'build s':>9}{'summary s':>11}"

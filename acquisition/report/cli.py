@@ -35,7 +35,14 @@ from acquisition.report.formats import (
     summaries_text,
 )
 from acquisition.report.recorder import SummaryRecorder, attach_recorder
-from acquisition.report.runs import PointSource, RunInfo, find_runs, load_run, select_runs
+from acquisition.report.runs import (
+    PointSource,
+    RunInfo,
+    find_runs,
+    load_run,
+    load_run_columns,
+    select_runs,
+)
 from acquisition.run_plan import given_carbon, report_carbon
 from acquisition.store import Store
 from acquisition.summary import RunSummary, SummaryOptions, format_text, summarize
@@ -225,7 +232,11 @@ def _write(args: argparse.Namespace, text: str) -> None:
 def _summaries(
     store: PointSource, infos: Sequence[RunInfo], options: SummaryOptions
 ) -> list[RunSummary]:
-    return [summarize(load_run(store, info), options) for info in infos]
+    out = []
+    for info in infos:
+        points, columns = load_run_columns(store, info)
+        out.append(summarize(points, options, columns=columns))
+    return out
 
 
 PROFILE_NEEDS_TWO = "--profile compares exactly two trace files"
@@ -267,7 +278,7 @@ def _report(argv: Sequence[str]) -> int:
     options = summary_options(args)
     runs = find_runs(store)
     if args.list:
-        rows = [(info, summarize(info.points, options)) for info in runs]
+        rows = [(info, summarize(info.points, options, columns=info.columns)) for info in runs]
         _write(args, list_text(rows))
         return 0
     groups = select_runs(runs, args.names, str(where))

@@ -32,6 +32,7 @@ from acquisition.processors.attribution import parse_source
 from acquisition.processors.energy import parse_gpu_sample
 from acquisition.summary.bounds import StepBound, sum_bound
 from acquisition.summary.carbon import run_carbon
+from acquisition.summary.columns import RankView, StepColumns, regular_views
 from acquisition.summary.forecast import first_forecast
 from acquisition.summary.model import (
     J_PER_KWH,
@@ -44,6 +45,7 @@ from acquisition.summary.model import (
     SummaryOptions,
 )
 from acquisition.summary.ranks import GlobalSteps, global_steps, gpu_owners, host_modules
+from acquisition.summary.ranks_columns import global_steps_columns
 from acquisition.summary.resources import resources
 from acquisition.summary.series import Cumulative
 from acquisition.summary.source_energy import Series, continuous, pieces, source_energy
@@ -207,6 +209,7 @@ class _Steps:
     bounds: dict[tuple[str, str, int], dict[str, StepBound]] = field(default_factory=dict)
     modules: dict[tuple[str, ...], dict[str, float]] = field(default_factory=dict)
     """(host, rank, module) → source → J as read; (host, module) once the ranks are joined."""
+    counted: dict[tuple[str, str, int], set[str]] | None = None
 
 
 def _collect_steps(points: list[Point]) -> _Steps:
@@ -246,8 +249,13 @@ def _bound(p: Point) -> StepBound | None:
 
 
 def _sum_bound(data: _Steps, keys: Iterable[tuple[str, str, int]]) -> float | None:
-    counted = {k: counted_sources(v) for k, v in data.energy.items()}
-    return sum_bound(keys, data.bounds, data.steps, counted)
+    if data.counted is None:  # the sources each step counts, worked out once per set of them
+        known: dict[frozenset[str], set[str]] = {}
+        data.counted = {}
+        for k, v in data.energy.items():
+            names = frozenset(v)
+            data.counted[k] = known.get(names) or known.setdefault(names, counted_sources(names))
+    return sum_bound(keys, data.bounds, data.steps, data.counted)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -325,16 +333,24 @@ def _iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / _NS, UTC).isoformat(timespec="milliseconds")
 
 
-def _most_common(points: list[Point], tag: str) -> str:
+def _most_common(points: list[Point], tag: str, columns: StepColumns | None = None) -> str:
+    """The value of ``tag`` on most points (the first by name of equals)."""
     counts: dict[str, int] = defaultdict(int)
     for p in points:
         value = p.tags.get(tag)
         if value:
             counts[value] += 1
-    return max(counts, key=lambda k: counts[k]) if counts else ""
+    for value, n in (columns.tag_counts(tag) if columns is not None else {}).items():
+        counts[value] += n
+    return max(sorted(counts), key=lambda k: counts[k]) if counts else ""
 
 
-def _window(points: list[Point]) -> tuple[int, int, int | None]:
+def _tag_values(points: list[Point], tag: str, columns: StepColumns | None) -> list[str]:
+    values = {p.tags[tag] for p in points if p.tags.get(tag)}
+    return sorted(values | set(columns.tag_counts(tag) if columns is not None else ()))
+
+
+def _window(points: list[Point], columns: StepColumns | None = None) -> tuple[int, int, int | None]:
     """(start, end, exit code): the earliest event that starts the run and the latest that ends
     it: a tracked command's ``nrg_job`` spawn and exit (from every agent of the run) and its
     ranks' ``nrg_run`` start and end; else the first and last point."""
@@ -342,6 +358,7 @@ def _window(points: list[Point]) -> tuple[int, int, int | None]:
     starts = [p.time_ns for p in runs if p.fields.get("event") in _STARTS]
     ends = [p for p in runs if p.fields.get("event") in _ENDS]
     times = [p.time_ns for p in points]
+    times.extend(columns.time_range() or () if columns is not None else ())
     start = min(starts) if starts else min(times)
     end = max(p.time_ns for p in ends) if ends else max(times)
     return start, max(end, start), _exit_code(ends)
@@ -416,13 +433,35 @@ def _per_host(sources: list[SourceEnergy], joined: GlobalSteps) -> list[dict[str
 
 
 def _join(
-    pts: list[Point], curves: Mapping[tuple[str, str], Cumulative]
+    pts: list[Point],
+    curves: Mapping[tuple[str, str], Cumulative],
+    views: list[RankView] | None = None,
 ) -> tuple[GlobalSteps, dict[tuple[str, ...], dict[str, float]]]:
-    """The run's global steps (see :mod:`acquisition.summary.ranks`), and the module energies."""
+    """The run's global steps (see :mod:`acquisition.summary.ranks`), and the module energies;
+    with ``views`` (a regular run's steps as columns), joined on those."""
     data = _collect_steps(pts)
     owners = gpu_owners(pts)
+    if views is not None:
+        joined = global_steps_columns(views, owners, counted_sources, curves)
+        keys = [(v.host, v.rank, 0) for v in views]
+        return joined, host_modules(data.modules, keys, owners)
     joined = global_steps(data.steps, data.energy, data.bounds, owners, counted_sources, curves)
     return joined, host_modules(data.modules, data.steps.keys() | data.energy.keys(), owners)
+
+
+def _views(
+    pts: list[Point], columns: StepColumns | None
+) -> tuple[list[Point], list[RankView] | None]:
+    """The points to read, and the columns' aligned ranks when the join can take them; else
+    the columns' lines join the points (the general way)."""
+    if columns is None:
+        return pts, None
+    views = regular_views(pts, columns)
+    if views is not None:
+        return pts, views
+    if columns.skipped:
+        raise ValueError("step columns read without some lines cannot take the general way")
+    return pts + columns.to_points(), None
 
 
 def step_energies(points: Iterable[Point], options: SummaryOptions | None = None) -> list[float]:
@@ -440,19 +479,25 @@ def summarize(
     unavailable: Mapping[str, str] | None = None,
     window_ns: tuple[int, int] | None = None,
     exclude_ns: Sequence[tuple[int, int]] = (),
+    columns: StepColumns | None = None,
 ) -> RunSummary:
     """The summary of ``points`` (one run, or any time window of them).
 
     ``unavailable`` (collector → reason) says why a source is missing, for the sentence that
     opens a summary without energy; ``window_ns`` fixes start and end instead of taking them
     from the points; ``exclude_ns``: intervals inside them that count in neither the duration
-    nor the energy (a Tracker's own waits)."""
+    nor the energy (a Tracker's own waits); ``columns``: the run's step lines as columns
+    (:func:`acquisition.report.runs.load_run_columns`), the same figures as their points."""
     options = options or SummaryOptions()
     options.validate()
-    pts = list(points)
-    if not pts and window_ns is None:
+    pts, views = _views(list(points), columns)
+    columns = columns if views is not None else None
+    if pts or columns:
+        start, end, code = _window(pts, columns)
+    elif window_ns is None:
         raise ValueError("no points to summarise")
-    start, end, code = _window(pts) if pts else (window_ns[0], window_ns[1], None)  # type: ignore[index]
+    else:
+        code = None
     if window_ns is not None:
         start, end = window_ns
     stretches = pieces((start, end), exclude_ns)
@@ -461,7 +506,7 @@ def summarize(
     series = _series(pts, options)
     sources = _sources(series, stretches)
     total = sum(s.energy_j for s in sources if s.counted)
-    joined, modules = _join(pts, _curves(series))
+    joined, modules = _join(pts, _curves(series), views)
     steps = _Steps(joined.steps, joined.energy, joined.bounds, modules)
     stats, totals = _step_stats(steps, joined.totals)
     inside = sum(totals.values())
@@ -487,9 +532,9 @@ def summarize(
         options.carbon_given,
     )
     summary = RunSummary(
-        run=_most_common(pts, "run"),
-        experiment=_most_common(pts, "experiment"),
-        host=_most_common(pts, "host"),
+        run=_most_common(pts, "run", columns),
+        experiment=_most_common(pts, "experiment", columns),
+        host=_most_common(pts, "host", columns),
         start=_iso(start),
         end=_iso(end),
         duration_s=duration,
@@ -503,8 +548,8 @@ def summarize(
         resources=resources(pts, options, duration),
         no_energy_reason=None if counted else _no_energy_reason(unavailable),
         exit_code=exit_code if exit_code is not None else code,
-        hosts=sorted({p.tags["host"] for p in pts if p.tags.get("host")}),
-        ranks=sorted({p.tags["rank"] for p in pts if p.tags.get("rank")}),
+        hosts=_tag_values(pts, "host", columns),
+        ranks=_tag_values(pts, "rank", columns),
         per_host=_per_host(sources, joined),
         per_rank=joined.rank_rows(),
         stragglers=joined.stragglers(total),

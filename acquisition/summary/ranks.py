@@ -140,14 +140,15 @@ class GlobalSteps:
         """The slowest rank, how often it was slowest, and what the others' waiting cost."""
         if self.multi_rank_steps == 0 or len(self.ranks) < 2:
             return None
-        slowest = max(self.ranks.values(), key=lambda r: (r.slowest_steps, r.wait_s == 0))
-        wasted = sum(r.wait_energy_j for r in self.ranks.values())
+        ordered = [r for _, r in sorted(self.ranks.items(), key=lambda kv: _rank_order(kv[0]))]
+        slowest = max(ordered, key=lambda r: (r.slowest_steps, r.wait_s == 0))
+        wasted = sum(r.wait_energy_j for r in ordered)
         return {
             "slowest_host": slowest.host,
             "slowest_rank": slowest.rank,
             "slowest_steps": slowest.slowest_steps,
             "steps": self.multi_rank_steps,
-            "wait_s": sum(r.wait_s for r in self.ranks.values()),
+            "wait_s": sum(r.wait_s for r in ordered),
             "wasted_j": wasted,
             "wasted_share": wasted / total_j if total_j > 0 else None,
         }
@@ -304,9 +305,12 @@ def _add_bounds(
 ) -> None:
     """Add one host's bounds of the sources it counts in a global step: a rank's own source's
     from that rank, a shared source's the largest of its ranks' (the figure is counted once)."""
+    owned = _owned(members[0].key[0], [m.key[1] for m in members], join.owners)
     for source in merged:
         found = [
-            join.bounds[m.key][source] for m in members if source in join.bounds.get(m.key, {})
+            join.bounds[m.key][source]
+            for m in members
+            if source in join.bounds.get(m.key, {}) and owned.get(source, m.key[1]) == m.key[1]
         ]
         if not found:
             continue

@@ -104,12 +104,12 @@ class ClusterRun:
         out = [Point("nrg_run", tags, dict(start_fields), self.job_start)]
         start = self.job_start
         for n, end in enumerate(self.ends(rank)):
-            fields = {
+            fields = {  # in the order the training library writes them
                 "step": n,
+                "samples": self.samples,
                 "start_time_ns": start,
                 "end_time_ns": end,
                 "duration_seconds": (end - start) / NS,
-                "samples": self.samples,
             }
             epoch = {**tags, "epoch": str(n // self.steps)}
             out.append(Point("nrg_step", epoch, fields, end))

@@ -1,0 +1,253 @@
+"""Reading a run's step lines from ``.lp`` files into columns
+(:class:`acquisition.summary.columns.StepColumns`), every other line into points.
+
+One compiled regex runs over each chunk (C speed) and sorts its lines three ways: a plain
+``nrg_step`` line (``step``, ``samples``, ``start_time_ns``, ``end_time_ns``,
+``duration_seconds``, as the training library writes them), a plain step-scope ``nrg_energy``
+line (``step``, ``energy_joules`` and the attribution's optional fields in its order), or any
+other line. A step line's series (``measurement,tags``) is decoded once, when first met, and
+checked against the query's tags once; its values are only split off the line by the regex, and
+turned into numbers column by column at the end of each chunk. Any line of another shape (other
+fields or field order, escapes, strings, a value that is not a plain number) is an other line:
+it is decoded as a point by :class:`acquisition.store.Scanner`, as :class:`acquisition.store.Store`
+reads every line, so nothing is lost, only read the slow way.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from array import array
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from acquisition.errors import LineProtocolError
+from acquisition.lineproto import decode_line
+from acquisition.point import Point
+from acquisition.store import Query, Scanner, ScanStats, Store
+from acquisition.summary.columns import NONE_INT, Series, StepColumns, step_series
+
+__all__ = ["LINES", "ColumnScanner", "read_columns", "skip_pattern"]
+
+_INT = rb"(-?\d+)i"
+_FLOAT = rb"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_END = rb" (\d+)(?![^\n])"
+_STEP = (
+    rb"nrg_step,([^ \n\\\"]+) step="
+    + _INT
+    + rb"(?:,samples="
+    + _INT
+    + rb")?,start_time_ns="
+    + _INT
+    + rb",end_time_ns="
+    + _INT
+    + rb",duration_seconds="
+    + _FLOAT
+    + _END
+)
+_ENERGY = (
+    rb"nrg_energy,([^ \n\\\"]*?,scope=step,[^ \n\\\"]*) step="
+    + _INT
+    + rb",energy_joules="
+    + _FLOAT
+    + rb"(?:,duration_seconds="
+    + _FLOAT
+    + rb")?(?:,mean_power_watts="
+    + _FLOAT
+    + rb")?(?:,error_joules="
+    + _FLOAT
+    + rb",error_start_joules="
+    + _FLOAT
+    + rb",error_end_joules="
+    + _FLOAT
+    + rb")?"
+    + _END
+)
+LINES = re.compile(rb"\n(?:" + _STEP + rb"|" + _ENERGY + rb"|([^\n]*))")
+"""Groups: ``nrg_step`` 1–7 (head, step, samples, start, end, duration, time), ``nrg_energy``
+8–16 (head, step, energy, duration, mean power, error, error at start, at end, time), other 17."""
+
+
+def lines_pattern(measurements: frozenset[str] | None, steps: bool = True) -> re.Pattern[bytes]:
+    """:data:`LINES` for the lines of ``measurements`` only (None: all): the others match
+    nothing, so they cost no Python call; without ``steps``, neither do plain ``nrg_step``
+    lines (read already)."""
+    if measurements is None and steps:
+        return LINES
+    names = b"|".join(re.escape(m.encode()) for m in sorted(measurements or ()))
+    wanted = b"(?:" + names + b")[ ,]" if measurements is not None else b""
+    step = _STEP if steps and "nrg_step" in (measurements or {"nrg_step"}) else b"(?!)" + _STEP
+    on = measurements is None or "nrg_energy" in measurements
+    energy = _ENERGY if on else b"(?!)" + _ENERGY
+    plain_step = b"" if steps else b"(?!" + re.sub(rb"\((?!\?)", b"(?:", _STEP) + b")"
+    other = (
+        b"(" + plain_step + wanted + b"[^\n]*)"
+        if names or measurements is None
+        else b"(?!)([^\n]*)"
+    )
+    return re.compile(b"\n(?:" + step + b"|" + energy + b"|" + other + b")")
+
+
+_OTHER = 16
+
+
+_TAGS = rb"(?>(?:[^ ,\n]*+,)*?"
+"""Any tags up to the one named after it (tags are sorted), tag by tag, in an atomic group
+closed after that tag's name: a tag is met once, so a later mismatch does not look again."""
+_PLAIN = re.compile(r"[^ ,=\\\"]+")
+
+
+def skip_pattern(owners: Mapping[tuple[str, str], tuple[str, str]]) -> re.Pattern[bytes] | None:
+    """A regex for the step-energy lines of a rank on ``nvml`` sources other than its own GPU
+    (``owners``: (host, rank) → (its GPU's source, UUID)): the join of a host with several ranks
+    counts each GPU from its own rank only. None when there is nothing to skip."""
+    by_host: dict[str, list[bytes]] = {}
+    for (host, rank), (source, _) in sorted(owners.items()):
+        kind, _, gpu = source.partition(":")
+        if kind != "nvml" or not all(_PLAIN.fullmatch(v) for v in (host, rank, gpu)):
+            continue
+        by_host.setdefault(host, []).append(
+            re.escape(rank.encode())
+            + b","
+            + _TAGS
+            + b"scope=step,source=nvml:)(?!"
+            + re.escape(gpu.encode())
+            + b"[ ,])"
+        )
+    if not by_host:
+        return None
+    hosts = [
+        re.escape(host.encode()) + b"," + _TAGS + b"rank=)(?:" + b"|".join(ranks) + b")"
+        for host, ranks in by_host.items()
+    ]
+    return re.compile(b"\nnrg_energy," + _TAGS + b"host=)(?:" + b"|".join(hosts) + b")[^\n]*")
+
+
+def _int_or_none(values: tuple[bytes, ...]) -> list[int]:
+    if all(values):
+        return list(map(int, values))
+    return [int(v) if v else NONE_INT for v in values]
+
+
+def _float_or_nan(values: tuple[bytes, ...]) -> list[float]:
+    if all(values):
+        return list(map(float, values))
+    return [float(v) if v else math.nan for v in values]
+
+
+class ColumnScanner:
+    """A :class:`acquisition.store.ChunkReader` that keeps the step lines of ``query`` in
+    ``columns`` and yields the other lines' points."""
+
+    def __init__(
+        self,
+        query: Query,
+        stats: ScanStats,
+        skip: re.Pattern[bytes] | None = None,
+        steps: bool = True,
+    ) -> None:
+        self.query = query
+        self.skip = skip
+        self.pattern = lines_pattern(query.measurements, steps)
+        self.stats = stats
+        self.where = ""
+        self.bad_logged = False
+        self.others = Scanner(query, stats)
+        self.columns = StepColumns(skipped=skip is not None)
+        self._heads: tuple[dict[bytes, _Pending], dict[bytes, _Pending]] = ({}, {})
+
+    def points(self, buf: bytes, limit: int) -> Iterator[Point]:
+        self.others.where, self.others.bad_logged = self.where, self.bad_logged
+        other: list[bytes] = []
+        n = self.columns.lines
+        if self.skip is not None:  # at C speed: no Python call per line left out
+            buf = self.skip.sub(b"", buf[:limit])
+            limit = len(buf)
+        steps, energy = self._heads
+        for groups in self.pattern.findall(buf, 0, limit):
+            head = groups[0]
+            if head:
+                pending = steps.get(head) or self._pending(0, head)
+            elif head := groups[7]:
+                pending = energy.get(head) or self._pending(1, head)
+            else:
+                other.append(groups[_OTHER])
+                continue
+            if pending is not _SKIP:
+                pending.rows.append(groups)
+                pending.order.append(n)
+                n += 1
+        self.columns.lines = n
+        self._flush()
+        yield from self.others.wanted(other)
+        self.bad_logged = self.others.bad_logged
+
+    def _pending(self, kind: int, head: bytes) -> _Pending:
+        series = self._series(kind, head)
+        pending = _SKIP if series is None else _Pending(series)
+        self._heads[kind][head] = pending
+        return pending
+
+    def _series(self, kind: int, head: bytes) -> Series | None:
+        """A new series of step lines, or None when the query does not want it."""
+        measurement = ("nrg_step", "nrg_energy")[kind]
+        try:
+            tags = decode_line(f"{measurement},{head.decode('utf-8')} x=0i 0").tags
+        except (LineProtocolError, UnicodeDecodeError):
+            return None
+        q = self.query
+        if q.measurements is not None and measurement not in q.measurements:
+            return None
+        if not all(tags.get(k) in vs for k, vs in q.tags.items()):
+            return None
+        return self.columns.add(step_series(measurement, tags))
+
+    def _flush(self) -> None:
+        """The chunk's rows into their series' columns."""
+        for pending in (*self._heads[0].values(), *self._heads[1].values()):
+            if pending is _SKIP or not pending.rows:
+                continue
+            series, rows = pending.series, pending.rows
+            cols = list(zip(*rows, strict=True))
+            series.order.extend(pending.order)
+            if series.measurement == "nrg_step":
+                series.step.extend(map(int, cols[1]))
+                for ints, values in zip(series.ints, cols[2:5], strict=True):
+                    ints.extend(_int_or_none(values))
+                series.floats[0].extend(map(float, cols[5]))
+                series.time.extend(map(int, cols[6]))
+            else:
+                series.step.extend(map(int, cols[8]))
+                for floats, values in zip(series.floats, cols[9:15], strict=True):
+                    floats.extend(_float_or_nan(values))
+                series.time.extend(map(int, cols[15]))
+            self.stats.points += len(rows)
+            pending.rows = []
+            pending.order = array("q")
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A series and the rows of the chunk being read, before they are turned into numbers."""
+
+    series: Series
+    rows: list[tuple[bytes, ...]] = field(default_factory=list)
+    order: array[int] = field(default_factory=lambda: array("q"))
+
+
+_SKIP: Any = _Pending(Series("", {}))
+"""The rows of a series the query does not want (never kept)."""
+
+
+def read_columns(
+    store: Store, query: Query, skip: re.Pattern[bytes] | None = None, steps: bool = True
+) -> tuple[list[Point], StepColumns]:
+    """The points of ``query`` in ``store``, less its step lines, and those lines as columns
+    (less the lines ``skip`` matches: see :func:`skip_pattern`; without ``steps``, less the
+    plain ``nrg_step`` lines too)."""
+    if query.start_ns is not None or query.end_ns is not None:
+        return list(store.query(query)), StepColumns()
+    scanner = ColumnScanner(query, store.stats, skip, steps)
+    points = list(store.scan(scanner))
+    return points, scanner.columns

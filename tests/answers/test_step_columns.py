@@ -1,0 +1,116 @@
+"""A run's step lines read from files as columns (``report --data``'s path) give exactly the
+summary of the same lines read as points, on a synthetic distributed run (two hosts, two ranks
+each, one slowed, a shared RAPL package, a GPU per rank and unused ones, the attribution's real
+output with its error bounds)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from acquisition.lineproto import LineEncoder
+from acquisition.point import Point
+from acquisition.report.formats import summaries_json
+from acquisition.report.runs import find_runs, load_run, load_run_columns
+from acquisition.store import Store
+from acquisition.summary import summarize
+from acquisition.summary.columns import regular_views
+from acquisition.summary.ranks import GlobalSteps, _Rank
+from tests.answers.cluster import ClusterRun
+
+
+def write(tmp: Path, points: list[Point]) -> Store:
+    (tmp / "nrg.lp").write_text(LineEncoder().encode_many(points), encoding="utf-8")
+    return Store(tmp, chunk_bytes=4096)  # many chunk edges, inside lines too
+
+
+def both(store: Store) -> tuple[str, str, bool]:
+    """(summary JSON from points, from columns, whether the columns' join was taken)."""
+    (run,) = find_runs(store)
+    old = summarize(load_run(store, run))
+    points, columns = load_run_columns(store, run)
+    assert columns is not None
+    fast = regular_views(points, columns) is not None
+    return summaries_json([old]), summaries_json([summarize(points, columns=columns)]), fast
+
+
+def step_lines(points: list[Point]) -> int:
+    return sum(
+        p.measurement == "nrg_step" or (p.measurement == "nrg_energy" and p.tags["scope"] == "step")
+        for p in points
+    )
+
+
+def test_columns_give_the_summary_of_the_points(tmp_path: Path) -> None:
+    run = ClusterRun(gpus=12)  # nvml:1 and nvml:10, nvml:11: a rank's GPU and lookalikes
+    points = run.points()
+    store = write(tmp_path, points)
+    old, new, fast = both(store)
+    assert fast
+    assert new == old
+    (info,) = find_runs(store)
+    _, columns = load_run_columns(store, info)
+    assert columns is not None and columns.skipped
+    # each rank's step and its step energy of RAPL and its own GPU only: 11 GPUs left unread
+    assert len(columns) == run.world * run.n_steps * 3 < step_lines(points)
+
+
+def test_a_host_with_one_rank_reads_all_its_gpus(tmp_path: Path) -> None:
+    """A host's only rank counts every GPU of its host: the lines left unread for the others
+    are read for it (the run is read again whole), module energies included."""
+    run = ClusterRun(hosts=("h1", "h2", "h3"), gpus=12, module_s=0.01, module_gpu_s=0.005)
+    points = [
+        p for p in run.points() if not (p.tags.get("host") == "h3" and p.tags.get("rank") == "5")
+    ]
+    old, new, fast = both(write(tmp_path, points))
+    assert fast
+    assert new == old
+    assert '"nvml:10"' in new  # h3's unused GPUs count for its one rank
+
+
+def test_a_rank_missing_a_step_takes_the_general_way(tmp_path: Path) -> None:
+    run = ClusterRun(gpus=4)
+    points = [
+        p
+        for p in run.points()
+        if not (
+            p.tags.get("rank") == "2"
+            and p.measurement.startswith("nrg_")
+            and p.fields.get("step") == 3
+        )
+    ]
+    old, new, fast = both(write(tmp_path, points))
+    assert not fast
+    assert new == old
+    assert '"steps": 9' in new  # rank 2's tenth step is missing, not the run's
+
+
+def test_lines_of_another_shape_read_as_before(tmp_path: Path) -> None:
+    """Step lines with their fields in another order (as an earlier version, or another writer,
+    may write them) are read as points, and give the same summary."""
+    run = ClusterRun(gpus=4)
+    points = []
+    for p in run.points():
+        if p.measurement == "nrg_step":
+            fields = dict(sorted(p.fields.items()))
+            p = dataclasses.replace(p, fields=fields)
+        points.append(p)
+    old, new, fast = both(write(tmp_path, points))
+    assert not fast
+    assert new == old
+
+
+def test_the_summary_does_not_depend_on_the_order_of_points() -> None:
+    """The columns come after the other points: the run's host (both hosts have as many
+    points) must not depend on which point came first."""
+    points = ClusterRun().points()
+    forward, backward = summarize(points), summarize(points[::-1])
+    assert forward.host == backward.host == "h1"
+
+
+def test_equally_slow_ranks_name_the_first() -> None:
+    joined = GlobalSteps(multi_rank_steps=4)
+    for rank in ("10", "2", "1"):  # in no order
+        joined.ranks[("h", rank)] = _Rank("h", rank, slowest_steps=2 if rank != "1" else 0)
+    stragglers = joined.stragglers(1.0)
+    assert stragglers is not None and stragglers["slowest_rank"] == "2"
