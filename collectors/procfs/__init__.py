@@ -341,19 +341,24 @@ class ProcfsCollector:
 
     def _emit_cores(self, emit: Emit, now_ns: int, cpus: dict[str, CpuTimes]) -> None:
         """One ``cpu`` point per core, its ratios the averages since its last point (or since
-        open): every ``core_interval``, nothing of the cores' time is left out."""
-        prev, self._prev_cores, self._cores_ns = self._prev_cores, cpus, now_ns
+        open): every ``core_interval``, nothing of the cores' time is left out. While no core's
+        counters have moved since (a tick right after open), the next tick tries again."""
+        prev = self._prev_cores
         if prev is None:
+            self._prev_cores, self._cores_ns = cpus, now_ns
             return
+        points = []
         for name, cur in cpus.items():
-            if name == "total":
-                continue
             old = prev.get(name)
-            if old is None:
-                continue  # came online since the last per-core points
+            if name == "total" or old is None:
+                continue  # a core without an old line came online since the last points
             fields = cpu_ratio_fields(old, cur)
             if fields is not None:
-                emit(Point("cpu", self._tags_of(name), fields, now_ns))
+                points.append(Point("cpu", self._tags_of(name), fields, now_ns))
+        if points or len(cpus) <= 1:
+            self._prev_cores, self._cores_ns = cpus, now_ns
+        for point in points:
+            emit(point)
 
     def _tags_of(self, name: str) -> dict[str, str]:
         t = self._cpu_tags.get(name)

@@ -148,3 +148,30 @@ def test_a_negative_core_interval_is_refused(tmp_path: Path) -> None:
                             runtime_dir=tmp_path)  # fmt: skip
     with pytest.raises(ConfigError, match="core_interval"):
         ProcfsCollector(ProcfsConfig(core_interval=-1.0), context)
+
+
+async def test_a_first_tick_too_soon_for_per_core_ratios_leaves_them_to_the_next(
+    tmp_path: Path,
+) -> None:
+    """A tick right after open, when no core's counters have moved, has no per-core points:
+    the next tick has them (not a whole ``core_interval`` later), so a short run knows its
+    cores."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text(MEMINFO)
+    write_busy(tmp_path, [0] * CORES, 0)
+    context = PluginContext(host="t", interval_s=0.05, state_dir=tmp_path, data_dir=tmp_path,
+                            runtime_dir=tmp_path)  # fmt: skip
+    config = ProcfsConfig(root=str(tmp_path), track_self=False, clock_ticks=100, page_size=4096)
+    collector = ProcfsCollector(config, context)
+    await collector.open()
+    ticks: list[list[Point]] = [[], []]
+    try:
+        await collector.collect(ticks[0].append, 1_000_000)  # the counters as at open
+        write_busy(tmp_path, [5] * CORES, 1)
+        await collector.collect(ticks[1].append, 51_000_000)
+    finally:
+        await collector.aclose()
+    assert [p for p in ticks[0] if p.measurement == "cpu"] == []
+    cores = [p for p in ticks[1] if p.measurement == "cpu" and p.tags["cpu"] != "total"]
+    assert len(cores) == CORES
+    assert all(p.fields["utilization_ratio"] == pytest.approx(0.5) for p in cores)
