@@ -15,24 +15,31 @@ recorder a tracked run attaches, the default file sink) runs in this process at
 
 Each variant runs ``--seconds`` after a 2 s warm-up (start-up is not counted): its process CPU,
 that of the event loop's thread and of the NVML worker thread, per minute. A second, shorter
-run of the same variant is instrumented: exclusive CPU time (``time.thread_time_ns``) of each
-part (each collector's collect, the runner's own work around it, the bus's dispatch, each
+run of the same variant is instrumented (:mod:`bench.agent_parts`): exclusive CPU time of each
+part (each collector's collect, the runners' timer callbacks, the bus's dispatch, each
 processor, the summary recorder, the sinks' queues, the line-protocol encoder, the file sink's
-write, the end-of-tick work), the rest of the loop thread being the event loop's own wakeups,
-timers and tasks. The timers cost CPU themselves; their run's total is printed beside the
-plain one, and the parts are what to compare, not their sum.
+write, the end-of-tick work; the NVML worker's job on its thread), less the cost of the timers
+(calibrated in the same run), the rest of the loop thread being the event loop's own wake-ups,
+timers and tasks; and the loop's passes per tick. The instrumented total is printed beside the
+plain one: read the parts as proportions.
 
-H200 estimate: the fake's calls busy-wait the H200's costs, so the measured CPU already holds
-them; the fake's own bookkeeping (a few µs a call) is counted as the driver's, so the estimate
-errs high. Variants (run interleaved, so the machine's load hits them alike):
+H200 estimate: the CPU spent inside the fake's calls (their busy-wait and the fake's own
+bookkeeping, which no driver does) replaced by the H200's cost of the same calls. "Scaled to
+the H200's speed" further divides the rest by how much slower this machine was at the agent's
+own work than the H200, from procfs alone the previous way (0.60 CPU-s per minute there).
+Variants and sets are run interleaved, so the machine's load hits them alike:
 
 - ``previous``: the agent as it was: per-core ``cpu`` points every tick (``core_interval`` 0),
   each collector ticking on its own timer (``shared_ticks = false``);
 - ``now``: the defaults;
-- ``baseline``: a bare asyncio loop waking every 100 ms and doing nothing.
+- baseline: a bare asyncio loop waking every 100 ms and doing nothing.
+
+Also the bus's cost per point with the default processors and without any, over the last run's
+points. ``--real`` runs this machine's own procfs, RAPL (where present) and NVML instead (on a
+GPU machine: ``bench/bench_gpu.py`` section 6 runs it with the GPU kept busy).
 
 Run: ``.venv/bin/python bench/bench_agent_gpu.py [--seconds 30] [--profile-seconds 10]
-[--rounds 1] [--sets all,procfs,rapl,nvml]``.
+[--rounds 1] [--sets all,procfs,rapl,nvml] [--variants previous,now] [--real]``.
 """
 
 from __future__ import annotations
