@@ -18,6 +18,7 @@ from typing import Any
 
 from acquisition.api import PluginContext
 from acquisition.bus import Bus, ProcessorStats
+from acquisition.clock import Clock, SystemClock
 from acquisition.config import Config, PluginSpec
 from acquisition.energy import ENERGY_COLLECTORS
 from acquisition.errors import ConfigError, NoData, install_hint
@@ -30,7 +31,7 @@ from acquisition.registry import (
     check_extras,
     quick_unavailable,
 )
-from acquisition.running import Clock, CollectorRunner, StreamRunner, SystemClock, last_readings
+from acquisition.running import CollectorRunner, StreamRunner, last_readings, share_grid
 from acquisition.selfstats import cumulative_stats, plugin_stats
 from acquisition.sinking import SinkRunner
 
@@ -272,15 +273,14 @@ class Agent:
             raise
         for runner in self.sinks:
             self._sink_tasks.append(asyncio.create_task(runner.run(), name=f"sink {runner.name}"))
+        if self.config.agent.shared_ticks:  # one grid: one wake-up per tick for them all
+            share_grid((c.runner for c in self.collectors), self.clock.monotonic_ns())
         for c in self.collectors:
             self._tasks.append(asyncio.create_task(c.runner.run(), name=f"collector {c.label}"))
         self._start_stats()
         where = ", ".join(f"{r.name}" for r in self.sinks)
-        log.info(
-            "collecting from %s into %s",
-            ", ".join(c.label for c in self.collectors) or "nothing",
-            where,
-        )
+        labels = ", ".join(c.label for c in self.collectors) or "nothing"
+        log.info("collecting from %s into %s", labels, where)
 
     # -- running ------------------------------------------------------------------------------
 

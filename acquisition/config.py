@@ -358,6 +358,10 @@ class AgentConfig:
     interval: float = duration(1.0, "default collection interval of every collector")
     align: bool = False
     """Align ticks to wall-clock multiples of the interval (e.g. :00, :01 ...)."""
+    shared_ticks: bool = True
+    """Collectors tick together: every collector's ticks fall on one grid started once, so
+    those of the same interval (and, at their common multiples, the others) are read in one
+    wake-up of the agent instead of one each (false: each collector's grid starts when it does)."""
     flush_interval: float = duration(1.0, "how often sinks are flushed")
     batch_size: int = 5000
     """Points per write of every sink (a sink table may set its own)."""

@@ -77,8 +77,9 @@ METRICS: tuple[Measurement, ...] = (
     Measurement(
         "cpu",
         "collectors.procfs",
-        "CPU time shares over the last interval, machine-wide and per CPU",
-        (Tag("cpu", "`total` or `cpuN`"),),
+        "CPU time shares, machine-wide over the last interval (every tick) and per CPU over "
+        "the last `core_interval` (1 s by default)",
+        (Tag("cpu", "`total` (every tick) or `cpuN` (every `core_interval`)"),),
         (
             _f("utilization_ratio", "ratio 0–1", "busy time / all time"),
             _f("user_ratio", "ratio 0–1", "user and nice time / all time"),

@@ -35,6 +35,7 @@ __all__ = [
     "SystemClock",
     "backoff_delay",
     "last_readings",
+    "share_grid",
 ]
 
 log = logging.getLogger("nrg.running")
@@ -86,6 +87,9 @@ class CollectorRunner:
         self.stats = RunnerStats()
         self._emit_downstream = emit
         self._failure = FailureLog(log, f"collector {name}")
+        self.first_ns: int | None = None
+        """The monotonic ns of the first tick when set (shared by the agent's runners, so that
+        their ticks fall in the same wake-up); else the first tick is when :meth:`run` starts."""
         self._deadline = 0
         """Monotonic ns of the tick :meth:`run` waits for."""
         self._timer: Timer | None = None
@@ -102,7 +106,11 @@ class CollectorRunner:
     def first_deadline(self) -> int:
         now = self.clock.monotonic_ns()
         if not self.align:
-            return now
+            first = self.first_ns
+            if first is None or first >= now:
+                return now if first is None else first
+            # Started late on the shared grid: its latest point, no tick counted as skipped.
+            return first + (now - first) // self.interval_ns * self.interval_ns
         # Next wall-clock multiple of the interval, expressed on the monotonic clock.
         return now + (-self.clock.time_ns()) % self.interval_ns
 
@@ -259,6 +267,15 @@ async def last_readings(runners: Iterable[object], kinds: Collection[str]) -> No
             if read_all_next is not None:
                 read_all_next()
             await runner.tick()
+
+
+def share_grid(runners: Iterable[object], first_ns: int) -> None:
+    """Start every polled runner's ticks at ``first_ns`` (monotonic): their deadlines then
+    coincide wherever their intervals' multiples do, and the event loop runs their ticks in
+    one wake-up (one pass over its due timers) instead of one wake-up each."""
+    for runner in runners:
+        if isinstance(runner, CollectorRunner):
+            runner.first_ns = first_ns
 
 
 class StreamRunner:

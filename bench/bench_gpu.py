@@ -16,7 +16,10 @@ rounds interleaved across modes, medians reported. Sections:
 4. ``acquisition.torch.profile(...).export_chrome_trace`` (seconds, size, events with energy);
 5. an in-process ``Tracker(agent_data=False)`` against the counter, and its GPU memory;
 6. the agent's CPU per collector (procfs, rapl, nvml, all) at 100 ms while a second process
-   keeps the GPU busy: CPU-s per minute, start-up subtracted.
+   keeps the GPU busy: CPU-s per minute, start-up subtracted; all collectors the previous way
+   too (per-core points every tick, each collector on its own timer: ``previous``); then
+   ``bench/bench_agent_gpu.py --real``: the same agent in one process, previous and now, and
+   where its CPU goes (each collector, the bus, processors, encoder, sink, the event loop).
 
 Run: ``.venv/bin/python bench/bench_gpu.py`` (about 4 minutes on one H100). Without a GPU it
 says so and exits; ``--smoke`` runs every section on the CPU with a tiny network and short
@@ -476,14 +479,24 @@ def _gpu_busy(setup: Setup) -> Iterator[None]:
         busy.wait()
 
 
+PREVIOUS = (
+    '[agent]\nshared_ticks = false\n[[collectors.procfs]]\ncore_interval = "0s"\n'
+    "[[collectors.rapl]]\n[[collectors.nvml]]\n[[collectors.hooks]]\n"
+)
+"""The agent as it was before the per-core cadence and the shared ticks, every collector."""
+
+
 def agent_cpu(setup: Setup) -> None:
-    sets = {"procfs": ["procfs"], "rapl": ["rapl"], "nvml": ["nvml"], "all": []}
+    sets = {"procfs": ["procfs"], "rapl": ["rapl"], "nvml": ["nvml"], "all": [], "previous": []}
     print(f"\n== 6. the agent's CPU at 100 ms, {setup.agent_s:.0f} s each, start-up subtracted ==")
     with tempfile.TemporaryDirectory(prefix="nrg-bench-agent-") as tmp_name, _gpu_busy(setup):
         tmp = Path(tmp_name)
         for label, names in sets.items():
             config = tmp / f"{label}.toml"
             config.write_text("".join(f"[[collectors.{n}]]\n" for n in names))
+            if label == "previous":  # all, the previous way
+                config.write_text(PREVIOUS)
+                names = ["procfs", "rapl", "nvml", "hooks"]
             cmd = [sys.executable, "-m", "acquisition.cli", "-q", "--interval", "100ms"]
             if names:
                 cmd += ["--config", str(config)]
@@ -503,6 +516,18 @@ def agent_cpu(setup: Setup) -> None:
             print(
                 f"{label:8} {per_minute:6.2f} CPU-s per minute ({per_minute / 60 * 100:.1f} % of a core)"
             )
+        _agent_parts(setup)
+
+
+def _agent_parts(setup: Setup) -> None:
+    """The same agent in one process, where its CPU goes (``bench/bench_agent_gpu.py --real``)."""
+    seconds = max(setup.agent_s, 2.0)
+    cmd = [sys.executable, str(HERE.parent / "bench_agent_gpu.py"), "--real", "--sets", "all"]
+    cmd += ["--seconds", f"{seconds:g}", "--profile-seconds", f"{seconds / 2:g}"]
+    print("\nwhere it goes (bench/bench_agent_gpu.py --real):", flush=True)
+    done = subprocess.run(cmd, check=False)
+    if done.returncode:
+        print(f"bench_agent_gpu.py --real failed ({done.returncode})")
 
 
 # --- main --------------------------------------------------------------------------------------

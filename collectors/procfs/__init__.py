@@ -23,7 +23,8 @@ smaps_rollup cannot be read.
 Emits ``cpu`` (tag ``cpu`` = ``total``/``cpuN``, ratios 0..1), ``memory`` (bytes, ratio) and
 ``process`` points (tags ``tree`` = root pid, ``scope`` = ``main``/``descendants``/``combined``,
 or ``pid`` with tags ``comm`` and ``instance`` and the pid as an integer field ``pid``; with
-``pid_tag = true`` the pid is a tag instead of ``instance``). Ratios need two samples: the first tick emits none. Every process is counted
+``pid_tag = true`` the pid is a tag instead of ``instance``). ``cpu=total`` comes every tick, each core's point every
+``core_interval`` (its ratios the averages since its previous one). Ratios need two samples: the first tick emits none. Every process is counted
 in one tree only (see :mod:`.trees`). Modules: :mod:`.parsers` (pure), :mod:`.sources` (procfs or
 psutil), :mod:`.trees` (discovery and fields), this one (config and collector).
 
@@ -124,6 +125,11 @@ class ProcfsConfig:
     )
     track_self: bool = option(True, "also track the agent's own process tree")
     per_core: bool = option(True, "emit a cpu point per core besides cpu=total")
+    core_interval: float = duration(
+        1.0,
+        "time between two per-core cpu points, each the average since the last (cpu=total: "
+        "every tick; 0: every tick)",
+    )
     per_process: bool = option(True, "emit a scope=pid point per process besides the tree sums")
     pid_tag: bool = option(
         False, "scope=pid points carry the pid as a tag (one series per process) not a field"
@@ -149,6 +155,8 @@ class ProcfsConfig:
             raise ValueError(f"descendants must be one of {_DESCENDANTS}, got {self.descendants!r}")
         if self.memory_detail_interval < 0:
             raise ValueError("memory_detail_interval must be >= 0")
+        if self.core_interval < 0:
+            raise ValueError("core_interval must be >= 0")
         bad = [p for p in self.pids if isinstance(p, bool) or not isinstance(p, int) or p <= 0]
         if bad:
             raise ValueError(f"pids must be positive integers, got {bad}")
@@ -183,11 +191,17 @@ class ProcfsCollector:
         self.config = config
         self._shared: set[Any] = context.status.setdefault("tracked_pids", set())
         self._detail_ns = round(config.memory_detail_interval * _NS)
+        # Per-core points fall due within half a tick of core_interval (ticks jitter).
+        self._cores_due_ns = round((config.core_interval - context.interval_s / 2) * _NS)
         self._hz = clock_ticks or config.clock_ticks or os.sysconf("SC_CLK_TCK")
         self._page_size = page_size or config.page_size or os.sysconf("SC_PAGE_SIZE")
         self._source: Source | None = None
         self._self_pid: int | None = None
         self._prev_cpus: dict[str, CpuTimes] | None = None
+        self._prev_cores: dict[str, CpuTimes] | None = None
+        """The cpu lines at the last per-core points (or at open): their ratios' start."""
+        self._cores_ns: int | None = None
+        """When the last per-core points were emitted; None: at the next tick."""
         self._procs: dict[int, Proc] = {}
         self._roots: dict[int, int] = {}  # root pid -> starttime, once seen
         self._gone: set[int] = set()  # roots that exited (or never existed): not followed again
@@ -230,14 +244,14 @@ class ProcfsCollector:
         has rates: averages over the time since open (a short first interval)."""
         try:
             src.begin_tick()
-            self._prev_cpus = src.cpu_times()
+            self._prev_cpus = self._prev_cores = src.cpu_times()
             self._forks = src.forks()
             roots = self._root_pids()
             if roots:
                 self._discover(src, roots, time.time_ns(), quiet=False)
         except (OSError, ValueError) as exc:
             log.debug("procfs: no baseline at open (%s); the first tick has no rates", exc)
-            self._prev_cpus = self._forks = None
+            self._prev_cpus = self._prev_cores = self._forks = None
 
     async def aclose(self) -> None:
         if self._source is not None:
@@ -245,7 +259,7 @@ class ProcfsCollector:
             self._source = None
         self._procs.clear()
         self._shapes.clear()
-        self._prev_cpus = self._forks = None
+        self._prev_cpus = self._prev_cores = self._forks = self._cores_ns = None
 
     def describe(self) -> str:
         src = self._source
@@ -307,27 +321,50 @@ class ProcfsCollector:
         prev: dict[str, CpuTimes] | None,
         cpus: dict[str, CpuTimes],
     ) -> tuple[int, int]:
-        """Emit the ``cpu`` points; (Δ total ticks, Δ busy ticks) of the whole machine."""
-        if prev is None:
-            return 0, 0
-        per_core, tags = self.config.per_core, self._cpu_tags
-        for name, cur in cpus.items():
-            if name != "total" and not per_core:
-                continue
-            old = prev.get(name)
-            if old is None:
-                continue  # came online since the last tick
-            fields = cpu_ratio_fields(old, cur)
-            if fields is not None:
-                t = tags.get(name)
-                if t is None:
-                    t = tags[name] = {"cpu": name}
-                emit(Point("cpu", t, fields, now_ns))
-        cur_t, old_t = cpus.get("total"), prev.get("total")
+        """Emit the ``cpu`` points: ``cpu=total`` every tick, each core's when they are due
+        (see :meth:`_emit_cores`); (Δ total ticks, Δ busy ticks) of the whole machine."""
+        cur_t = cpus.get("total")
+        old_t = prev.get("total") if prev is not None else None
+        fields = None if cur_t is None or old_t is None else cpu_ratio_fields(old_t, cur_t)
+        if fields is not None:
+            emit(Point("cpu", self._tags_of("total"), fields, now_ns))
+        if self.config.per_core and self._cores_due(now_ns):
+            self._emit_cores(emit, now_ns, cpus)
         if cur_t is None or old_t is None:
             return 0, 0
         d_total = max(cpu_total(cur_t) - cpu_total(old_t), 0)
         return d_total, max(d_total - (cpu_idle(cur_t) - cpu_idle(old_t)), 0)
+
+    def _cores_due(self, now_ns: int) -> bool:
+        last = self._cores_ns
+        return last is None or now_ns - last >= self._cores_due_ns
+
+    def _emit_cores(self, emit: Emit, now_ns: int, cpus: dict[str, CpuTimes]) -> None:
+        """One ``cpu`` point per core, its ratios the averages since its last point (or since
+        open): every ``core_interval``, nothing of the cores' time is left out. While no core's
+        counters have moved since (a tick right after open), the next tick tries again."""
+        prev = self._prev_cores
+        if prev is None:
+            self._prev_cores, self._cores_ns = cpus, now_ns
+            return
+        points = []
+        for name, cur in cpus.items():
+            old = prev.get(name)
+            if name == "total" or old is None:
+                continue  # a core without an old line came online since the last points
+            fields = cpu_ratio_fields(old, cur)
+            if fields is not None:
+                points.append(Point("cpu", self._tags_of(name), fields, now_ns))
+        if points or len(cpus) <= 1:
+            self._prev_cores, self._cores_ns = cpus, now_ns
+        for point in points:
+            emit(point)
+
+    def _tags_of(self, name: str) -> dict[str, str]:
+        t = self._cpu_tags.get(name)
+        if t is None:
+            t = self._cpu_tags[name] = {"cpu": name}
+        return t
 
     def _read_details(self, src: Source, now_ns: int) -> None:
         for p in self._procs.values():

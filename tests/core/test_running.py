@@ -365,3 +365,25 @@ async def test_a_collect_that_needs_a_task_gets_one_from_its_second_tick() -> No
     assert runner.stats.runs == 4 and runner.stats.errors == 1
     assert "inside a task" in runner.stats.last_error
     assert len(out) == 3
+
+
+async def test_runners_on_a_shared_grid_tick_at_the_same_instants() -> None:
+    """A runner started 35 ms after another, on the other's grid (``first_ns``), ticks when the
+    other does (one wake-up of the agent for both), with no tick counted as skipped."""
+    clock = FakeClock()
+    first, second = Recorder(clock), Recorder(clock)
+    t0 = clock.mono
+    runner_a = _runner(clock, first, 0.01)
+    runner_a.first_ns = t0
+    task_a = asyncio.create_task(runner_a.run())
+    await clock.run_until(t0 + 35 * MS)
+    runner_b = _runner(clock, second, 0.01)
+    runner_b.first_ns = t0
+    task_b = asyncio.create_task(runner_b.run())
+    await clock.run_until(t0 + 100 * MS)
+    task_a.cancel()
+    task_b.cancel()
+    assert second.starts[0] == t0 + 35 * MS  # at once, on the grid's latest point (30 ms)
+    assert second.starts[1:] == first.starts[4:]
+    assert second.starts[1:] == [t0 + k * 10 * MS for k in range(4, 11)]
+    assert runner_b.stats.skipped_ticks == 0

@@ -1,7 +1,7 @@
-"""What the agent does per core on every tick: one ``cpu`` point per core, with the values of the
-``/proc/stat`` line, built without per-tick work that only grows with the core count (a fresh
-tags dict per core, the summary recorder tagging points it lets go). Work is counted, never
-timed."""
+"""What the agent does per core: one ``cpu`` point per core every ``core_interval`` (``cpu=total``
+every tick), with the values of the ``/proc/stat`` line, built without per-tick work that only
+grows with the core count (a fresh tags dict per core, the summary recorder tagging points it
+lets go). Work is counted, never timed."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from acquisition.api import PluginContext
+from acquisition.errors import ConfigError
 from acquisition.point import Point
 from acquisition.report.recorder import SummaryRecorder
 from collectors.procfs import ProcfsCollector, ProcfsConfig
@@ -73,3 +74,104 @@ def test_the_summary_recorder_tags_only_what_it_keeps(monkeypatch: pytest.Monkey
     recorder.offer(total)
     assert copies == [total]
     assert recorder.sampled[0].tags == {"cpu": "total", "host": "h1", "run": "r1"}
+
+
+def write_busy(root: Path, busy: list[int], tick: int) -> None:
+    """A /proc/stat whose core i has spent ``busy[i]`` user ticks of ``tick * 10`` (10 a tick)."""
+    lines = [f"cpu  {sum(busy)} 0 0 {tick * 10 * CORES - sum(busy)} 0 0 0 0 0 0"]
+    lines += [f"cpu{i} {b} 0 0 {tick * 10 - b} 0 0 0 0 0 0" for i, b in enumerate(busy)]
+    lines += ["intr 0", "ctxt 0", "btime 0", "processes 1", ""]
+    (root / "proc" / "stat").write_text("\n".join(lines))
+
+
+async def _ticks_at_100ms(tmp_path: Path, ticks: int, **options: object) -> list[list[Point]]:
+    """``ticks`` collects 100 ms apart (jittered by up to 3 ms); core i is busy on the ticks
+    whose number is a multiple of i + 1, so each core's load changes from tick to tick."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text(MEMINFO)
+    busy = [0] * CORES
+    write_busy(tmp_path, busy, 0)
+    context = PluginContext(host="t", interval_s=0.1, state_dir=tmp_path, data_dir=tmp_path,
+                            runtime_dir=tmp_path)  # fmt: skip
+    config = ProcfsConfig(
+        root=str(tmp_path), track_self=False, clock_ticks=100, page_size=4096, **options
+    )
+    collector = ProcfsCollector(config, context)
+    await collector.open()
+    out: list[list[Point]] = []
+    try:
+        for tick in range(1, ticks + 1):
+            busy = [b + (10 if tick % (i + 1) == 0 else 0) for i, b in enumerate(busy)]
+            write_busy(tmp_path, busy, tick)
+            out.append([])
+            jitter = (tick * 7919) % 7 - 3
+            await collector.collect(out[-1].append, tick * 100_000_000 + jitter * 1_000_000)
+    finally:
+        await collector.aclose()
+    return out
+
+
+async def test_per_core_points_every_core_interval_totals_every_tick(tmp_path: Path) -> None:
+    ticks = await _ticks_at_100ms(tmp_path, 25)
+    totals = [[p for p in t if p.tags.get("cpu") == "total"] for t in ticks]
+    assert all(len(t) == 1 for t in totals)  # every tick
+    with_cores = [n for n, t in enumerate(ticks, 1) if any(p.tags.get("cpu") == "cpu0" for p in t)]
+    assert with_cores == [1, 11, 21]  # the first tick, then every second (10 ticks of 100 ms)
+    for n in with_cores:
+        cores = [p for p in ticks[n - 1] if p.measurement == "cpu" and p.tags["cpu"] != "total"]
+        assert [p.tags["cpu"] for p in cores] == [f"cpu{i}" for i in range(CORES)]
+
+
+async def test_per_core_points_lose_none_of_the_cores_time(tmp_path: Path) -> None:
+    """Each per-core point averages the whole time since the previous one: their ratios times
+    their spans add up to each core's busy time, exactly as the counters say."""
+    ticks = await _ticks_at_100ms(tmp_path, 21)
+    for i in range(CORES):
+        points = [p for t in ticks for p in t if p.tags.get("cpu") == f"cpu{i}"]
+        spans = [1, 10, 10]  # ticks each point covers: since open, then since the last point
+        busy = sum(
+            p.fields["utilization_ratio"] * 10 * n for p, n in zip(points, spans, strict=True)
+        )
+        assert busy == pytest.approx(sum(10 for t in range(1, 22) if t % (i + 1) == 0))
+        assert points[2].fields["utilization_ratio"] == pytest.approx(
+            sum(1 for t in range(12, 22) if t % (i + 1) == 0) / 10
+        )
+
+
+async def test_core_interval_zero_emits_every_core_every_tick(tmp_path: Path) -> None:
+    ticks = await _ticks_at_100ms(tmp_path, 5, core_interval=0.0)
+    assert [sum(p.measurement == "cpu" for p in t) for t in ticks] == [CORES + 1] * 5
+
+
+def test_a_negative_core_interval_is_refused(tmp_path: Path) -> None:
+    context = PluginContext(host="t", interval_s=0.1, state_dir=tmp_path, data_dir=tmp_path,
+                            runtime_dir=tmp_path)  # fmt: skip
+    with pytest.raises(ConfigError, match="core_interval"):
+        ProcfsCollector(ProcfsConfig(core_interval=-1.0), context)
+
+
+async def test_a_first_tick_too_soon_for_per_core_ratios_leaves_them_to_the_next(
+    tmp_path: Path,
+) -> None:
+    """A tick right after open, when no core's counters have moved, has no per-core points:
+    the next tick has them (not a whole ``core_interval`` later), so a short run knows its
+    cores."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text(MEMINFO)
+    write_busy(tmp_path, [0] * CORES, 0)
+    context = PluginContext(host="t", interval_s=0.05, state_dir=tmp_path, data_dir=tmp_path,
+                            runtime_dir=tmp_path)  # fmt: skip
+    config = ProcfsConfig(root=str(tmp_path), track_self=False, clock_ticks=100, page_size=4096)
+    collector = ProcfsCollector(config, context)
+    await collector.open()
+    ticks: list[list[Point]] = [[], []]
+    try:
+        await collector.collect(ticks[0].append, 1_000_000)  # the counters as at open
+        write_busy(tmp_path, [5] * CORES, 1)
+        await collector.collect(ticks[1].append, 51_000_000)
+    finally:
+        await collector.aclose()
+    assert [p for p in ticks[0] if p.measurement == "cpu"] == []
+    cores = [p for p in ticks[1] if p.measurement == "cpu" and p.tags["cpu"] != "total"]
+    assert len(cores) == CORES
+    assert all(p.fields["utilization_ratio"] == pytest.approx(0.5) for p in cores)
