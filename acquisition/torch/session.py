@@ -274,6 +274,7 @@ class Session:
             self._first_call = model.register_forward_pre_hook(
                 self._on_first_call, with_kwargs=True
             )
+            self._model_analysis.expect_first_call()
         if self._backward:
             self._hooks.set_backward(self._leaves())
         self._hooks.install_forward()
