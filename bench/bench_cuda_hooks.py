@@ -39,7 +39,13 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_gpu import Setup, _setup, train_step
-from hook_parts import measure_parts, print_parts, stand_in_gpu
+from hook_parts import (
+    first_step,
+    measure_parts,
+    print_parts,
+    processing_slices,
+    stand_in_gpu,
+)
 from resnet import resnet
 
 
@@ -198,6 +204,16 @@ def stand_in(steps: int, rounds: int) -> None:
             figures.append(measure_parts(model, x, y, steps, 4, flush_interval_s=60.0))
     merged = {k: statistics.median(f[k] for f in figures) for k in figures[0]}
     print_parts(merged, f", median of {rounds} rounds of {steps} steps")
+    with stand_in_gpu(0):
+        slices = processing_slices(model, x, y, int(merged["every"]), 20)
+    print(f"\n== processing one detailed step ({slices['events']:.0f} events), 20 rounds ==")
+    for key in list(slices)[1:]:
+        print(f"{key:40} {slices[key]:10.1f} µs")
+    with stand_in_gpu(delay):
+        first = first_step(lambda: resnet((3, 4, 6, 3), 64), x, y, 2 * rounds)
+    print(f"\n== the first step without example_inputs, {2 * rounds} rounds (training thread) ==")
+    for key, value in first.items():
+        print(f"{key:40} {value:+10.1f}")
     print(f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
 

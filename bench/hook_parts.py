@@ -227,8 +227,103 @@ def print_parts(figures: dict[str, float], label: str = "") -> None:
     ]
     for key, name in rows:
         print(f"{name:40} {figures[key]:10.1f} µs")
+    if not figures["records"]:  # real CUDA events (or none): not counted
+        return
     print(
         f"per detailed step: {figures['records']:.0f} event records, "
         f"{figures['elapsed_time reads']:.0f} elapsed_time reads, processed at "
         f"{figures['boundaries processing']:.1f} boundaries"
     )
+
+
+def _detailed_step_events(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[Any]:
+    """The hook events of one detailed step (stand-in CUDA events, reached at once)."""
+    from acquisition.torch.hooks import STEP, EventLog, ModuleHooks
+
+    log = EventLog()
+    hooks = ModuleHooks(log, cuda=True)
+    hooks.set_backward(m for m in model.modules() if next(m.children(), None) is None)
+    hooks.install_forward()
+    switch = gpu_timeline.backward_thread_switch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    try:
+        if switch is not None:
+            switch(False)
+        _train_step(model, opt, x, y)
+    finally:
+        if switch is not None:
+            switch(True)
+        hooks.remove_all()
+    boundary = StandInEvent()
+    boundary.record()
+    log.append((None, time.perf_counter_ns(), STEP, boundary, None))
+    return log.drain()
+
+
+def processing_slices(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, every: int, rounds: int
+) -> dict[str, float]:
+    """A detailed step's processing, all at one boundary against in slices (``spread=every``),
+    interleaved in one process: µs in all and the most at one boundary (medians)."""
+    from acquisition.torch.steps import StepAggregator, StepLines
+
+    events = _detailed_step_events(model, x, y)
+    names = {id(m): n for n, m in model.named_modules()}
+    rows: dict[str | None, list[tuple[int, int]]] = {None: [], "sliced": []}
+    lines = StepLines({"run": "bench"}, 0)  # its series' prefixes made once, as in a session
+    for r in range(rounds + 1):
+        for mode in (None, "sliced") if r % 2 else ("sliced", None):
+            agg = StepAggregator(names)
+            agg.gpu_time = lambda event, anchor: int(event.at)
+            spread = every if mode else None
+            costs, feed, done = [], events, 0
+            while done == 0 or lines.queued:
+                began = time.thread_time_ns()
+                records = agg.feed(feed, 1 - done, spread) if done == 0 else []
+                lines.queue(records)
+                lines.take(spread)
+                costs.append(time.thread_time_ns() - began)
+                feed, done = [], done + len(records)
+            if r:  # round 0 warms up
+                rows[mode].append((sum(costs), max(costs)))
+    out: dict[str, float] = {"events": float(len(events))}
+    for mode, label in ((None, "at one boundary"), ("sliced", "in slices")):
+        out[f"{label}, in all"] = statistics.median(c[0] for c in rows[mode]) / 1e3
+        out[f"{label}, most at one"] = statistics.median(c[1] for c in rows[mode]) / 1e3
+    return out
+
+
+def first_step(
+    make: Any, x: torch.Tensor, y: torch.Tensor, rounds: int, **kwargs: Any
+) -> dict[str, float]:
+    """The first step of a fresh session without example inputs against a plain one (fresh
+    models after one warm step each, interleaved): the training thread's CPU ms and wall ms."""
+    rows: dict[str, list[tuple[float, float]]] = {"plain": [], "session": []}
+    with tempfile.TemporaryDirectory(prefix="nrg-bench-first-") as tmp:
+        for r in range(rounds):
+            for mode in list(rows)[:: 1 if r % 2 else -1]:
+                model = make()
+                opt = torch.optim.SGD(model.parameters(), lr=0.01)
+                _train_step(model, opt, x, y)
+                session = None
+                if mode == "session":
+                    session = instrument(
+                        model,
+                        run="first",
+                        socket_path=Path(tmp) / "absent.sock",
+                        fallback_dir=tmp,
+                        graph_dir=tmp,
+                        **kwargs,
+                    ).start()
+                cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
+                _train_step(model, opt, x, y)
+                cpu, wall = time.thread_time_ns() - cpu, time.perf_counter_ns() - wall
+                if session is not None:
+                    session.close()
+                rows[mode].append((cpu / 1e6, wall / 1e6))
+    out = {}
+    for i, unit in enumerate(("CPU", "wall")):
+        plain = statistics.median(row[i] for row in rows["plain"])
+        out[f"first step, plain, {unit} ms"] = plain
+        out[f"added, {unit} ms"] = statistics.median(row[i] for row in rows["session"]) - plain
+    return out
