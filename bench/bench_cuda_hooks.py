@@ -11,13 +11,20 @@ the same run: autograd's device threads off alone; forward hooks that append a t
 plus a CUDA event per call (default record, and record on a cached stream); backward node hooks
 on the leaves (append only, then with events).
 
+Part 3 times the training thread's work in ``instrument()``'s default mode, part by part
+(:mod:`bench.hook_parts`): a detailed step's hooks, putting them in and out, processing a detailed
+step's events at a later boundary, and the rest of a step boundary.
+
 Run: ``python bench/bench_cuda_hooks.py`` on a CUDA machine (about a minute); ``--smoke`` runs
-part 2 on the CPU with a tiny network and no events, to check the script.
+part 2 on the CPU with a tiny network and no events, to check the script; ``--stand-in`` runs
+part 3 on the CPU with ResNet-50's shape (batch 2 of 16×16 images, one thread) and stand-in
+CUDA events that the "GPU" reaches 1.5 steps after their record.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -32,6 +39,14 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_gpu import Setup, _setup, train_step
+from hook_parts import (
+    first_step,
+    measure_parts,
+    print_parts,
+    processing_slices,
+    stand_in_gpu,
+)
+from resnet import resnet
 
 
 def per_call_us(fn: Callable[[], Any], n: int = 5000) -> float:
@@ -166,10 +181,52 @@ def step_modes(setup: Setup) -> None:
         print(f"{name:40} {ms:8.2f} ms {(ms / plain - 1) * 100:+7.1f}%")
 
 
+def stand_in(steps: int, rounds: int) -> None:
+    """Part 3 on the CPU: ResNet-50's shape, stand-in CUDA events."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = resnet((3, 4, 6, 3), 64)
+    x, y = torch.randn(2, 3, 16, 16), torch.randint(0, 100, (2,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(3):
+        train_step(model, opt, x, y)
+    t0 = time.perf_counter_ns()
+    for _ in range(5):
+        train_step(model, opt, x, y)
+    delay = (time.perf_counter_ns() - t0) * 3 // 10  # 1.5 steps
+    modules = sum(1 for _ in model.modules())
+    print(f"ResNet-50 shape ({modules} modules), CPU, batch 2 of 16×16, torch {torch.__version__}")
+    print(f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    figures = []
+    with stand_in_gpu(delay):
+        for _ in range(rounds):
+            # Boundaries come faster than the flush interval on a GPU; here a step is longer.
+            figures.append(measure_parts(model, x, y, steps, 4, flush_interval_s=60.0))
+    merged = {k: statistics.median(f[k] for f in figures) for k in figures[0]}
+    print_parts(merged, f", median of {rounds} rounds of {steps} steps")
+    with stand_in_gpu(0):
+        slices = processing_slices(model, x, y, int(merged["every"]), 20)
+    print(f"\n== processing one detailed step ({slices['events']:.0f} events), 20 rounds ==")
+    for key in list(slices)[1:]:
+        print(f"{key:40} {slices[key]:10.1f} µs")
+    with stand_in_gpu(delay):
+        first = first_step(lambda: resnet((3, 4, 6, 3), 64), x, y, 2 * rounds)
+    print(f"\n== the first step without example_inputs, {2 * rounds} rounds (training thread) ==")
+    for key, value in first.items():
+        print(f"{key:40} {value:+10.1f}")
+    print(f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--stand-in", action="store_true", help="part 3 on the CPU")
+    parser.add_argument("--steps", type=int, default=30, help="steps per round (--stand-in)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (--stand-in)")
     args = parser.parse_args()
+    if args.stand_in:
+        stand_in(args.steps, args.rounds)
+        return 0
     if not args.smoke and not torch.cuda.is_available():
         print("bench_cuda_hooks: no CUDA GPU here; nothing measured (--smoke checks the script)")
         return 0

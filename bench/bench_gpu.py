@@ -5,8 +5,9 @@ classes, batch 64×3×224×224 fp32, SGD, synthetic data, on CUDA device 0; warm
 rounds interleaved across modes, medians reported. Sections:
 
 1. hook cost per mode (plain, ``instrument()`` default, module detail on every step, the same
-   without backward, steps only) beside ``torch.profiler`` (CPU + CUDA), and how much slower a
-   step with module detail is than the others (from the steps' own GPU intervals);
+   without backward, steps only) beside ``torch.profiler`` (CPU + CUDA), how much slower a
+   step with module detail is than the others (from the steps' own GPU intervals), and the
+   training thread's CPU per part of the default mode (:mod:`bench.hook_parts`);
 2. the first step, and the sum of the next steps: plain, instrumented without example inputs,
    and with them (their analysis runs at start);
 3. per-epoch energy against NVML's energy counter read after ``torch.cuda.synchronize()`` at
@@ -54,6 +55,7 @@ from torch import nn
 
 from acquisition.lineproto import decode_line
 from acquisition.torch import instrument
+from bench.hook_parts import measure_parts, print_parts
 from bench.resnet import resnet
 
 NO_GPU = (
@@ -193,6 +195,7 @@ def hook_cost(setup: Setup) -> None:
         print(
             f"detailed step / other steps (default mode, median): {statistics.median(ratios):.3f}"
         )
+    print_parts(measure_parts(model, x, y, max(setup.steps, 3), setup.warmup))
 
 
 def _detailed_ratio(directory: Path, every: int) -> float:

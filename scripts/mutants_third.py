@@ -296,8 +296,8 @@ THIRD = [
     _M(
         "[3] GPU time of a module's earlier calls lost",
         STEPS_PY,
-        "timing.gpu_inclusive_ms = (timing.gpu_inclusive_ms or 0.0) + inclusive",
-        "timing.gpu_inclusive_ms = inclusive",
+        "sums[0] += inclusive",
+        "sums[0] = inclusive",
         STEPS,
     ),
 ]

@@ -76,8 +76,8 @@ def instrument(
       of ``session.step(samples=n)`` gives its own step's count).
     - ``module_detail_every``: per-module timing (``nrg_module``) on every Nth step, counted
       from step 0; the steps between have their ``nrg_step`` point only and no module hooks
-      at all. Default: every step for a model of up to 64 modules, else every
-      ⌈modules / 64⌉-th step (a 200-module model: every 4th).
+      at all. Default: every step for a model of up to 48 modules, else every
+      ⌈modules / 48⌉-th step (a 200-module model: every 5th).
     - ``epochs``, ``steps_per_epoch``: the run's length, for the forecast the agent makes at
       each epoch end (as ``session.plan()``).
     """

@@ -175,6 +175,8 @@ class ModelAnalysis:
         self._send = send
         self._thread: threading.Thread | None = None
         self._deferred: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self._meta: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        """Meta copies of the first call's inputs, for the analysis thread."""
         """The first call's inputs, kept until the analysis beside training has succeeded."""
         self._graph_later: tuple[nn.Module, tuple[Any, ...], dict[str, Any], Analysis] | None = None
         """The private copy, its inputs and its analysis: the graph is captured at close."""
@@ -198,16 +200,29 @@ class ModelAnalysis:
             self.here(args, kwargs, hooks)
             return (id(module), time.perf_counter_ns(), RETIME)
         self._deferred = (args, kwargs)
-        self._thread = threading.Thread(
-            target=self._aside, args=meta, name="nrg-torch-analysis", daemon=True
-        )
-        self._thread.start()
+        self._meta = meta
+        if self._thread is None:
+            self.expect_first_call()
         log.info(
             "nrg: first forward call: %.1f ms on the training thread; the model analysis runs "
             "beside training from the first step's end",
             (time.perf_counter() - began) * 1e3,
         )
         return None
+
+    def expect_first_call(self) -> None:
+        """Start the analysis thread now (at session start): it waits for the first call's
+        inputs and the first step's end, so the first step does not wait for a thread to
+        start (the OS scheduling it: milliseconds on a loaded machine)."""
+        self._thread = threading.Thread(
+            target=self._aside_when_ready, name="nrg-torch-analysis", daemon=True
+        )
+        self._thread.start()
+
+    def _aside_when_ready(self) -> None:
+        self._go.wait()
+        if self._meta is not None:  # None: no forward call, or analysed on the training thread
+            self._aside(*self._meta)
 
     def step_ended(self) -> None:
         """A step ended (training thread): the analysis beside training may begin."""

@@ -162,7 +162,7 @@ def stream_recorder(event_cls: Any) -> Callable[[Any], None]:
 
 
 def _make_cuda_hooks(
-    append: Callable[[Event], None], leaves: dict[Any, Any]
+    append: Callable[[Event], None], leaves: dict[Any, Any], pool: list[Any]
 ) -> tuple[Callable[..., None], Callable[..., None], Callable[..., Any]]:
     from functools import partial
     from time import perf_counter_ns
@@ -171,9 +171,13 @@ def _make_cuda_hooks(
 
     event_cls: Any = torch.cuda.Event
     record = stream_recorder(event_cls)
+    take = pool.pop
 
     def _mark(module: Any, kind: int) -> None:
-        ev = event_cls(enable_timing=True)
+        try:
+            ev = take()  # an event already read, recorded again: no construction
+        except IndexError:
+            ev = event_cls(enable_timing=True)
         t = perf_counter_ns()
         record(ev)  # on the current stream; read by the aggregator once the step has run
         append((id(module), t, kind, ev))
@@ -227,8 +231,14 @@ class ModuleHooks:
         self._lock = threading.Lock()
         self.backward_leaves: dict[Any, Any] = {}
         """Leaf module → its two node hooks, made once; the post-hook reads this on every call."""
-        make = _make_cuda_hooks if cuda else _make_cpu_hooks
-        self.fwd_pre, self.fwd_post, self._node_hooks = make(log.append, self.backward_leaves)
+        self.event_pool: list[Any] = []
+        """CUDA events whose reading is done, for the hooks to record again (appended by the
+        aggregator; ``list.append`` and ``list.pop`` are atomic)."""
+        if cuda:
+            hooks = _make_cuda_hooks(log.append, self.backward_leaves, self.event_pool)
+        else:
+            hooks = _make_cpu_hooks(log.append, self.backward_leaves)
+        self.fwd_pre, self.fwd_post, self._node_hooks = hooks
         self._forward: list[RemovableHandle] = []
 
     @property

@@ -45,7 +45,12 @@ from acquisition.torch.graph import GraphCapture
 from acquisition.torch.hooks import EPOCH, RESUME, STEP, EventLog, ModuleHooks
 from acquisition.torch.launch import resolve_tags
 from acquisition.torch.steps import StepAggregator, StepLines
-from acquisition.torch.transport import LineSender, default_fallback_dir, default_socket_path
+from acquisition.torch.transport import (
+    Handover,
+    LineSender,
+    default_fallback_dir,
+    default_socket_path,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -72,13 +77,12 @@ SAMPLES_ERROR = "samples must be a positive integer (the batch size of the step)
 """Raised (formatted) by :meth:`Session.step` and ``instrument(samples_per_step=...)``."""
 
 
-_HANDOVER_BYTES = 32_768
-_HANDOVER_S = 0.25
-"""Step lines wait for the sender until this many bytes or seconds have gathered."""
-
-DETAIL_MODULES = 64
+DETAIL_MODULES = 48
 """``module_detail_every`` by default: every step for a model of up to this many modules, else
-every ⌈modules / 64⌉-th step, so the hook work per step stays about that of a 64-module model."""
+every ⌈modules / 48⌉-th step. From a budget: module detail may cost ≤ 2.25 % of a step on average
+(the goal is 3 % for ``instrument()`` as a whole), and a detailed step costs about 0.047 % of a
+step per module (ResNet-50 on an H200: 161 modules, +7.6 %), so ⌊2.25 / 0.047⌋ = 48 modules'
+worth of detail per step."""
 
 _CUDA_BACKLOG = 65_536
 """On CUDA, events waiting for a step boundary are aggregated anyway beyond this many (a job
@@ -184,14 +188,13 @@ class Session:
         self._process_lock = threading.RLock()
         self._processed_at = 0.0
         self._process_failed = False
-        self._pending_lock = threading.Lock()
-        self._pending: list[str] = []
-        self._pending_bytes = 0
-        self._handed_at = 0.0
+        self._handover: Handover | None = None
         self._cuda = False
         self._timeline: gpu_timeline.GpuTimeline | None = None
         self._boundaries: deque[Any] = deque()
         """CUDA events of the step boundaries the aggregator has not seen the GPU reach."""
+        self._ready = 0
+        """Steps the GPU has finished whose events are not all aggregated yet."""
         self._threads_switch: Any = None
         self._threads_before = True
         self._thread: threading.Thread | None = None
@@ -256,8 +259,10 @@ class Session:
             self._backward = self._backward and self._backward_on_this_thread(devices)
         self._step_lines = StepLines(self.tags, self.offset_ns)
         self._hooks = ModuleHooks(self._events, cuda=cuda)
+        self._aggregator.recycle = self._hooks.event_pool.append if cuda else None
         self._sender = LineSender(self.socket_path, self.fallback_path)
         self._sender.start()
+        self._handover = Handover(self._sender.send)
         self._send([self._run_point("start", self.start_time_ns)])
         self._model_analysis.time_ns = self.start_time_ns
         if self._plan is not None:
@@ -269,6 +274,7 @@ class Session:
             self._first_call = model.register_forward_pre_hook(
                 self._on_first_call, with_kwargs=True
             )
+            self._model_analysis.expect_first_call()
         if self._backward:
             self._hooks.set_backward(self._leaves())
         self._hooks.install_forward()
@@ -503,33 +509,34 @@ class Session:
                     self._process()
                 else:
                     self._process_reached(backlog_limit=_CUDA_BACKLOG)
-            self._send_text("")  # lines waiting longer than _HANDOVER_S go now
+            self._send_text("")  # lines waiting longer than the hand-over's time go now
 
     def _process_reached(self, backlog_limit: int | None = None) -> None:
-        """On CUDA: aggregate the steps whose boundary event the GPU has reached (``query()``,
-        never a wait); with ``backlog_limit``, everything once more events than that wait."""
+        """On CUDA: aggregate a slice of the steps whose boundary event the GPU has reached
+        (``query()``, never a wait), spread over the boundaries until the next detailed step's
+        (:data:`~acquisition.torch.steps.PROCESS_SLICE`); with ``backlog_limit``, everything
+        once more events than that wait."""
         self._processed_at = time.monotonic()
         with self._process_lock:
             boundaries = self._boundaries
-            reached = 0
             while boundaries and boundaries[0].query():
                 boundaries.popleft()
-                reached += 1
-            if reached:
-                self._process(reached)
+                self._ready += 1
+            if self._ready or (self._step_lines is not None and self._step_lines.queued):
+                self._process(self._ready)
             elif backlog_limit is not None and len(self._events.events) > backlog_limit:
                 self._process()
 
     def _process(self, steps: int | None = None) -> None:
         """Aggregate the recorded events and send the finished steps' lines (with ``steps``:
-        those of that many step boundaries; the later events wait).
+        a slice of those of that many step boundaries; the later events wait).
 
         Never raises into training: a failure is logged (once) and the events are dropped."""
         if self._aggregator is None or self._step_lines is None:
             return
         with self._process_lock:
             self._processed_at = time.monotonic()
-            events = self._events.drain()
+            events = self._events.drain() if steps != 0 else []  # 0: only queued lines
             try:
                 self._aggregate(events, steps)
             except Exception:
@@ -546,36 +553,16 @@ class Session:
             self._aggregator.names = self._names()
             if self._backward and self._hooks is not None:
                 self._hooks.set_backward(self._leaves())
-        records = self._aggregator.feed(events, steps)
-        if records:
-            lines = self._step_lines.lines
-            self._send_text("".join(lines(r) for r in records))
+        spread = None if steps is None else self.module_detail_every
+        records = self._aggregator.feed(events, steps, spread) if steps != 0 else []
+        self._ready = 0 if steps is None else self._ready - len(records)
+        self._step_lines.queue(records)
+        self._send_text(self._step_lines.take(spread))
 
     def _send_text(self, text: str, *, now: bool = False) -> None:
-        """Queue lines for the sender thread, in order.
-
-        Lines are handed over in chunks (``_HANDOVER_BYTES`` or ``_HANDOVER_S``, whichever comes
-        first; at once with ``now``): each hand-over wakes the sender thread, whose wish for the
-        interpreter lock costs the training thread more than the hand-over itself."""
-        if self._sender is None:
-            return
-        with self._pending_lock:
-            if text:
-                self._pending.append(text)
-                self._pending_bytes += len(text)
-            if not self._pending:
-                return
-            if (
-                not now
-                and self._pending_bytes < _HANDOVER_BYTES
-                and time.monotonic() - self._handed_at < _HANDOVER_S
-            ):
-                return
-            chunk = "".join(self._pending)
-            self._pending.clear()
-            self._pending_bytes = 0
-            self._handed_at = time.monotonic()
-            self._sender.send(chunk)
+        """Queue lines for the sender thread, in order (:class:`Handover`)."""
+        if self._handover is not None:
+            self._handover.add(text, now=now)
 
     def _send(self, points: list[Point]) -> None:
         if not points or self._sender is None:

@@ -15,11 +15,18 @@ Steps tile time: step *k* runs from the boundary of step *k-1* (for the first st
 event after the session started) to its own boundary. Modules that are not part of the
 instrumented model (a loss module, another model) are transparent: their time stays in the
 enclosing module's exclusive time. A call is accounted to the step in which it exits.
+
+Bounded work per call: with ``max_steps`` (the steps the GPU has finished) and ``spread``, one
+:meth:`StepAggregator.feed` aggregates at most ``max(PROCESS_SLICE, ⌈ready / spread⌉)`` of the
+``ready`` events, so a detailed step's events are worked through over the boundaries that follow
+it instead of at one; its CUDA event pairs are read as its calls are aggregated, one
+``elapsed_time`` per call (a parent's exclusive GPU time subtracts its children's readings).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +45,7 @@ from acquisition.torch.hooks import (
 )
 
 __all__ = [
+    "PROCESS_SLICE",
     "ROOT_NAME",
     "ModuleTiming",
     "StepAggregator",
@@ -50,6 +58,9 @@ ROOT_NAME = "(root)"
 """How the root module (qualname ``""``) is written in the ``module`` tag."""
 
 _PHASE = {FWD_PRE: "forward", FWD_POST: "forward", BWD_PRE: "backward", BWD_POST: "backward"}
+
+PROCESS_SLICE = 128
+"""Events one sliced :meth:`StepAggregator.feed` aggregates at least (if that many are ready)."""
 
 
 @dataclass(slots=True)
@@ -81,16 +92,19 @@ class StepRecord:
     """Unix-epoch ns at which the GPU reached this step's boundary event (CUDA)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _GpuSpan:
+    """One call's CUDA event pair; ``ms`` (inclusive) once read."""
+
     key: tuple[Any, int]
     start: Any
     end: Any
-    children: list[tuple[Any, Any]]
+    children: list[_GpuSpan] | None
+    ms: float | None = None
 
 
 # A frame is a list, not an object: this loop runs for every event and allocation dominates.
-# [module, start_ns, child_inclusive_ns, start_cuda_event, child_cuda_event_pairs]
+# [module, start_ns, child_inclusive_ns, start_cuda_event, child_gpu_spans]
 _MODULE, _START, _CHILD, _EVENT, _CHILD_EVENTS = range(5)
 
 
@@ -120,6 +134,12 @@ class StepAggregator:
         # (module, kind of the exit event) -> [calls, inclusive_ns, exclusive_ns]
         self._stats: dict[tuple[Any, int], list[int]] = {}
         self._gpu: list[_GpuSpan] = []
+        """Calls whose CUDA events are read when their step ends (fed before it was reached)."""
+        self._gpu_ms: dict[tuple[Any, int], list[float]] = {}
+        """(module, exit kind) -> [GPU ms inclusive, exclusive] read so far in this step."""
+        self._read_now = False
+        self.recycle: Callable[[Any], None] | None = None
+        """Takes back a module call's CUDA event once read (the hooks' event pool)."""
         self.gpu_time: Callable[..., int] | None = None
         """``(cuda_event, anchor) -> Unix-epoch ns`` of a completed event
         (:meth:`acquisition.torch.cuda.GpuTimeline.host_ns`); set on CUDA."""
@@ -135,21 +155,26 @@ class StepAggregator:
         """Whether module calls were recorded since the last step boundary."""
         return bool(self._stats)
 
-    def feed(self, events: Sequence[Event], max_steps: int | None = None) -> list[StepRecord]:
+    def feed(
+        self, events: Sequence[Event], max_steps: int | None = None, spread: int | None = None
+    ) -> list[StepRecord]:
         """Consume events; return the steps they completed.
 
         Module enters and exits (nearly every event) are handled inline; step, epoch and timing
         marks go to :meth:`_mark`. With ``max_steps``, the events after that many step
-        boundaries wait in the backlog (on CUDA: the steps the GPU is still running).
+        boundaries wait in the backlog (on CUDA: the steps the GPU is still running), and the
+        CUDA events before them are read as their calls end; with ``spread`` too, only a slice
+        of them is aggregated now (see the module docstring), the rest waits.
         """
         done: list[StepRecord] = []
-        events = self._pending(events, max_steps)
+        events = self._pending(events, max_steps, spread)
+        self._read_now = max_steps is not None
         names = self.names
         stacks = self._stacks
         stats = self._stats
         if self._start_ns is None and events:
             self._start_ns = events[0][1]  # the very first event starts the first step
-        for ev in events:
+        for i, ev in enumerate(events):
             module, t, kind = ev[0], ev[1], ev[2]
             if kind in (FWD_PRE, BWD_PRE):
                 if module in names:
@@ -181,17 +206,24 @@ class StepAggregator:
                 if frame[_EVENT] is not None and len(ev) > 3:
                     self._gpu_exit(stack, frame, key, ev[3])
             elif not self._mark(ev, done):
-                self._backlog = list(events[events.index(ev) :])
+                self._backlog = [*events[i:], *self._backlog]
                 break
         return done
 
-    def _pending(self, events: Sequence[Event], max_steps: int | None) -> Sequence[Event]:
-        """The backlog then ``events``, cut after ``max_steps`` boundaries."""
+    def _pending(
+        self, events: Sequence[Event], max_steps: int | None, spread: int | None = None
+    ) -> Sequence[Event]:
+        """The backlog then ``events``, cut after ``max_steps`` boundaries, then to a slice."""
         if self._backlog:
             events = [*self._backlog, *events]
             self._backlog = []
         if max_steps is not None:
             events = self._through_steps(events, max_steps)
+            if spread is not None:
+                n = max(PROCESS_SLICE, -(-len(events) // spread))
+                if len(events) > n:
+                    self._backlog = [*events[n:], *self._backlog]
+                    events = events[:n]
         return events
 
     def _through_steps(self, events: Sequence[Event], steps: int) -> Sequence[Event]:
@@ -209,12 +241,43 @@ class StepAggregator:
         return events
 
     def _gpu_exit(self, stack: list[list[Any]], frame: list[Any], key: Any, end: Any) -> None:
-        """Keep the CUDA event pair of a finished call (and give it to its parent's frame)."""
-        self._gpu.append(_GpuSpan(key, frame[_EVENT], end, frame[_CHILD_EVENTS] or []))
+        """The CUDA event pair of a finished call: read now (its step has run on the GPU) or
+        when its step ends; given to its parent's frame, whose exclusive time subtracts it."""
+        span = _GpuSpan(key, frame[_EVENT], end, frame[_CHILD_EVENTS])
         if stack:
             if stack[-1][_CHILD_EVENTS] is None:
                 stack[-1][_CHILD_EVENTS] = []
-            stack[-1][_CHILD_EVENTS].append((frame[_EVENT], end))
+            stack[-1][_CHILD_EVENTS].append(span)
+        if self._read_now:
+            self._read(span)
+        else:
+            self._gpu.append(span)
+
+    def _read(self, span: _GpuSpan) -> None:
+        """One ``elapsed_time`` for the call; never waits (a call not run yet, on another
+        stream, or with a child not read, counts in :attr:`gpu_unresolved`)."""
+        children = 0.0
+        for child in span.children or ():
+            if child.ms is None:
+                self.gpu_unresolved += 1
+                return
+            children += child.ms
+        try:
+            inclusive = float(span.start.elapsed_time(span.end))
+        except RuntimeError:  # CUDA's "device not ready"
+            self.gpu_unresolved += 1
+            return
+        span.ms = inclusive
+        recycle = self.recycle
+        if recycle is not None:
+            if span.start is not self._gpu_begin:  # the step's start: read when it ends
+                recycle(span.start)
+            recycle(span.end)
+        sums = self._gpu_ms.get(span.key)
+        if sums is None:
+            sums = self._gpu_ms[span.key] = [0.0, 0.0]
+        sums[0] += inclusive
+        sums[1] += max(0.0, inclusive - children)
 
     def _mark(self, ev: Event, done: list[StepRecord]) -> bool:
         """A step boundary, an epoch change, or a restart of the clock (retime, resume).
@@ -285,9 +348,14 @@ class StepAggregator:
                 continue  # removed from the model since it ran
             timing = ModuleTiming(calls, inclusive, exclusive)
             modules[(name, _PHASE[key[1]])] = by_key[key] = timing
-        if self._gpu:
-            self.gpu_unresolved += _resolve_gpu(self._gpu, by_key)
-            self._gpu = []
+        for span in self._gpu:  # in exit order: children before their parents
+            self._read(span)
+        self._gpu = []
+        for key, (gpu_inclusive, gpu_exclusive) in self._gpu_ms.items():
+            found = by_key.get(key)
+            if found is not None:
+                found.gpu_inclusive_ms, found.gpu_exclusive_ms = gpu_inclusive, gpu_exclusive
+        self._gpu_ms.clear()
         gpu_start, gpu_end = self._gpu_interval(mark)
         self._stats.clear()  # in place: feed() holds a reference to it
         self.step += 1
@@ -297,26 +365,6 @@ class StepAggregator:
         record = StepRecord(self.step - 1, self.epoch, start, end_ns, modules, samples)
         record.gpu_start_ns, record.gpu_end_ns = gpu_start, gpu_end
         return record
-
-
-def _resolve_gpu(spans: list[_GpuSpan], modules: dict[tuple[Any, int], ModuleTiming]) -> int:
-    """Read CUDA event pairs of a step the GPU has finished; never waits.
-
-    Returns how many calls could not be read (events on another stream, not yet run)."""
-    unresolved = 0
-    for span in spans:
-        timing = modules.get(span.key)
-        if timing is None:
-            continue
-        try:
-            inclusive = float(span.start.elapsed_time(span.end))
-            children = sum(float(s.elapsed_time(e)) for s, e in span.children)
-        except RuntimeError:  # CUDA's "device not ready"
-            unresolved += 1
-            continue
-        timing.gpu_inclusive_ms = (timing.gpu_inclusive_ms or 0.0) + inclusive
-        timing.gpu_exclusive_ms = (timing.gpu_exclusive_ms or 0.0) + max(0.0, inclusive - children)
-    return unresolved
 
 
 def step_points(record: StepRecord, tags: Mapping[str, str], offset_ns: int) -> list[Point]:
@@ -371,6 +419,8 @@ class StepLines:
         self._encoder = LineEncoder()
         self._prefixes: dict[tuple[int, str, str], str] = {}
         self._prefix_epoch = -1
+        self._todo: deque[list[Any]] = deque()
+        """[record, its (module, phase) items not formatted yet, step line written]"""
 
     def _prefix(self, measurement: str, tags: Mapping[str, str]) -> str:
         line = self._encoder.encode(Point(measurement, tags, {"x": 0}, 0))
@@ -393,23 +443,65 @@ class StepLines:
         return prefix
 
     def lines(self, record: StepRecord) -> str:
+        """The step's line and its modules' lines."""
+        return self._step_line(record) + self._module_lines(record, record.modules.items())
+
+    def queue(self, records: Sequence[StepRecord]) -> None:
+        """Records whose lines :meth:`take` formats, in order."""
+        self._todo.extend([r, list(r.modules.items()), False] for r in records)
+
+    @property
+    def queued(self) -> bool:
+        return bool(self._todo)
+
+    def take(self, spread: int | None = None) -> str:
+        """Lines of the queued records, in order: all, or with ``spread`` a slice of at most
+        ``max(PROCESS_SLICE, ⌈queued lines / spread⌉)`` lines (the rest stays queued)."""
+        todo = self._todo
+        budget = sum(len(entry[1]) + (not entry[2]) for entry in todo)
+        if spread is not None:
+            budget = min(budget, max(PROCESS_SLICE, -(-budget // spread)))
+        out = []
+        while todo and budget > 0:
+            entry = todo[0]
+            record, items = entry[0], entry[1]
+            if not entry[2]:
+                entry[2] = True
+                out.append(self._step_line(record))
+                budget -= 1
+            n = min(budget, len(items))
+            out.append(self._module_lines(record, items[:n]))
+            del items[:n]
+            budget -= n
+            if not items:
+                todo.popleft()
+        return "".join(out)
+
+    def _step_line(self, record: StepRecord) -> str:
         start = record.start_ns + self._offset_ns
         end = record.end_ns + self._offset_ns
         epoch = record.epoch
-        prefixes = self._prefixes
-        step_prefix = prefixes.get((epoch, "", "")) or self._series(epoch, "", "")
-        head = f" step={record.step}i,"
+        step_prefix = self._prefixes.get((epoch, "", "")) or self._series(epoch, "", "")
         samples = "" if record.samples is None else f"samples={record.samples}i,"
         on_gpu = ""
         if record.gpu_start_ns is not None and record.gpu_end_ns is not None:
             on_gpu = (
                 f",gpu_start_time_ns={record.gpu_start_ns}i,gpu_end_time_ns={record.gpu_end_ns}i"
             )
-        out = [
-            f"{step_prefix}{head}{samples}start_time_ns={start}i,end_time_ns={end}i,"
-            f"duration_seconds={(end - start) / 1e9!r}{on_gpu} {end}\n"
-        ]
-        for (name, phase), timing in record.modules.items():
+        return (
+            f"{step_prefix} step={record.step}i,{samples}start_time_ns={start}i,"
+            f"end_time_ns={end}i,duration_seconds={(end - start) / 1e9!r}{on_gpu} {end}\n"
+        )
+
+    def _module_lines(
+        self, record: StepRecord, items: Iterable[tuple[tuple[str, str], ModuleTiming]]
+    ) -> str:
+        end = record.end_ns + self._offset_ns
+        epoch = record.epoch
+        prefixes = self._prefixes
+        head = f" step={record.step}i,"
+        out = []
+        for (name, phase), timing in items:
             prefix = prefixes.get((epoch, name, phase)) or self._series(epoch, name, phase)
             gpu = ""
             if timing.gpu_exclusive_ms is not None:

@@ -23,14 +23,54 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from acquisition.paths import default_fallback_dir, default_socket_path
 
-__all__ = ["LineSender", "default_fallback_dir", "default_socket_path"]
+__all__ = ["Handover", "LineSender", "default_fallback_dir", "default_socket_path"]
 
 _STOP = object()
+
+
+class Handover:
+    """Lines queued for the sender thread, in order, handed over in chunks.
+
+    A chunk goes once ``max_bytes`` or ``max_s`` have gathered (at once with ``now``): each
+    hand-over wakes the sender thread, whose wish for the interpreter lock costs the training
+    thread more than the hand-over itself."""
+
+    def __init__(
+        self, send: Callable[[str], None], max_bytes: int = 32_768, max_s: float = 0.25
+    ) -> None:
+        self._send = send
+        self._max_bytes = max_bytes
+        self._max_s = max_s
+        self._lock = threading.Lock()
+        self._pending: list[str] = []
+        self._bytes = 0
+        self._handed_at = 0.0
+
+    def add(self, text: str, *, now: bool = False) -> None:
+        """Queue ``text`` (may be empty: then only hand over what waited long enough)."""
+        with self._lock:
+            if text:
+                self._pending.append(text)
+                self._bytes += len(text)
+            if not self._pending:
+                return
+            if (
+                not now
+                and self._bytes < self._max_bytes
+                and time.monotonic() - self._handed_at < self._max_s
+            ):
+                return
+            chunk = "".join(self._pending)
+            self._pending.clear()
+            self._bytes = 0
+            self._handed_at = time.monotonic()
+            self._send(chunk)
 
 
 class LineSender:

@@ -127,9 +127,11 @@ def test_the_aggregator_reads_whole_steps_the_gpu_has_run(
     feed = StepAggregator.feed
     batches: list[tuple[str, list[int], bool]] = []
 
-    def spy(self: StepAggregator, events: Any, max_steps: int | None = None) -> Any:
+    def spy(
+        self: StepAggregator, events: Any, max_steps: int | None = None, spread: Any = None
+    ) -> Any:
         pending = [*self._backlog, *events]
-        done = feed(self, events, max_steps)
+        done = feed(self, events, max_steps, spread)
         read = pending[: len(pending) - len(self._backlog)]
         reached = all(ev[3].query() for ev in read if ev[2] == STEP)
         batches.append((threading.current_thread().name, [ev[2] for ev in read], reached))
@@ -157,9 +159,11 @@ def test_step_boundaries_read_the_steps_the_gpu_has_run(
     batches: list[tuple[str, list[int], bool, bool]] = []
     training = True
 
-    def spy(self: StepAggregator, events: Any, max_steps: int | None = None) -> Any:
+    def spy(
+        self: StepAggregator, events: Any, max_steps: int | None = None, spread: Any = None
+    ) -> Any:
         pending = [*self._backlog, *events]
-        done = feed(self, events, max_steps)
+        done = feed(self, events, max_steps, spread)
         read = pending[: len(pending) - len(self._backlog)]
         reached = all(ev[3].query() for ev in read if ev[2] == STEP)
         name = threading.current_thread().name

@@ -197,3 +197,26 @@ def test_the_analysis_pauses_for_training_until_the_session_closes(
     assert model_points(listener)["0"]["flops"] == 2 * 16 * 8 * 16
     took = [r.message for r in caplog.records if "model analysis (sizes, FLOPs" in r.message]
     assert len(took) == 1 and "in 1 pauses for training" in took[0], took
+
+
+def test_the_first_step_starts_no_thread(
+    listener: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analysis thread starts with the session, not in the first forward call, where the
+    training thread would wait for the OS to schedule it."""
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def spy(self: threading.Thread) -> None:
+        started.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", spy)
+    model = dropout_model()
+    with instrument(model, run="threads") as session:  # no example inputs
+        at_start = list(started)
+        train(model, steps=1)
+        during = started[len(at_start) :]
+    assert "nrg-torch-analysis" in at_start
+    assert during == []
+    assert session.capture is not None  # the analysis ran, beside training

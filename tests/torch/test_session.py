@@ -330,8 +330,8 @@ def test_module_detail_every_nth_step(listener: Listener) -> None:
 def test_default_module_detail_follows_the_model_size() -> None:
     assert detail_every(DETAIL_MODULES, None) == 1
     assert detail_every(DETAIL_MODULES + 1, None) == 2
-    assert detail_every(202, None) == 4
-    assert detail_every(10_001, None) == 157
+    assert detail_every(202, None) == 5
+    assert detail_every(10_001, None) == 209
     assert detail_every(10_001, 1) == 1
     for bad in (0, -1, 1.5):
         with pytest.raises(ValueError) as err:
@@ -359,7 +359,7 @@ def test_no_event_lost_under_a_10000_module_model(listener: Listener) -> None:
     assert forward == dict.fromkeys(names, 1)
     leaves = {n for n, m in model.named_modules() if next(m.children(), None) is None}
     assert backward == leaves
-    assert session.module_detail_every == 157
+    assert session.module_detail_every == 209
     assert [p.fields["step"] for p in pts if p.measurement == "nrg_module"].count(1) == 0
 
 
