@@ -414,8 +414,28 @@ async def test_corruption_in_the_middle_costs_one_record_at_restart(tmp_path: Pa
     again = Spool(tmp_path, max_bytes=1 << 20)
     await again.open()
     assert again.torn_records == 1
+    # the skipped record's bytes are reported: its 20-byte header and 10 lines of 19 bytes
+    assert again.discarded_bytes == 20 + 10 * 19
     assert await drain(again) == lines(0, 10) + lines(20, 10)
     await again.close()
+
+
+async def test_a_read_across_segments_leaves_no_file_open(tmp_path: Path) -> None:
+    """Guards: a read that spans several segment files closes each of them: records of 300
+    lines (5,700 bytes) with 4,096-byte segments take one segment each; reading the three
+    leaves the process holding as many open files as before."""
+    spool = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=4096)
+    await spool.open()
+    for k in range(3):
+        spool.append_nowait(lines(300 * k, 300), 300)
+    await spool.flush()
+    assert len(segments(tmp_path)) == 3
+    before = len(os.listdir("/proc/self/fd"))
+    batch = await spool.read(1 << 20)
+    assert batch.payload == lines(0, 900)
+    assert len(os.listdir("/proc/self/fd")) == before
+    await spool.commit(batch)
+    await spool.close()
 
 
 @pytest.mark.parametrize("policy", ["always", "never", "60m"])
