@@ -531,3 +531,38 @@ def test_a_flipped_byte_in_any_payload_costs_exactly_that_record(
 
     with tempfile.TemporaryDirectory() as d:
         asyncio.run(run(Path(d)))
+
+
+def test_an_interval_policy_syncs_once_the_interval_has_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: with fsync every 10 s, a record appended when 10 s have passed since the last
+    sync is synced at once (no record stays unsynced longer than the interval); earlier ones
+    wait. A clock that reads what the test sets: appends at 1, 9.9, 10, 15, 20 and 29.9 s
+    since the last sync at 0 s: syncs at 10 and 20 s (10 − 0 ≥ 10, 20 − 10 ≥ 10)."""
+    import time
+
+    from sinks.influxdb.segments import SegmentFiles
+
+    now = [0.0]
+    synced: list[float] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith("seg-"):
+            synced.append(now[0])
+        real_fsync(fd)
+
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(os, "fsync", fsync)
+    files = SegmentFiles(tmp_path, parse_fsync_policy("10s"))
+    files.recover()
+    offset = len(MAGIC)
+    for i, at in enumerate([1.0, 9.9, 10.0, 15.0, 20.0, 29.9]):
+        now[0] = at
+        record = encode_record(lines(i, 1), 1, 0)
+        files.append(0, offset, record)
+        offset += len(record)
+    monkeypatch.undo()
+    files.close()
+    assert synced == [10.0, 20.0]
