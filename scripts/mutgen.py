@@ -231,7 +231,7 @@ class _Finder(ast.NodeVisitor):
         a, b = self.src.span(node)
         text = self.src.text[a:b]
         for n in (1,) if v == 0 else (0,) if v == 1 else (v + 1, v - 1):
-            new = hex(n) if text.lower().startswith("0x") else repr(type(v)(n))
+            new = hex(int(n)) if text.lower().startswith("0x") else repr(type(v)(n))
             self.add(f"{text} → {new}", [(a, b, new)])
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
