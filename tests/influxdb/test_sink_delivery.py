@@ -69,6 +69,7 @@ async def test_close_delivers_the_spool_an_earlier_run_left(context: PluginConte
         server.set_script(accept, delay_s=0.2)  # the replay is still in flight at close
         sink = make_sink(context, server.url, drain_timeout=60.0)
         await sink.open()
+        assert sink.status() == "replaying 4 points"
         await sink.aclose()
         assert len(server.accepted_lines()) == 4
         assert sink.stats()["spool_points"] == 0
