@@ -30,8 +30,16 @@ COMPARE = (
     "tests/answers/test_report.py",
 )
 SECRETS = ("tests/core/test_secrets.py",)
-HTTP = ("tests/core/test_secrets.py", "tests/influxdb/test_influxdb_parts.py")
-SINK = ("tests/influxdb/test_sink_backoff.py", "tests/influxdb/test_influxdb_parts.py")
+HTTP = (
+    "tests/core/test_secrets.py",
+    "tests/influxdb/test_influxdb_parts.py",
+    "tests/influxdb/test_sink_delivery.py",
+)
+SINK = (
+    "tests/influxdb/test_sink_backoff.py",
+    "tests/influxdb/test_influxdb_parts.py",
+    "tests/influxdb/test_sink_delivery.py",
+)
 SPOOL = ("tests/influxdb/test_spool.py",)
 FILE = (
     "tests/core/test_sinks.py",
@@ -55,6 +63,7 @@ PROCFS = (
     "tests/procfs/test_tree_sums.py",
     "tests/procfs/test_procfs_golden.py",
     "tests/procfs/test_procfs_trees.py",
+    "tests/procfs/test_procfs_parsers.py",
 )
 STEPS = ("tests/torch/test_steps.py", "tests/torch/test_steps_nesting.py")
 

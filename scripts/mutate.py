@@ -5,6 +5,15 @@ should notice it. A mutant is *killed* when its tests fail; a *survivor* shows a
     python scripts/mutate.py --only build  # those whose file or name contains "build"
     python scripts/mutate.py --only "peak is" --only secrets  # either
     python scripts/mutate.py --list
+    python scripts/mutate.py --generate --count 60             # a seeded sample (seed printed)
+    python scripts/mutate.py --generate --seed 1764234000 --count 60 --list  # the same sample
+
+``--generate`` replaces the hand-written lists by mutants generated with ``ast``
+(``scripts/mutgen.py``: comparison, arithmetic and boolean operator swaps, ``not`` removed,
+numbers ±1, ``return None``, ``min``/``max``, call statements dropped, ``break``/``continue``,
+slice bounds) over the modules the lists cover, ``--count`` of them drawn at random, weighted by
+each module's executable lines; ``--seed`` (default: the current time, printed) reproduces a
+sample. Each runs the union of the tests the hand-written mutants of its module name.
 
 Each mutant replaces one exact snippet (it must occur exactly once in its file) and the file
 is restored afterwards, on failure, Ctrl-C and SIGTERM too. The mutated module's cached bytecode is
@@ -26,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import mutgen  # noqa: E402
 from mutants import MUTANTS, Mutant  # noqa: E402
 from mutants_third import THIRD  # noqa: E402
 
@@ -79,12 +89,20 @@ def main(argv: list[str] | None = None) -> int:
         help="mutants whose file or name contains this (repeat for several)",
     )
     ap.add_argument("--list", action="store_true", help="list the mutants and stop")
+    ap.add_argument("--generate", action="store_true", help="a generated, seeded sample")
+    ap.add_argument("--seed", type=int, help="the sample's seed (default: the time)")
+    ap.add_argument("--count", type=int, default=60, help="mutants in the sample (60)")
     args = ap.parse_args(argv)
     # SIGTERM (and SIGINT in a background job, where it is ignored) ends the run the way
     # Ctrl-C does: through run_one's finally, which restores the mutated file.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     wanted = args.only or [""]
-    chosen = [m for m in ALL if any(w in m.path or w in m.name for w in wanted)]
+    pool = ALL
+    if args.generate:
+        seed = int(time.time()) if args.seed is None else args.seed
+        print(f"generated sample: --seed {seed} --count {args.count}", flush=True)
+        pool = mutgen.sample(seed, args.count, ALL)
+    chosen = [m for m in pool if any(w in m.path or w in m.name for w in wanted)]
     if args.list:
         for m in chosen:
             print(f"{m.name}: {m.path}  ({m.why})")

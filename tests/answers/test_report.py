@@ -222,3 +222,25 @@ def test_list_columns_stay_aligned_with_long_names() -> None:
         for name, value in (("run", line.split()[1]), ("host", "h1")):
             assert line.index(value) == header.index(name), (name, line)
         assert len(line) == len(header)
+
+
+def test_compare_single_runs_with_one_epoch_and_a_meter_only_one_has() -> None:
+    """Guards: comparing single runs, every figure with a value counts one run (n = 1); a run of
+    one epoch has that epoch's energy per epoch and no error bar (one value has no standard
+    error, and is no crash); a source only the second run has (a wall meter) is shown for it,
+    with no difference against the first, which has none."""
+    a = summarize(KnownRun(run="a", epochs=1).points())
+    b = summarize(KnownRun(run="b", epochs=1, wall_w=200.0).points())
+    fig = {f.name: f for f in compare(["a", "b"], [[a], [b]]).figures}
+    for f in fig.values():
+        assert [v.n for v in f.values] == [0 if v.value is None else 1 for v in f.values], f.name
+    assert [v.n for v in fig["energy"].values] == [1, 1]
+    # one epoch: 4 steps of 0.2 s = 0.8 s; RAPL 25 + 5 = 30 W: 24 J; the wall's 200 W: 160 J
+    epoch = fig["energy per epoch"].values
+    assert [v.value for v in epoch] == [pytest.approx(24.0), pytest.approx(160.0)]
+    assert [v.error for v in epoch] == [None, None]
+    # the wall meter: none for a; 200 W × (0.8 s of steps + 0.5 s of evaluation) = 260 J for b
+    wall = fig["energy emonpi:5"].values
+    assert wall[0].value is None and wall[0].n == 0
+    assert wall[1].value == pytest.approx(200.0 * 1.3)
+    assert wall[1].diff is None and wall[1].significant is None

@@ -10,6 +10,7 @@ import pytest
 from acquisition.point import Point
 from acquisition.report.compare import compare
 from acquisition.summary import summarize
+from tests.answers.runs import KnownRun
 
 S = 1_000_000_000
 T0 = 1_764_000_000 * S
@@ -79,3 +80,14 @@ def test_compare_error_bars_of_unequal_steps_and_epochs() -> None:
     flop = figures["energy per forward FLOP"].values[0]
     assert flop.value == pytest.approx(0.003, rel=1e-12)
     assert flop.error == pytest.approx(math.sqrt(7) / math.sqrt(3) / 1000, rel=1e-12)
+
+
+def test_a_run_of_one_step_has_no_spread() -> None:
+    """Guards: the step energy figures of a run with a single step: its energy is the mean,
+    both quantiles and has no spread (sd 0 J). RAPL 25 + 5 = 30 W over the step's 0.2 s: 6 J."""
+    s = summarize(KnownRun(epochs=1, steps=1).points())
+    assert s.steps.count == 1
+    e = s.steps.energy_j
+    assert e is not None
+    assert (e["mean"], e["p50"], e["p95"]) == (pytest.approx(6.0),) * 3
+    assert e["sd"] == 0.0

@@ -17,6 +17,7 @@ from acquisition.processors.energy import (
     counter_energy,
     held_energy,
     interpolate,
+    shaped_energy,
     split_energy,
     trapezoid_energy,
 )
@@ -113,6 +114,23 @@ def test_a_counter_gains_its_interpolated_difference(
     # the edges themselves: the counter's first and last readings
     whole = counter_energy(times, [float(j) for j in joules], times[0], times[-1])
     assert whole == joules[-1] - joules[0]
+
+
+@given(curves(), st.integers(0, 10**6), st.integers(0, 10**6))
+def test_a_counter_without_power_samples_gains_its_straight_line_difference(
+    curve: tuple[list[int], list[int]], a: int, b: int
+) -> None:
+    """Guards: with no power samples to shape it, a counter's energy over any window inside its
+    readings (``a`` and ``b`` in millionths of their span) is the straight line between
+    readings: its interpolated value at the end minus at the start."""
+    times, steps = curve
+    joules: list[int] = []
+    for s in steps:
+        joules.append((joules[-1] if joules else 1000) + s)
+    span = times[-1] - times[0]
+    start, end = sorted(times[0] + span * x // 10**6 for x in (a, b))
+    got = shaped_energy(times, [float(j) for j in joules], [], [], start, end)
+    assert close(got, value_at(times, joules, end) - value_at(times, joules, start))
 
 
 @given(curves(), st.integers(0, 30 * NS))

@@ -18,6 +18,7 @@ from acquisition.processors.attribution import (
     split_energy,
     trapezoid_energy,
 )
+from acquisition.processors.energy import edge_error
 
 S = 1_000_000_000
 
@@ -67,6 +68,25 @@ def test_counter_energy_interpolates_the_edges() -> None:
     assert energy is not None and math.isclose(energy, 3.0, rel_tol=1e-12)
     assert counter_energy(times, joules, -1, S) is None
     assert counter_energy(times, joules, 0, S + 1) is None
+
+
+def test_an_edge_error_spans_the_power_swing_of_both_neighbouring_intervals() -> None:
+    """Guards: a step edge's error bar is the largest minus the smallest power over the sample
+    interval holding the edge and the intervals on either side, times that interval's length,
+    for power samples and for a counter's rates alike.
+
+    Samples each second, power 10, 10, 10, 50, 10 W (a counter: 0, 10, 20, 30, 80, 90 J, rates
+    10, 10, 10, 50, 10 W). An edge at 1.5 s lies in [1, 2] s; with its neighbours [0, 1] and
+    [2, 3] the power runs from 10 to 50 W: (50 − 10) W × 1 s = 40 J. At 0.5 s the interval
+    [0, 1] has one neighbour, [1, 2], all at 10 W: 0 J."""
+    times = [k * S for k in range(5)]
+    watts = [10.0, 10.0, 10.0, 50.0, 10.0]
+    assert edge_error(times, watts, 3 * S // 2, counter=False) == pytest.approx(40.0)
+    assert edge_error(times, watts, S // 2, counter=False) == 0.0
+    c_times = [k * S for k in range(6)]
+    joules = [0.0, 10.0, 20.0, 30.0, 80.0, 90.0]
+    assert edge_error(c_times, joules, 5 * S // 2, counter=True) == pytest.approx(40.0)
+    assert edge_error(c_times, joules, S // 2, counter=True) == 0.0
 
 
 def test_trapezoid_energy() -> None:

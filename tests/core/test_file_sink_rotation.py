@@ -1,7 +1,9 @@
-"""The file sink's size limit: a file may hold up to ``max_bytes``, not one byte less."""
+"""The file sink's size limit: a file may hold up to ``max_bytes``, not one byte less; a rotated
+or closed file is closed."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from acquisition.api import PluginContext
@@ -29,3 +31,23 @@ async def test_a_file_is_filled_up_to_max_bytes_exactly(tmp_path: Path) -> None:
     await sink.write(batch)
     await sink.aclose()
     assert sorted(f.stat().st_size for f in tmp_path.glob("nrg-*.lp")) == [size, 2 * size]
+
+
+def open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_rotated_and_closed_files_are_closed(tmp_path: Path) -> None:
+    """Guards: every output file is closed when the sink moves to the next one and at close:
+    after five files (one batch each, four rotations) and close, the process holds as many open
+    files as before (a long run would otherwise run out of file descriptors)."""
+    batch = [Point("m", {"k": "v"}, {"n": i}, 1_000 + i) for i in range(10)]
+    size = len(LineEncoder({"host": "h1"}).encode_many(batch).encode())
+    before = open_files()
+    sink = FileSink(FileConfig(dir=str(tmp_path), max_bytes=size, fsync="never"), ctx(tmp_path))
+    await sink.open()
+    for _ in range(5):
+        await sink.write(batch)
+    await sink.aclose()
+    assert len(list(tmp_path.glob("nrg-*.lp"))) == 5
+    assert open_files() == before

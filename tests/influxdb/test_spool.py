@@ -414,8 +414,28 @@ async def test_corruption_in_the_middle_costs_one_record_at_restart(tmp_path: Pa
     again = Spool(tmp_path, max_bytes=1 << 20)
     await again.open()
     assert again.torn_records == 1
+    # the skipped record's bytes are reported: its 20-byte header and 10 lines of 19 bytes
+    assert again.discarded_bytes == 20 + 10 * 19
     assert await drain(again) == lines(0, 10) + lines(20, 10)
     await again.close()
+
+
+async def test_a_read_across_segments_leaves_no_file_open(tmp_path: Path) -> None:
+    """Guards: a read that spans several segment files closes each of them: records of 300
+    lines (5,700 bytes) with 4,096-byte segments take one segment each; reading the three
+    leaves the process holding as many open files as before."""
+    spool = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=4096)
+    await spool.open()
+    for k in range(3):
+        spool.append_nowait(lines(300 * k, 300), 300)
+    await spool.flush()
+    assert len(segments(tmp_path)) == 3
+    before = len(os.listdir("/proc/self/fd"))
+    batch = await spool.read(1 << 20)
+    assert batch.payload == lines(0, 900)
+    assert len(os.listdir("/proc/self/fd")) == before
+    await spool.commit(batch)
+    await spool.close()
 
 
 @pytest.mark.parametrize("policy", ["always", "never", "60m"])
@@ -511,3 +531,38 @@ def test_a_flipped_byte_in_any_payload_costs_exactly_that_record(
 
     with tempfile.TemporaryDirectory() as d:
         asyncio.run(run(Path(d)))
+
+
+def test_an_interval_policy_syncs_once_the_interval_has_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: with fsync every 10 s, a record appended when 10 s have passed since the last
+    sync is synced at once (no record stays unsynced longer than the interval); earlier ones
+    wait. A clock that reads what the test sets: appends at 1, 9.9, 10, 15, 20 and 29.9 s
+    since the last sync at 0 s: syncs at 10 and 20 s (10 − 0 ≥ 10, 20 − 10 ≥ 10)."""
+    import time
+
+    from sinks.influxdb.segments import SegmentFiles
+
+    now = [0.0]
+    synced: list[float] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith("seg-"):
+            synced.append(now[0])
+        real_fsync(fd)
+
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(os, "fsync", fsync)
+    files = SegmentFiles(tmp_path, parse_fsync_policy("10s"))
+    files.recover()
+    offset = len(MAGIC)
+    for i, at in enumerate([1.0, 9.9, 10.0, 15.0, 20.0, 29.9]):
+        now[0] = at
+        record = encode_record(lines(i, 1), 1, 0)
+        files.append(0, offset, record)
+        offset += len(record)
+    monkeypatch.undo()
+    files.close()
+    assert synced == [10.0, 20.0]

@@ -331,3 +331,35 @@ def test_real_perf_event_open_syscall() -> None:
     with pytest.raises(OSError) as info:
         io.perf_event_open(0x7FFF_0000, 0, 0)  # no such PMU
     assert info.value.errno in (errno.ENOENT, errno.EINVAL)
+
+
+class ModelIO(SteppedIO):
+    """The scenario's CPUs reported as another Intel family-6 ``model``."""
+
+    def __init__(self, model: int) -> None:
+        super().__init__()
+        self.model = model
+
+    def read_text(self, path: str) -> str:
+        text = super().read_text(path)
+        if path.endswith("proc/cpuinfo"):
+            text = text.replace("model\t\t: 85\n", f"model\t\t: {self.model}\n")
+        return text
+
+
+# The server models whose DRAM domain counts in 15.3 µJ whatever the unit register says
+# (Intel's datasheets; Linux's intel_rapl driver has the same list): Haswell-X 0x3F,
+# Broadwell-X 0x4F, Broadwell-D 0x56, Skylake-X 0x55, Ice Lake-X 0x6A, Ice Lake-D 0x6C,
+# Xeon Phi KNL 0x57 and KNM 0x85. Sandy Bridge-EP (0x2D) follows the register.
+@pytest.mark.parametrize(
+    ("model", "dram_j"),
+    [(m, 18.36) for m in (0x3F, 0x4F, 0x56, 0x55, 0x6A, 0x6C, 0x57, 0x85)] + [(0x2D, 73.2421875)],
+)
+async def test_dram_unit_per_cpu_model(tmp_path: Path, model: int, dram_j: float) -> None:
+    """Guards: every server model whose DRAM ignores the unit register reads its 1,200,000
+    DRAM ticks (in 1 s) as 1,200,000 × 15.3 µJ = 18.36 J; another model reads them in the
+    register's 2^-14 J: 1,200,000 / 16,384 = 73.2421875 J."""
+    points, collector = await run_msr("msr-skx-2s", tmp_path, ModelIO(model))
+    by = {(p.tags["socket"], p.tags["domain"], p.time_ns): p.fields for p in points}
+    assert by[("0", "dram", 1763884801000000000)]["energy_joules"] == pytest.approx(dram_j)
+    await collector.aclose()

@@ -291,6 +291,23 @@ async def test_duplicate_zone_names_are_read_once(tmp_path: Path) -> None:
     )
 
 
+async def test_a_zone_linked_twice_is_read_once_without_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: two links in the class directory to one zone directory are one zone, read once
+    and without a warning (it is not a duplicate of another zone, it is the same one)."""
+    root = install_tree("xeon-2s-dram", tmp_path)
+    links = root / "sys/class/powercap"
+    os.symlink(os.readlink(links / "intel-rapl:0"), links / "intel-rapl-tpmi:0")
+    caplog.set_level(logging.INFO, logger="collectors.rapl")
+    collector = RaplCollector(RaplConfig(root=str(root)), context())
+    await collector.open()
+    assert collector.describe() == (
+        "powercap: package (socket 0), dram (socket 0), package (socket 1), dram (socket 1)"
+    )
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
 async def test_default_reader_reads_the_real_files(tmp_path: Path) -> None:
     root = install_tree("amd-zen", tmp_path)
     io = RaplIO()

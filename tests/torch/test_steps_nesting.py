@@ -105,3 +105,38 @@ def test_gpu_time_sums_every_call_of_a_module_and_leaves_children_out() -> None:
         0.005,
         0.01,
     )
+
+
+class Boundary(Event):
+    """A step boundary's CUDA event: ``query()`` says whether the GPU has reached it."""
+
+    def __init__(self, ms: float, reached: bool = False) -> None:
+        super().__init__(ms)
+        self.reached = reached
+
+    def query(self) -> bool:
+        return self.reached
+
+
+def test_a_step_waits_until_the_gpu_reaches_its_boundary() -> None:
+    """Guards: a step whose boundary the GPU has not reached yet is held back with everything
+    after it; once reached, it comes out with its own start and end, and the next step starts
+    at that boundary: steps 10–30 and 30–60, the leaf's call 10 ns in the first, 5 ns in the
+    second (not one step 10–60 with both calls)."""
+    agg = StepAggregator(NAMES)
+    first = Boundary(3.0)
+    held = agg.feed(
+        [
+            (leaf, 10, FWD_PRE),
+            (leaf, 20, FWD_POST),
+            (None, 30, STEP, first),
+            (leaf, 40, FWD_PRE),
+            (leaf, 45, FWD_POST),
+        ]
+    )
+    assert held == []
+    first.reached = True
+    done = agg.feed([(None, 60, STEP, Boundary(6.0, reached=True))])
+    assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30), (1, 30, 60)]
+    leaf_calls = [r.modules[("block.leaf", "forward")] for r in done]
+    assert [(t.calls, t.inclusive_ns) for t in leaf_calls] == [(1, 10), (1, 5)]

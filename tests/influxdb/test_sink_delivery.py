@@ -1,0 +1,75 @@
+"""What reaches the server: each point once when a large batch is encoded while another is in
+flight, a compressed body with ``gzip = true``, and the spool an earlier run left, delivered
+before close."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from acquisition.api import PluginContext
+from tests.influxdb.helpers import make_points, make_sink
+from tests.influxdb.scripted import Answer, Request, ScriptedServer, accept
+
+
+def busy(_: Request) -> Answer:
+    return 503, {}, b'{"message":"busy"}'
+
+
+async def test_a_large_batch_written_during_a_post_arrives_once(context: PluginContext) -> None:
+    """Guards: a batch of 1,201 points written while the post before it is in flight (the server
+    answers after 0.2 s) is encoded in slices; every point arrives exactly once, none twice at a
+    slice boundary and none lost: 10 + 1,201 = 1,211 lines, indices 0..1210."""
+    with ScriptedServer(accept) as server:
+        server.set_script(accept, delay_s=0.2)
+        sink = make_sink(context, server.url, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 10))  # in flight for 0.2 s
+        await sink.write(make_points(10, 1201))  # encoded meanwhile
+        await sink.flush()
+        await sink.aclose()
+        lines = server.accepted_lines()
+    assert len(lines) == 10 + 1201
+    indices = sorted(int(re.search(rb"[ ,]n=(\d+)i", line)[1]) for line in lines)  # type: ignore[index]
+    assert indices == list(range(1211))
+
+
+@pytest.mark.parametrize(("version", "path"), [("", "/api/v2/write"), ("1.8.10", "/write")])
+async def test_gzip_sends_a_compressed_body(
+    context: PluginContext, version: str, path: str
+) -> None:
+    """Guards: with ``gzip = true`` the body on the wire is compressed, to InfluxDB 2 and 1.x
+    alike: 1,000 points of one series (about 70 bytes a line, 70 kB) take a small fraction of
+    that (under a fifth), and decompress to every line."""
+    with ScriptedServer(accept, version=version) as server:
+        sink = make_sink(context, server.url, gzip=True, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 1000))
+        await sink.flush()
+        await sink.aclose()
+        (req,) = server.accepted
+    assert req.path == path
+    assert req.headers["Content-Encoding"] == "gzip"
+    assert len(req.body.splitlines()) == 1000
+    assert int(req.headers["Content-Length"]) < len(req.body) / 5
+
+
+async def test_close_delivers_the_spool_an_earlier_run_left(context: PluginContext) -> None:
+    """Guards: a sink started with points left in its spool (the server was busy during the
+    earlier run) and a server that answers again waits at close, up to ``drain_timeout``, for
+    them to be delivered: all 4 arrive before close returns, none stay in the spool."""
+    with ScriptedServer(busy) as server:
+        earlier = make_sink(context, server.url, drain_timeout=0.0)
+        await earlier.open()
+        await earlier.write(make_points(0, 4))
+        await earlier.flush()
+        await earlier.aclose()
+        assert earlier.stats()["spool_points"] == 4
+        server.set_script(accept, delay_s=0.2)  # the replay is still in flight at close
+        sink = make_sink(context, server.url, drain_timeout=60.0)
+        await sink.open()
+        assert sink.status() == "replaying 4 points"
+        await sink.aclose()
+        assert len(server.accepted_lines()) == 4
+        assert sink.stats()["spool_points"] == 0
