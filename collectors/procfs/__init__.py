@@ -202,6 +202,8 @@ class ProcfsCollector:
         """The cpu lines at the last per-core points (or at open): their ratios' start."""
         self._cores_ns: int | None = None
         """When the last per-core points were emitted; None: at the next tick."""
+        self._cores_wait_ns: int | None = None
+        """Since when per-core points wait for a core whose counters stand still."""
         self._procs: dict[int, Proc] = {}
         self._roots: dict[int, int] = {}  # root pid -> starttime, once seen
         self._gone: set[int] = set()  # roots that exited (or never existed): not followed again
@@ -259,7 +261,8 @@ class ProcfsCollector:
             self._source = None
         self._procs.clear()
         self._shapes.clear()
-        self._prev_cpus = self._prev_cores = self._forks = self._cores_ns = None
+        self._prev_cpus = self._prev_cores = self._forks = None
+        self._cores_ns = self._cores_wait_ns = None
 
     def describe(self) -> str:
         src = self._source
@@ -347,18 +350,30 @@ class ProcfsCollector:
         if prev is None:
             self._prev_cores, self._cores_ns = cpus, now_ns
             return
-        points = []
+        points, still = [], False
         for name, cur in cpus.items():
             old = prev.get(name)
             if name == "total" or old is None:
                 continue  # a core without an old line came online since the last points
             fields = cpu_ratio_fields(old, cur)
-            if fields is not None:
+            if fields is None:
+                still = True
+            else:
                 points.append(Point("cpu", self._tags_of(name), fields, now_ns))
+        if still and not self._cores_waited_long(now_ns):
+            return  # a core whose counters have not moved yet: every core at a later tick
+        self._cores_wait_ns = None
         if points or len(cpus) <= 1:
             self._prev_cores, self._cores_ns = cpus, now_ns
         for point in points:
             emit(point)
+
+    def _cores_waited_long(self, now_ns: int) -> bool:
+        """Whether per-core points have waited a second for a core whose counters stand still
+        (one that went offline): the others' points then go without it."""
+        if self._cores_wait_ns is None:
+            self._cores_wait_ns = now_ns
+        return now_ns - self._cores_wait_ns >= _NS
 
     def _tags_of(self, name: str) -> dict[str, str]:
         t = self._cpu_tags.get(name)

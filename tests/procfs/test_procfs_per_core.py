@@ -175,3 +175,55 @@ async def test_a_first_tick_too_soon_for_per_core_ratios_leaves_them_to_the_next
     cores = [p for p in ticks[1] if p.measurement == "cpu" and p.tags["cpu"] != "total"]
     assert len(cores) == CORES
     assert all(p.fields["utilization_ratio"] == pytest.approx(0.5) for p in cores)
+
+
+def write_moved(root: Path, busy: list[int | None]) -> None:
+    """A /proc/stat whose core i has spent ``busy[i]`` user ticks, nothing else (None: all 0)."""
+    lines = [f"cpu{i} {b or 0} 0 0 0 0 0 0 0 0 0" for i, b in enumerate(busy)]
+    total = f"cpu  {sum(b or 0 for b in busy)} 0 0 0 0 0 0 0 0 0"
+    (root / "proc" / "stat").write_text("\n".join([total, *lines, "intr 0", "btime 0", ""]))
+
+
+async def _per_core_after_open(
+    tmp_path: Path, ticks: list[tuple[int, list[int | None]]]
+) -> list[Point]:
+    """Open on an idle /proc/stat, then a tick at each ``(time_ns, busy)``; the per-core
+    points, in order."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text(MEMINFO)
+    write_moved(tmp_path, [0] * CORES)
+    context = PluginContext(host="t", interval_s=0.05, state_dir=tmp_path, data_dir=tmp_path,
+                            runtime_dir=tmp_path)  # fmt: skip
+    config = ProcfsConfig(root=str(tmp_path), track_self=False, clock_ticks=100, page_size=4096)
+    collector = ProcfsCollector(config, context)
+    await collector.open()
+    points: list[Point] = []
+    try:
+        for now_ns, busy in ticks:
+            write_moved(tmp_path, busy)
+            await collector.collect(points.append, now_ns)
+    finally:
+        await collector.aclose()
+    return [p for p in points if p.measurement == "cpu" and p.tags["cpu"] != "total"]
+
+
+async def test_per_core_points_wait_until_every_core_has_moved(tmp_path: Path) -> None:
+    """A tick right after open where only some cores' counters moved (a core's time moves in
+    whole clock ticks) has no per-core points; the next tick has every core's, each since open:
+    a short run knows all its cores."""
+    some: list[int | None] = [5, 5] + [0] * (CORES - 2)
+    cores = await _per_core_after_open(tmp_path, [(50_000_000, some), (100_000_000, [10] * CORES)])
+    assert [p.tags["cpu"] for p in cores] == [f"cpu{i}" for i in range(CORES)]
+    assert {p.time_ns for p in cores} == {100_000_000}
+    assert all(p.fields["utilization_ratio"] == pytest.approx(1.0) for p in cores)
+
+
+async def test_per_core_points_go_without_a_still_core_after_a_second(tmp_path: Path) -> None:
+    """A core whose counters stand still (offline) holds the others' points back for a second,
+    no longer: they then come without it."""
+    moving = [*([5] * (CORES - 1)), None]
+    later = [*([10] * (CORES - 1)), None]
+    ticks = [(50_000_000, moving), (900_000_000, later), (1_050_000_000, later)]
+    cores = await _per_core_after_open(tmp_path, ticks)
+    assert {p.time_ns for p in cores} == {1_050_000_000}  # 1 s after the first wait, at 50 ms
+    assert [p.tags["cpu"] for p in cores] == [f"cpu{i}" for i in range(CORES - 1)]
