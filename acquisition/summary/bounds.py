@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from acquisition.point import Point
 
-__all__ = ["StepBound", "sum_bound"]
+__all__ = ["StepBound", "add_bound", "sum_bound"]
 
 StepKey = tuple[str, str, int]
 """(host, rank, step)."""
@@ -31,6 +31,18 @@ class StepBound:
     error: float
     start: float | None = None
     end: float | None = None
+
+
+def add_bound(into: dict[str, StepBound], source: str, b: StepBound) -> None:
+    """Add ``b`` to ``into[source]``: errors add, and so do edges known on both sides (an edge
+    unknown on either side is unknown)."""
+    have = into.get(source)
+    if have is None:
+        into[source] = b
+        return
+    start = None if have.start is None or b.start is None else have.start + b.start
+    end = None if have.end is None or b.end is None else have.end + b.end
+    into[source] = StepBound(have.error + b.error, start, end)
 
 
 def _interval(step: Point | None, source: str) -> tuple[int, int] | None:

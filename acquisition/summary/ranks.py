@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from acquisition.point import FieldValue, Point
-from acquisition.summary.bounds import StepBound
+from acquisition.summary.bounds import StepBound, add_bound
 
 __all__ = [
     "Curve",
@@ -315,13 +315,7 @@ def _add_bounds(
         if not found:
             continue
         b = max(found, key=lambda x: x.error)
-        have = into.get(source)
-        if have is None:
-            into[source] = b
-            continue
-        start = None if have.start is None or b.start is None else have.start + b.start
-        end = None if have.end is None or b.end is None else have.end + b.end
-        into[source] = StepBound(have.error + b.error, start, end)
+        add_bound(into, source, b)
 
 
 def _mean_power(m: _RankStep, span: tuple[int, int] | None, joules: tuple[float, float]) -> float:

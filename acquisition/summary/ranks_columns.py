@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from acquisition.point import FieldValue, Point
-from acquisition.summary.bounds import StepBound
+from acquisition.summary.bounds import StepBound, add_bound
 from acquisition.summary.columns import NONE_INT, RankView
 from acquisition.summary.ranks import (
     Counted,
@@ -162,13 +162,7 @@ def _bounds_at(plan: _HostPlan, into: dict[str, StepBound], i: int) -> None:
         found = [plan.views[k].bounds[source] for k in plan.bounded[source]]
         best = max(range(len(found)), key=lambda j: found[j][0][i])
         b = StepBound(found[best][0][i], found[best][1][i], found[best][2][i])
-        have = into.get(source)
-        if have is None:
-            into[source] = b
-            continue
-        start = None if have.start is None or b.start is None else have.start + b.start
-        end = None if have.end is None or b.end is None else have.end + b.end
-        into[source] = StepBound(have.error + b.error, start, end)
+        add_bound(into, source, b)
 
 
 def _spans(views: list[RankView]) -> list[tuple[int, int]]:
