@@ -23,10 +23,9 @@ rounds interleaved across modes, medians reported. Sections:
    where its CPU goes (each collector, the bus, processors, encoder, sink, the event loop).
 
 Run: ``.venv/bin/python bench/bench_gpu.py`` (about 4 minutes on one H100). Without a GPU it
-says so and exits; ``--smoke`` runs every section on the CPU with a tiny network and short
-durations, to check the script itself (``tests/torch/test_bench_gpu.py`` does). ``--cpu-full``
-runs section 2 on the CPU with the full-size network, one thread, batch 2 of 32×32 images (a
-short step, much of it the per-operation work of Python and the dispatcher, as on a GPU).
+says so and exits; ``--smoke`` runs every section on the CPU, tiny and short, to check the
+script (``tests/torch/test_bench_gpu.py`` does). ``--cpu-full`` runs section 2 on the CPU, full
+size, one thread, batch 2 of 32×32 images (a short step, mostly Python's per-operation work).
 """
 
 from __future__ import annotations
@@ -490,7 +489,8 @@ PREVIOUS = (
 
 
 def agent_cpu(setup: Setup) -> None:
-    sets = {"procfs": ["procfs"], "rapl": ["rapl"], "nvml": ["nvml"], "all": [], "previous": []}
+    sets = {"procfs": ["procfs"], "all": [], "previous": []}  # smoke: each way of configuring
+    sets = sets if setup.smoke else {**sets, "rapl": ["rapl"], "nvml": ["nvml"]}
     print(f"\n== 6. the agent's CPU at 100 ms, {setup.agent_s:.0f} s each, start-up subtracted ==")
     with tempfile.TemporaryDirectory(prefix="nrg-bench-agent-") as tmp_name, _gpu_busy(setup):
         tmp = Path(tmp_name)
@@ -524,7 +524,7 @@ def agent_cpu(setup: Setup) -> None:
 
 def _agent_parts(setup: Setup) -> None:
     """The same agent in one process, where its CPU goes (``bench/bench_agent_gpu.py --real``)."""
-    seconds = max(setup.agent_s, 2.0)
+    seconds = setup.agent_s if setup.smoke else max(setup.agent_s, 2.0)
     cmd = [sys.executable, str(HERE.parent / "bench_agent_gpu.py"), "--real", "--sets", "all"]
     cmd += ["--seconds", f"{seconds:g}", "--profile-seconds", f"{seconds / 2:g}"]
     print("\nwhere it goes (bench/bench_agent_gpu.py --real):", flush=True)
