@@ -65,7 +65,12 @@ PROCFS = (
     "tests/procfs/test_procfs_trees.py",
     "tests/procfs/test_procfs_parsers.py",
 )
-STEPS = ("tests/torch/test_steps.py", "tests/torch/test_steps_nesting.py")
+STEPS = (
+    "tests/torch/test_steps.py",
+    "tests/torch/test_steps_nesting.py",
+    "tests/torch/test_cuda_path.py",  # a step's GPU interval from its boundary mark
+    "tests/torch/test_cuda_slices.py",  # the step lines' per-slice budget
+)
 
 BUILD = "acquisition/summary/build.py"
 SOURCE_ENERGY_PY = "acquisition/summary/source_energy.py"

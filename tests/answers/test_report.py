@@ -244,3 +244,34 @@ def test_compare_single_runs_with_one_epoch_and_a_meter_only_one_has() -> None:
     assert wall[0].value is None and wall[0].n == 0
     assert wall[1].value == pytest.approx(200.0 * 1.3)
     assert wall[1].diff is None and wall[1].significant is None
+
+
+def test_compare_shows_every_figure_in_order_with_its_unit_and_value() -> None:
+    """Guards: a comparison has every figure, in order and in its unit, each run's value and
+    the difference. KnownRun: RAPL 25 + 5 = 30 W over 3.9 s (12 steps of 0.2 s and 3
+    evaluations of 0.5 s, 32 samples a step); the other run's package draws 45 W: 50 W."""
+    base = summarize(KnownRun(run="a").points())
+    hot = summarize(KnownRun(run="b", package_w=45.0).points())
+    figures = compare(["a", "b"], [[base], [hot]]).figures
+    kwh = 3.6e6  # J
+    expected = [
+        ("duration", "s", 3.9, 3.9),
+        ("energy", "J", 30 * 3.9, 50 * 3.9),  # 117 J, 195 J
+        ("mean power", "W", 30.0, 50.0),
+        ("energy rapl:dram-0", "J", 5 * 3.9, 5 * 3.9),
+        ("energy rapl:package-0", "J", 25 * 3.9, 45 * 3.9),
+        ("energy per epoch", "J", 30 * 0.8, 50 * 0.8),  # 4 steps of 0.2 s
+        ("energy per step", "J", 30 * 0.2, 50 * 0.2),
+        ("energy per sample", "J", 6.0 / 32, 10.0 / 32),
+        ("energy outside steps", "J", 30 * 1.5, 50 * 1.5),  # 3 evaluations of 0.5 s
+        ("peak memory (combined RSS)", "MB", None, None),  # no process points
+        ("CO2e", "g", 117 / kwh * 480, 195 / kwh * 480),  # the default 480 g/kWh
+        ("carbon intensity", "g/kWh", 480.0, 480.0),
+        ("energy per forward FLOP", "J", None, None),  # no FLOPs reported
+    ]
+    assert [(f.name, f.unit) for f in figures] == [(n, u) for n, u, _, _ in expected]
+    for f, (name, _, a, b) in zip(figures, expected, strict=True):
+        got = [v.value for v in f.values]
+        assert got == ([None, None] if a is None else [pytest.approx(a), pytest.approx(b)]), name
+        if a is not None and b is not None:
+            assert f.values[1].diff == pytest.approx(b - a), name

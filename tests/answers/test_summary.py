@@ -307,7 +307,7 @@ def test_a_window_ending_inside_a_counter_interval_is_shaped_by_the_gpu_samples(
     tags = {"gpu": "0", "host": "h1"}
     # Counter: 600 J in each of the first two seconds, then 300 J busy + 50 J idle in the third.
     counter = [(0, 0.0), (1, 600.0), (2, 1200.0), (3, 1550.0)]
-    points = [Point("gpu", tags, {"energy_joules": j}, t0 + s * NS) for s, j in counter]
+    points = [Point("gpu", tags, {"energy_joules": j}, t0 + sec * NS) for sec, j in counter]
     for k in range(150):  # a sample every 20 ms; idle after 2.5 s
         t = k * NS // 50
         watts = busy if t <= 5 * NS // 2 else idle
@@ -338,3 +338,30 @@ def test_peak_power_is_never_below_the_mean() -> None:
     assert s.energy.peak_w >= s.energy.mean_w
     # the error bar covers the unsampled start; mean and peak both come from what was sampled
     assert "peak" in format_text(s, full=True)
+
+
+def test_a_source_read_only_twice_is_counted() -> None:
+    """Guards: a source with two readings, the fewest that bracket any time, is counted. A RAPL
+    counter read at 0 s (0 J) and 4 s (100 J): 100 J / 4 s = 25 W; a wall meter's power
+    readings at 0 s and 4 s: 80 W. Over the window [1, 3] s: RAPL 25 W × 2 s = 50 J; with the
+    wall meter, it is counted (RAPL is inside it): 80 W × 2 s = 160 J."""
+    t0 = 1_700_000_000 * NS
+    window = (t0 + NS, t0 + 3 * NS)
+    rapl = {"host": "h1", "socket": "0", "domain": "package"}
+    counter = [
+        Point("rapl", rapl, {"energy_joules": j}, t0 + sec * NS)
+        for sec, j in ((0, 0.0), (4, 100.0))
+    ]
+    s = summarize(counter, window_ns=window)
+    assert by_source(s)["rapl:package-0"].energy_j == pytest.approx(50.0, rel=1e-9)
+    assert s.energy.total_j == pytest.approx(50.0, rel=1e-9)
+    assert s.energy.mean_w == pytest.approx(25.0, rel=1e-9)
+    wall = [
+        Point("emonpi", {"host": "h1", "node": "5"}, {"power1_watts": 80.0}, t0 + sec * NS)
+        for sec in (0, 4)
+    ]
+    s = summarize(counter + wall, window_ns=window)
+    src = by_source(s)
+    assert src["emonpi:5"].counted and not src["rapl:package-0"].counted
+    assert src["emonpi:5"].energy_j == pytest.approx(160.0, rel=1e-9)
+    assert s.energy.total_j == pytest.approx(160.0, rel=1e-9)

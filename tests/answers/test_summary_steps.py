@@ -91,3 +91,14 @@ def test_a_run_of_one_step_has_no_spread() -> None:
     assert e is not None
     assert (e["mean"], e["p50"], e["p95"]) == (pytest.approx(6.0),) * 3
     assert e["sd"] == 0.0
+
+
+def test_forward_flops_are_the_whole_models() -> None:
+    """Guards: the run's forward FLOPs are the whole model's (its ``(root)`` module), not those a
+    submodule reports beside it (fc1: 400): 1000 FLOPs, and per FLOP the mean step's
+    3 J / 1000 = 0.003 J."""
+    fc1 = Point("nrg_model", {**TAGS, "module": "fc1"}, {"flops": 400}, T0)
+    s = summarize([fc1, *points(), fc1])
+    assert s.flops == 1000
+    flop = next(f for f in compare(["a"], [[s]]).figures if f.name == "energy per forward FLOP")
+    assert flop.values[0].value == pytest.approx(0.003, rel=1e-12)

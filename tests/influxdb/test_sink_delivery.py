@@ -4,6 +4,7 @@ before close."""
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -55,10 +56,13 @@ async def test_gzip_sends_a_compressed_body(
     assert int(req.headers["Content-Length"]) < len(req.body) / 5
 
 
-async def test_close_delivers_the_spool_an_earlier_run_left(context: PluginContext) -> None:
+async def test_close_delivers_the_spool_an_earlier_run_left(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
     """Guards: a sink started with points left in its spool (the server was busy during the
-    earlier run) and a server that answers again waits at close, up to ``drain_timeout``, for
-    them to be delivered: all 4 arrive before close returns, none stay in the spool."""
+    earlier run) says so when it opens, and with a server that answers again waits at close, up
+    to ``drain_timeout``, for them to be delivered: all 4 arrive before close returns, none stay
+    in the spool."""
     with ScriptedServer(busy) as server:
         earlier = make_sink(context, server.url, drain_timeout=0.0)
         await earlier.open()
@@ -68,8 +72,13 @@ async def test_close_delivers_the_spool_an_earlier_run_left(context: PluginConte
         assert earlier.stats()["spool_points"] == 4
         server.set_script(accept, delay_s=0.2)  # the replay is still in flight at close
         sink = make_sink(context, server.url, drain_timeout=60.0)
+        caplog.set_level(logging.INFO)
         await sink.open()
         assert sink.status() == "replaying 4 points"
+        said = [r.getMessage() for r in caplog.records if "by an earlier run" in r.getMessage()]
+        assert said == [
+            f"influxdb {sink.where()}: 4 point(s) left in the spool by an earlier run; replaying"
+        ]
         await sink.aclose()
         assert len(server.accepted_lines()) == 4
         assert sink.stats()["spool_points"] == 0

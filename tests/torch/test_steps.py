@@ -220,3 +220,16 @@ def test_step_lines_are_the_encoded_step_points() -> None:
     expected = LineEncoder().encode_many(step_points(record, tags, offset_ns=10**18))
     assert StepLines(tags, 10**18).lines(record) == expected
     assert expected.count("\n") == 4
+
+
+def test_enters_without_an_exit_counted_by_the_frames_skipped() -> None:
+    """Guards: an exit that skips frames (their exits never came) counts exactly the frames
+    above its own, whatever lies below it. Stack root, a, b: a's exit skips b (1); later
+    root, a, b, c: a's exit skips b and c (2); 1 + 2 = 3, no exit without an enter."""
+    c = M("c")
+    agg = StepAggregator({**NAMES, c: "c"})
+    agg.feed([(root, 0, FWD_PRE), (a, 1, FWD_PRE), (b, 2, FWD_PRE), (a, 5, FWD_POST)])
+    assert (agg.unmatched_exits, agg.unclosed_enters) == (0, 1)
+    agg.feed([(a, 6, FWD_PRE), (b, 7, FWD_PRE), (c, 8, FWD_PRE), (a, 9, FWD_POST)])
+    agg.feed([(root, 10, FWD_POST), (None, 11, STEP)])
+    assert (agg.unmatched_exits, agg.unclosed_enters) == (0, 3)
