@@ -55,15 +55,17 @@ def _drop_bytecode(path: Path) -> None:
     cached.unlink(missing_ok=True)
 
 
-def _pytest(tests: tuple[str, ...]) -> tuple[int, float]:
+def _pytest(tests: tuple[str, ...]) -> tuple[int, float, str]:
+    """pytest's exit status, seconds and output (stdout and stderr)."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return -1, time.monotonic() - start  # a hang: the tests noticed (they never finish)
-    return proc.returncode, time.monotonic() - start
+        return -1, time.monotonic() - start, ""  # a hang: the tests noticed (never finish)
+    output = (proc.stdout + proc.stderr).decode(errors="replace")
+    return proc.returncode, time.monotonic() - start, output
 
 
 def run_one(m: Mutant) -> bool:
@@ -75,7 +77,7 @@ def run_one(m: Mutant) -> bool:
     try:
         path.write_text(original.replace(m.old, m.new))
         _drop_bytecode(path)
-        rc, seconds = _pytest(m.tests)
+        rc, seconds, _ = _pytest(m.tests)
     finally:
         path.write_text(original)
         _drop_bytecode(path)
@@ -141,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.name}: {m.path}  ({m.why})")
         return 0
     for tests in dict.fromkeys(m.tests for m in chosen):  # each subset passes unmutated
-        rc, _ = _pytest(tests)
+        rc, _, output = _pytest(tests)
         if rc != 0:
+            print("\n".join(output.splitlines()[-40:]), file=sys.stderr)
             print(f"{' '.join(tests)} fail without any mutant: fix them first", file=sys.stderr)
             return 2
     survivors = [m for m in chosen if not run_one(m)]
