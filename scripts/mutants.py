@@ -34,13 +34,14 @@ HTTP = (
     "tests/core/test_secrets.py",
     "tests/influxdb/test_influxdb_parts.py",
     "tests/influxdb/test_sink_delivery.py",
+    "tests/influxdb/test_sink_faults.py",
 )
 SINK = (
     "tests/influxdb/test_sink_backoff.py",
     "tests/influxdb/test_influxdb_parts.py",
     "tests/influxdb/test_sink_delivery.py",
 )
-SPOOL = ("tests/influxdb/test_spool.py",)
+SPOOL = ("tests/influxdb/test_spool.py", "tests/influxdb/test_spool_recovery.py")
 FILE = (
     "tests/core/test_sinks.py",
     "tests/core/test_file_sink_fsync.py",
@@ -53,7 +54,11 @@ LINEPROTO = (
     "-k",
     "not memory_stays_flat",
 )
-EMONPI = ("tests/emonpi/test_parse.py", "tests/emonpi/test_emon32_keys.py")
+EMONPI = (
+    "tests/emonpi/test_parse.py",
+    "tests/emonpi/test_emon32_keys.py",
+    "tests/emonpi/test_ranges.py",
+)
 RAPL = (
     "tests/rapl/test_counter_sample.py",
     "tests/rapl/test_rapl_powercap.py",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -342,9 +342,9 @@ def _is_docstring(node: ast.stmt) -> bool:
 class _Module:
     """One module's text, syntax tree and edits; edits become mutants on demand."""
 
-    def __init__(self, path: str, tests: tuple[str, ...]) -> None:
+    def __init__(self, path: str, tests: tuple[str, ...], text: str | None = None) -> None:
         self.path, self.tests = path, tests
-        self.src = _Source((ROOT / path).read_text())
+        self.src = _Source((ROOT / path).read_text() if text is None else text)
         self.tree = ast.parse(self.src.text)
         finder = _Finder(self.src)
         finder.visit(self.tree)
@@ -369,9 +369,11 @@ class _Module:
         return Mutant(name, self.path, *pair, self.tests, why)
 
 
-def _modules(hand_written: Iterable[Mutant]) -> list[_Module]:
+def _modules(
+    hand_written: Iterable[Mutant], texts: Mapping[str, str] | None = None
+) -> list[_Module]:
     known = list(hand_written)
-    return [_Module(p, module_tests(p, known)) for p in MODULES]
+    return [_Module(p, module_tests(p, known), (texts or {}).get(p)) for p in MODULES]
 
 
 def enumerate_mutants(hand_written: Iterable[Mutant]) -> dict[str, list[Mutant]]:
@@ -382,13 +384,21 @@ def enumerate_mutants(hand_written: Iterable[Mutant]) -> dict[str, list[Mutant]]
     }
 
 
-def sample(seed: int, count: int, hand_written: Iterable[Mutant]) -> list[Mutant]:
+def sample(
+    seed: int,
+    count: int,
+    hand_written: Iterable[Mutant],
+    texts: Mapping[str, str] | None = None,
+) -> list[Mutant]:
     """``count`` mutants drawn without replacement, a module's weight its executable lines
     (shared among its edits), reproducible from ``seed``; in file and line order. An edit that
-    makes no usable mutant is passed over for the next drawn."""
+    makes no usable mutant is passed over for the next drawn.
+
+    The draw depends on the modules' text (one key per edit, in order): ``texts`` (path → text,
+    e.g. the modules at the commit a sample was recorded at) replaces the files' current text."""
     rng = random.Random(seed)
     keyed: list[tuple[float, _Module, Edit]] = []
-    for mod in _modules(hand_written):
+    for mod in _modules(hand_written, texts):
         weight = executable_lines(mod.src.text) / max(len(mod.edits), 1)
         for edit in mod.edits:  # Efraimidis–Spirakis: the largest u ** (1 / w) win
             keyed.append((rng.random() ** (1 / weight), mod, edit))

@@ -551,7 +551,7 @@ class InfluxDBSink:
             head = spool.oldest()
             if head is None:
                 return
-            await spool.commit(SpoolBatch(1, head.points, b"", (head,)))
+            # Counted first: the record leaves the index even when its cursor cannot be saved.
             self.lost_points += head.points
             log.error(
                 "influxdb %s: %d point(s) of an unreadable spool record were given up "
@@ -560,5 +560,6 @@ class InfluxDBSink:
                 head.points,
                 why,
             )
+            await spool.commit(SpoolBatch(1, head.points, b"", (head,)))
         except OSError as err:
             log.error("influxdb %s: cannot set the batch aside: %s", self.where(), err)

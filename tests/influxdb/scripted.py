@@ -146,7 +146,10 @@ class ScriptedServer:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.state = _State(script, version)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # A short poll: shutdown() waits up to one poll for serve_forever to notice.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def state(self) -> _State:

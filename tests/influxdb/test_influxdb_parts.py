@@ -261,3 +261,26 @@ def test_ticket_order_spools_in_ticket_order() -> None:
     order.place(order.take(), (b"f", 1))
     order.place_all()  # at close, whatever waits goes in order
     assert spooled[-1] == b"f" and e == 4
+
+
+@pytest.mark.parametrize("version", ["", "1.8.10"], ids=["v2", "v1"])
+async def test_a_write_the_server_never_answers_ends_at_the_configured_timeout(
+    context: PluginContext, version: str
+) -> None:
+    """Guards: ``timeout`` (seconds) bounds each write on both APIs (the InfluxDB 2 client
+    takes milliseconds): a server that answers ``/ping`` but never a write gives up the post
+    after 0.2 s, the batch is spooled and the status names the timeout."""
+    from sinks.influxdb.http import NO_ANSWER
+    from tests.influxdb.helpers import make_points, make_sink
+    from tests.influxdb.scripted import ScriptedServer, hang
+
+    with ScriptedServer(hang, version=version) as server:
+        sink = make_sink(context, server.url, timeout=0.2, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 10))
+        await asyncio.wait_for(sink.flush(), 30)  # a hang guard: without a timeout, forever
+        assert sink.api == ("v1" if version else "v2")
+        assert sink.spool.points == 10
+        no_answer = NO_ANSWER.format(timeout=0.2, url=server.url)
+        assert sink.status() == f"retrying ({no_answer}); spooling 10 points"
+        await sink.aclose()

@@ -48,3 +48,21 @@ def test_generated_sample_is_unique_applicable_and_reproducible() -> None:
         assert m.tests, m.name
     for path in mutgen.MODULES:
         assert mutgen.module_tests(path, mutate.ALL), path
+
+
+def test_a_generated_sample_can_be_drawn_from_earlier_module_text() -> None:
+    """``mutate.py --generate --at COMMIT``: the draw follows the modules' text it is given, so a
+    sample recorded at a commit is drawn again from that commit's text; the current files' text
+    draws the same sample as no text given, and one edit more in the first module another."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import mutate
+        import mutgen
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    current = {p: (ROOT / p).read_text() for p in mutgen.MODULES}
+    names = [m.name for m in mutgen.sample(1795774649, 20, mutate.ALL)]
+    assert [m.name for m in mutgen.sample(1795774649, 20, mutate.ALL, current)] == names
+    first = mutgen.MODULES[0]
+    changed = {**current, first: current[first] + "\n_EXTRA = 1 + 1\n"}
+    assert [m.name for m in mutgen.sample(1795774649, 20, mutate.ALL, changed)] != names

@@ -14,6 +14,7 @@ import errno
 import os
 import shutil
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +152,17 @@ def _registers(table: dict[str, dict[str, int]]) -> dict[int, dict[int, int]]:
 
 
 async def run_msr(
-    scenario: str, tmp: Path, io: SteppedIO | None = None
+    scenario: str,
+    tmp: Path,
+    io: SteppedIO | None = None,
+    prepare: Callable[[Path], None] | None = None,
 ) -> tuple[list[Point], RaplCollector]:
-    """Open with the registers at their first values, then collect once per step."""
+    """Open with the registers at their first values, then collect once per step;
+    ``prepare`` may change the installed tree first."""
     spec: dict[str, Any] = tomllib.loads((FIXTURES / scenario / "msr.toml").read_text())
     root = install_tree(scenario, tmp)
+    if prepare is not None:
+        prepare(root)
     io = io or SteppedIO()
     table = _registers(spec["registers"])
     # The device files exist in both layouts (the collector looks for them); with the "table"

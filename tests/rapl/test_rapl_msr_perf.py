@@ -71,6 +71,36 @@ async def test_msr_reads_one_cpu_per_package(tmp_path: Path) -> None:
     await collector.aclose()
 
 
+def _like_a_real_cpu_directory(root: Path) -> None:
+    """The entries Linux keeps beside cpu0…cpuN in /sys/devices/system/cpu."""
+    cpus = root / "sys/devices/system/cpu"
+    for name in ("cpufreq/policy0", "cpuidle", "hotplug", "power", "smt", "vulnerabilities"):
+        (cpus / name).mkdir(parents=True)
+    for name, text in (("online", "0-3"), ("possible", "0-3"), ("kernel_max", "8191")):
+        (cpus / name).write_text(f"{text}\n")
+    (cpus / "cpufreq/policy0/scaling_cur_freq").write_text("2100000\n")
+
+
+async def test_cpufreq_and_cpuidle_beside_the_cpus_change_nothing(tmp_path: Path) -> None:
+    """Guards: only ``cpu<N>`` entries are CPUs; ``cpufreq``, ``cpuidle``, ``online`` and the
+    rest of a real /sys/devices/system/cpu are passed over: one MSR device per package is read
+    (cpu0 and cpu1) and the points are the fixture's."""
+    opened: list[str] = []
+
+    class Recording(SteppedIO):
+        def open_msr(self, path: str) -> int:
+            opened.append(Path(path).parent.name)
+            return super().open_msr(path)
+
+    points, collector = await run_msr(
+        "msr-skx-2s", tmp_path, Recording(), prepare=_like_a_real_cpu_directory
+    )
+    assert collector.backend == "msr"
+    assert opened == ["0", "1"]
+    assert lines(points) == (FIXTURES / "msr-skx-2s" / "expected.lp").read_text()
+    await collector.aclose()
+
+
 async def test_msr_reads_one_cpu_per_die_on_multi_die_intel(tmp_path: Path) -> None:
     """Cascade Lake-AP keeps a package energy counter per die: read each die's first CPU."""
     root = install_tree("msr-skx-2s", tmp_path)

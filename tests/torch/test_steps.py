@@ -233,3 +233,26 @@ def test_enters_without_an_exit_counted_by_the_frames_skipped() -> None:
     agg.feed([(a, 6, FWD_PRE), (b, 7, FWD_PRE), (c, 8, FWD_PRE), (a, 9, FWD_POST)])
     agg.feed([(root, 10, FWD_POST), (None, 11, STEP)])
     assert (agg.unmatched_exits, agg.unclosed_enters) == (0, 3)
+
+
+def test_a_gpu_interval_with_one_end_unknown_is_left_out_of_the_step() -> None:
+    """Guards: a step's GPU interval is sent only with both ends (the attribution needs both);
+    a step whose GPU start or end is unknown carries neither field, in both encodings."""
+    records = [
+        StepRecord(0, 0, 1_000, 4_000, gpu_end_ns=5_000),  # start unknown
+        StepRecord(1, 0, 4_000, 9_000, gpu_start_ns=5_000),  # end unknown
+        StepRecord(2, 0, 9_000, 12_000, gpu_start_ns=10_000, gpu_end_ns=13_000),
+    ]
+    # duration_seconds by hand: 3000 ns = 3e-06 s, 5000 ns = 5e-06 s
+    expected = (
+        "nrg_step,epoch=0,run=r step=0i,start_time_ns=1000i,end_time_ns=4000i,"
+        "duration_seconds=3e-06 4000\n"
+        "nrg_step,epoch=0,run=r step=1i,start_time_ns=4000i,end_time_ns=9000i,"
+        "duration_seconds=5e-06 9000\n"
+        "nrg_step,epoch=0,run=r step=2i,start_time_ns=9000i,end_time_ns=12000i,"
+        "duration_seconds=3e-06,gpu_start_time_ns=10000i,gpu_end_time_ns=13000i 12000\n"
+    )
+    lines = StepLines({"run": "r"}, 0)
+    assert "".join(lines.lines(r) for r in records) == expected
+    points = [p for r in records for p in step_points(r, {"run": "r"}, 0)]
+    assert LineEncoder().encode_many(points) == expected

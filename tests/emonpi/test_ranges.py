@@ -1,0 +1,54 @@
+"""Plausible ranges on real frames: an emonTH's humidity at and just past its limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from acquisition.point import Point
+from collectors.emonpi import EmonPiCollector, EmonPiConfig
+
+from .conftest import StepClock
+
+
+def emonth_frame(humidity_tenths: int) -> bytes:
+    """An emonTH (node 19) frame: four little-endian int16 in tenths: 21.5 °C, 18.0 °C,
+    the humidity given, 3.0 V."""
+    values = (215, 180, humidity_tenths, 30)
+    data = b"".join(v.to_bytes(2, "little", signed=True) for v in values)
+    return b"OK 19 " + b" ".join(b"%d" % byte for byte in data)
+
+
+def decode(line: bytes) -> tuple[list[Point], dict[str, int | float]]:
+    collector = EmonPiCollector(
+        EmonPiConfig(), None, wall_clock=StepClock(), mono_clock=StepClock(0)
+    )
+    points: list[Point] = []
+    collector.handle_line(b"", points.append)  # past the first line, which may be cut
+    collector.handle_line(line, points.append)
+    return points, collector.stats()
+
+
+def test_the_frame_is_what_an_emonth_sends() -> None:
+    # 1000 tenths = 0x03E8: bytes 232, 3; -1 = 0xFFFF: bytes 255, 255
+    assert emonth_frame(1000) == b"OK 19 215 0 180 0 232 3 30 0"
+    assert emonth_frame(-1) == b"OK 19 215 0 180 0 255 255 30 0"
+
+
+@pytest.mark.parametrize("tenths", [0, 1000])
+def test_humidity_from_0_to_100_percent_is_kept(tenths: int) -> None:
+    """Guards: relative humidity spans 0–100 %; both ends are readings."""
+    points, stats = decode(emonth_frame(tenths))
+    (point,) = points
+    assert point.fields["humidity_percent"] == pytest.approx(tenths / 10)
+    assert point.fields["temp_celsius"] == pytest.approx(21.5)
+    assert point.fields["battery_volts"] == pytest.approx(3.0)
+    assert stats["implausible_frames"] == 0
+
+
+@pytest.mark.parametrize("tenths", [-1, 1001, 1010, 30000])
+def test_humidity_below_0_or_above_100_percent_drops_the_frame(tenths: int) -> None:
+    """Guards: a humidity of -0.1 %, 100.1 %, 101 % or 3000 % is no reading (a damaged frame or
+    one decoded with the wrong layout): nothing of the frame is emitted, and it is counted."""
+    points, stats = decode(emonth_frame(tenths))
+    assert points == []
+    assert stats["implausible_frames"] == 1

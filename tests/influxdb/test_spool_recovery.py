@@ -1,0 +1,85 @@
+"""The spool's start after damage on disk: an unreadable cursor, a corrupt record followed by a
+torn header shorter than a header."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from sinks.influxdb.spool import MAGIC, Spool, encode_record
+
+
+def lines(start: int, n: int) -> bytes:
+    """``n`` lines of 19 bytes each (``m v=000007i 000007\\n``)."""
+    return b"".join(b"m v=%06di %06d\n" % (i, i) for i in range(start, start + n))
+
+
+async def drain(spool: Spool) -> bytes:
+    out = b""
+    while spool.records:
+        batch = await spool.read(1 << 20)
+        out += batch.payload
+        await spool.commit(batch)
+    return out
+
+
+@pytest.mark.parametrize("cursor", ["garbage\n", "7\n", "1 2 3\n", ""])
+async def test_an_unreadable_cursor_replays_every_record_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, cursor: str
+) -> None:
+    """Guards: a damaged cursor file (not two numbers) must not keep the spool from opening;
+    every record on disk is replayed again (sent twice rather than lost) and a warning says so."""
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    for k in range(3):
+        await spool.append(lines(10 * k, 10), 10)
+    await spool.commit(await spool.read(1))  # the first record replayed: the cursor moves on
+    await spool.close()
+    assert (tmp_path / "cursor").read_text() != cursor  # it was a readable cursor
+    (tmp_path / "cursor").write_text(cursor)
+
+    caplog.set_level(logging.WARNING)
+    again = Spool(tmp_path, max_bytes=1 << 20)
+    await again.open()
+    # 3 records of 10 points: the one replayed before is replayed again
+    assert (again.records, again.points, again.torn_records) == (3, 30, 0)
+    assert await drain(again) == lines(0, 30)
+    await again.close()
+    assert "cursor" in caplog.text and "unreadable" in caplog.text
+
+
+async def test_a_corrupt_record_before_a_torn_short_header_is_cut_off_with_it(
+    tmp_path: Path,
+) -> None:
+    """Guards: a record whose checksum fails, followed by the first 13 bytes of a header (a
+    write cut by a power loss), is not stepped over (no valid record follows it): the segment
+    is cut back to the good record, both count as one torn record, and their bytes as
+    discarded; the spool opens and appends after the good record."""
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    await spool.append(lines(0, 10), 10)
+    await spool.close()
+    (seg,) = tmp_path.glob("seg-*.nrgspool")
+    good = seg.read_bytes()
+    assert len(good) == 8 + 20 + 10 * 19  # magic, header, 10 lines of 19 bytes: 218
+    bad = bytearray(encode_record(lines(10, 5), 5, 0))  # 20 + 5 * 19 = 115 bytes
+    bad[-2] ^= 0x20  # a flipped payload byte: its checksum fails, its length still fits
+    torn = encode_record(lines(15, 5), 5, 0)[:13]
+    seg.write_bytes(good + bytes(bad) + torn)
+
+    again = Spool(tmp_path, max_bytes=1 << 20)
+    await again.open()
+    assert (again.records, again.points, again.torn_records) == (1, 10, 1)
+    assert again.discarded_bytes == 115 + 13
+    assert seg.read_bytes() == good
+    await again.append(lines(20, 5), 5)
+    await again.close()
+
+    third = Spool(tmp_path, max_bytes=1 << 20)
+    await third.open()
+    assert (third.torn_records, third.points) == (0, 15)
+    assert await drain(third) == lines(0, 10) + lines(20, 5)
+    await third.close()
+    assert good.startswith(MAGIC)
