@@ -238,24 +238,32 @@ async def test_a_record_given_up_when_its_cursor_cannot_be_saved_is_logged_and_c
     ``cursor.tmp`` is a directory), an error says the batch could not be set aside and why;
     the record's 10 points still count as lost (they are gone), and once the disk allows it
     the next batch is delivered."""
+
+    def set_aside_errors() -> list[str]:
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        return [e for e in errors if "cannot set the batch aside" in e]
+
     with ScriptedServer(hang) as server:
         sink = make_sink(context, server.url, timeout=0.2, retry_initial=0.01, retry_max=0.02)
         await sink.open()
-        await sink.write(make_points(0, 10))
-        await sink.flush()  # spooled after the timeout
-        for seg in sink.spool.directory.glob("seg-*.nrgspool"):
-            seg.unlink()
-        blocker = sink.spool.directory / "cursor.tmp"
-        blocker.mkdir()
-        server.set_script(accept)
-        await until(lambda: sink.spool.records == 0, "the record to be given up")
-        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-        assert any("cannot set the batch aside" in e and "cursor.tmp" in e for e in errors)
-        assert sink.stats()["lost_points"] == 10
-        blocker.rmdir()
-        await sink.write(make_points(10, 5))
-        await until(lambda: len(server.accepted) == 1, "the next batch to arrive")
-        await sink.aclose()
+        try:
+            await sink.write(make_points(0, 10))
+            await sink.flush()  # spooled after the timeout
+            for seg in sink.spool.directory.glob("seg-*.nrgspool"):
+                seg.unlink()
+            blocker = sink.spool.directory / "cursor.tmp"
+            blocker.mkdir()
+            server.set_script(accept)
+            # The record leaves the index before its cursor fails to save: wait for the error.
+            await until(lambda: bool(set_aside_errors()), "the record to be given up")
+            assert sink.spool.records == 0
+            assert all("cursor.tmp" in e for e in set_aside_errors())
+            assert sink.stats()["lost_points"] == 10
+            blocker.rmdir()
+            await sink.write(make_points(10, 5))
+            await until(lambda: len(server.accepted) == 1, "the next batch to arrive")
+        finally:
+            await sink.aclose()
     assert server.accepted_lines() == lines_of(context, 10, 5)
     assert sink.stats()["lost_points"] == 10
 
