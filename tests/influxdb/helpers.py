@@ -15,8 +15,19 @@ from typing import Any
 from acquisition.api import PluginContext
 from acquisition.point import Point
 from sinks.influxdb import InfluxDBConfig, InfluxDBSink
+from sinks.influxdb.spool import Spool
 
-__all__ = ["T0_NS", "fill", "make_points", "make_sink", "small_disk", "until"]
+__all__ = [
+    "T0_NS",
+    "appends_after_the_cut",
+    "drain",
+    "fill",
+    "lines",
+    "make_points",
+    "make_sink",
+    "small_disk",
+    "until",
+]
 
 T0_NS = 1_763_000_000_000_000_000
 """A fixed, millisecond-aligned start time (VictoriaMetrics keeps milliseconds)."""
@@ -28,6 +39,33 @@ def make_points(start: int, n: int, measurement: str = "m") -> list[Point]:
         Point(measurement, {"k": "a"}, {"v": float(i), "n": i}, T0_NS + i * 1_000_000)
         for i in range(start, start + n)
     ]
+
+
+def lines(start: int, n: int) -> bytes:
+    """``n`` line-protocol lines of 19 bytes each (``m v=000007i 000007\\n``), for the spool."""
+    return b"".join(b"m v=%06di %06d\n" % (i, i) for i in range(start, start + n))
+
+
+async def drain(spool: Spool, max_bytes: int = 1 << 20) -> bytes:
+    """Every record's payload, oldest first, each committed once read."""
+    out = b""
+    while spool.records:
+        batch = await spool.read(max_bytes)
+        out += batch.payload
+        await spool.commit(batch)
+    return out
+
+
+async def appends_after_the_cut(spool: Spool) -> None:
+    """``spool`` was opened on a segment whose damaged tail was cut after ``lines(0, 10)``:
+    an append there lands after the good record, and the next open reads both, nothing torn."""
+    await spool.append(lines(20, 5), 5)
+    await spool.close()
+    third = Spool(spool.directory, max_bytes=1 << 20)
+    await third.open()
+    assert (third.torn_records, third.points) == (0, 15)
+    assert await drain(third) == lines(0, 10) + lines(20, 5)
+    await third.close()
 
 
 def make_sink(context: PluginContext, url: str, **options: Any) -> InfluxDBSink:

@@ -22,20 +22,7 @@ from sinks.influxdb.spool import (
     parse_fsync_policy,
     parse_segment,
 )
-from tests.influxdb.helpers import fill, small_disk
-
-
-def lines(start: int, n: int) -> bytes:
-    return b"".join(b"m v=%06di %06d\n" % (i, i) for i in range(start, start + n))
-
-
-async def drain(spool: Spool, max_bytes: int = 1 << 20) -> bytes:
-    out = b""
-    while spool.records:
-        batch = await spool.read(max_bytes)
-        out += batch.payload
-        await spool.commit(batch)
-    return out
+from tests.influxdb.helpers import appends_after_the_cut, drain, fill, lines, small_disk
 
 
 def segments(directory: Path) -> list[Path]:
@@ -144,14 +131,7 @@ async def test_torn_last_record_is_skipped_and_counted(tmp_path: Path) -> None:
     assert (again.records, again.points, again.torn_records) == (1, 10, 1)
     assert again.discarded_bytes == len(encode_record(lines(10, 10), 10, 0)) - 7
     assert seg.stat().st_size == len(MAGIC) + len(encode_record(lines(0, 10), 10, 0))
-    await again.append(lines(20, 5), 5)
-    await again.close()
-
-    third = Spool(tmp_path, max_bytes=1 << 20)
-    await third.open()
-    assert (third.torn_records, third.points) == (0, 15)
-    assert await drain(third) == lines(0, 10) + lines(20, 5)
-    await third.close()
+    await appends_after_the_cut(again)
 
 
 @pytest.mark.parametrize("damage", ["flip", "zeros", "no-magic"])

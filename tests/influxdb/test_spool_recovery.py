@@ -9,20 +9,7 @@ from pathlib import Path
 import pytest
 
 from sinks.influxdb.spool import MAGIC, Spool, encode_record
-
-
-def lines(start: int, n: int) -> bytes:
-    """``n`` lines of 19 bytes each (``m v=000007i 000007\\n``)."""
-    return b"".join(b"m v=%06di %06d\n" % (i, i) for i in range(start, start + n))
-
-
-async def drain(spool: Spool) -> bytes:
-    out = b""
-    while spool.records:
-        batch = await spool.read(1 << 20)
-        out += batch.payload
-        await spool.commit(batch)
-    return out
+from tests.influxdb.helpers import appends_after_the_cut, drain, lines
 
 
 @pytest.mark.parametrize("cursor", ["garbage\n", "7\n", "1 2 3\n", ""])
@@ -74,12 +61,5 @@ async def test_a_corrupt_record_before_a_torn_short_header_is_cut_off_with_it(
     assert (again.records, again.points, again.torn_records) == (1, 10, 1)
     assert again.discarded_bytes == 115 + 13
     assert seg.read_bytes() == good
-    await again.append(lines(20, 5), 5)
-    await again.close()
-
-    third = Spool(tmp_path, max_bytes=1 << 20)
-    await third.open()
-    assert (third.torn_records, third.points) == (0, 15)
-    assert await drain(third) == lines(0, 10) + lines(20, 5)
-    await third.close()
+    await appends_after_the_cut(again)
     assert good.startswith(MAGIC)
