@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         seed = int(time.time()) if args.seed is None else args.seed
         print(f"generated sample: --seed {seed} --count {args.count}", flush=True)
         pool = mutgen.sample(seed, args.count, ALL, _texts_at(args.at) if args.at else None)
-        pool = _applicable(pool)
+        if args.at:  # drawn from older text: the snippets that still occur once
+            pool = _applicable(pool)
     chosen = [m for m in pool if any(w in m.path or w in m.name for w in wanted)]
     if args.list:
         for m in chosen:
