@@ -25,6 +25,7 @@ __all__ = [
     "BAD_POWER",
     "PID_FILE",
     "SIMULATORS",
+    "STALEST",
     "UNKNOWN_SOURCE",
     "add_run_options",
     "main",
@@ -39,6 +40,8 @@ SIMULATORS: dict[str, tuple[str, str]] = {
 }
 UNKNOWN_SOURCE = "nrg-collect simulate: unknown source {name!r}; known: {known}"
 BAD_POWER = "simulate: {value!r} is not a power (use e.g. 25W, 5W, 0.5kW)"
+STALEST = "stopped; a reading was at most {ms:.1f} ms stale (the longest gap between updates)"
+"""Said on stderr when a foreground simulator stops: how far its counters lagged real time."""
 PID_FILE = "simulate.pid"
 """With ``--background``: the simulator's pid, in DIR (``kill $(cat DIR/simulate.pid)``)."""
 _USAGE = "usage: nrg-collect simulate {{{names}}} ... (simulate SOURCE --help for its options)"
@@ -106,7 +109,8 @@ def serve(
 ) -> bool:
     """Print the collector ``table``, then call ``tick(now_ns)`` every ``period_s`` until
     Ctrl-C, SIGTERM or ``duration_s``. ``background``: print, leave the ticks to a process of
-    its own (pid in ``root/simulate.pid``) and return at once; ``what`` is said on stderr.
+    its own (pid in ``root/simulate.pid``) and return at once; ``what`` is said on stderr, and
+    on stopping in the foreground how stale a reading could have been (:data:`STALEST`).
     Whether this process ran the ticks (False: the one that started them in the background)."""
     if background:
         pid = os.fork()
@@ -129,9 +133,26 @@ def serve(
         sys.stdout.write(table)
         sys.stdout.flush()
         print(f"simulating {what}; Ctrl-C stops", file=sys.stderr)
-    while not signals and time.monotonic() < deadline:
-        tick(time.time_ns())
-        time.sleep(period_s)
+    stalest_ns = _run_ticks(tick, period_s, deadline, signals)
     if background:
         (root / PID_FILE).unlink(missing_ok=True)
+    else:
+        print(STALEST.format(ms=stalest_ns / 1e6), file=sys.stderr)
     return True
+
+
+def _run_ticks(
+    tick: Callable[[int], None], period_s: float, deadline: float, signals: list[int]
+) -> int:
+    """Call ``tick(now_ns)`` every ``period_s`` until a signal or the deadline; the longest a
+    reading can have been stale (ns): from one update's time to the end of the next update."""
+    stalest = 0
+    last: int | None = None
+    while not signals and time.monotonic() < deadline:
+        now = time.time_ns()
+        tick(now)
+        if last is not None:
+            stalest = max(stalest, time.time_ns() - last)
+        last = now
+        time.sleep(period_s)
+    return stalest

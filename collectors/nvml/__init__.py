@@ -49,6 +49,7 @@ import asyncio
 import importlib
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -138,6 +139,7 @@ class NvmlCollector(Readings):
             "sample_cursor_resets": 0,
             "ticks_skipped_busy": 0,
         }
+        self._read_lag_ns_max = 0
 
     # -- lifecycle (event loop) ---------------------------------------------------------------
 
@@ -170,7 +172,7 @@ class NvmlCollector(Readings):
             self._counts["ticks_skipped_busy"] += 1
             return
         roots = frozenset(int(pid) for pid in self._context.status.get("tracked_pids", ()))
-        self._busy = self._executor.submit(self._tick, now_ns, roots)
+        self._busy = self._executor.submit(self._timed_tick, now_ns, roots, time.monotonic_ns())
         for point in await asyncio.wrap_future(self._busy):
             emit(point)
 
@@ -203,7 +205,7 @@ class NvmlCollector(Readings):
 
     def stats(self) -> dict[str, float | int]:
         live = sum(1 for gpu in self._gpus if not gpu.lost)
-        return {"gpus": live, **self._counts}
+        return {"gpus": live, **self._counts, "read_lag_max_seconds": self._read_lag_ns_max / 1e9}
 
     # -- worker thread ------------------------------------------------------------------------
 
@@ -319,6 +321,15 @@ class NvmlCollector(Readings):
                     gpu.energy.update(int(mj))
         except GpuLost as lost:
             self._lose(gpu, lost.code)
+
+    def _timed_tick(self, now_ns: int, roots: frozenset[int], submitted_ns: int) -> list[Point]:
+        """:meth:`_tick`, keeping the longest it ended after the tick handed it over: how much
+        later than its points' time (the tick's) a reading may really have been made."""
+        try:
+            return self._tick(now_ns, roots)
+        finally:
+            lag = time.monotonic_ns() - submitted_ns
+            self._read_lag_ns_max = max(self._read_lag_ns_max, lag)
 
     def _tick(self, now_ns: int, roots: frozenset[int]) -> list[Point]:
         points: list[Point] = []

@@ -24,6 +24,7 @@ from acquisition.summary import NO_ENERGY, SCHEMA
 from collectors.rapl import WHY_FIRMWARE
 from tests.answers import job_train
 from tests.answers.fakepower import powercap_tree, stale_s
+from tests.selfstats import read_lag_s
 
 pytestmark = pytest.mark.slow
 
@@ -96,13 +97,7 @@ def stale(tmp: Path, rapl_root: Path) -> float:
     """STALE_S plus what was measured: the fixture writer's longest gap between two rewrites and
     the agent's longest RAPL collect (a tick is stamped before its reads; the agent's self-stats
     in the file sink's output)."""
-    durations = [
-        float(p.fields["duration_max_seconds"])  # type: ignore[arg-type]
-        for f in (tmp / "out").glob("*.lp")
-        for p in map(decode_line, f.read_text().splitlines())
-        if p.measurement == "nrg_collect" and p.tags.get("plugin") == "rapl"
-    ]
-    return STALE_S + stale_s(rapl_root) + max(durations, default=0.0)
+    return STALE_S + stale_s(rapl_root) + read_lag_s(tmp / "out", "rapl")
 
 
 def validate(data: object) -> None:

@@ -7,6 +7,7 @@ import ctypes
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +365,25 @@ def test_fuzz_select_gpus_raises_only_value_error(
         return
     assert len(set(chosen)) == len(chosen)
     assert all(0 <= i < len(uuids) for i in chosen)
+
+
+class _SlowEnergyNvml(FakeNvml):
+    """The energy counter takes 50 ms to answer, as a busy driver's can."""
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> Any:
+        time.sleep(0.05)
+        return super().nvmlDeviceGetTotalEnergyConsumption(handle)
+
+
+async def test_how_late_a_tick_read_the_driver_is_kept(context: PluginContext) -> None:
+    """Points carry the tick's time, the driver is read on a thread: the self-stat says how
+    much later the readings may have been made (here at least the slow counter's 50 ms)."""
+    fake = _SlowEnergyNvml(load_scenario("gpu_lost"))
+    collector = NvmlCollector(NvmlConfig(processes=False), context, nvml=fake, environ={})
+    await collector.open()
+    try:
+        assert collector.stats()["read_lag_max_seconds"] == 0.0
+        assert [p for p in await tick(collector, fake, 1) if p.measurement == "gpu"]
+        assert collector.stats()["read_lag_max_seconds"] >= 0.05
+    finally:
+        await collector.aclose()

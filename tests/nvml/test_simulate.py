@@ -64,11 +64,13 @@ async def test_no_simulated_gpus_is_said(tmp_path: Path, context: PluginContext)
 
 @pytest.mark.slow
 def test_simulate_and_a_tracked_run_measure_the_simulated_power(short_tmp: Path) -> None:
-    summary = tracked_run_on_simulator(
+    """The mean power and the energy (power × time) of a tracked run on the simulated GPU, to
+    within what the simulator and the agent measured of their own lag (under load a counter
+    can be tens of ms stale) and the summary's error bar."""
+    run = tracked_run_on_simulator(
         short_tmp, ["nvml", str(short_tmp / "gpu"), "--power", "300W"], table_lines=2
     )
-    gpu = sources(summary)["nvml:0"]
-    assert gpu["mean_w"] == pytest.approx(WATTS, rel=0.01)
-    # power × time, to 1 % and the summary's error bar (the run's edges the samples miss)
-    expected = WATTS * summary["duration_s"]
-    assert gpu["energy_j"] == pytest.approx(expected, abs=0.01 * expected + gpu["error_j"])
+    gpu = sources(run.summary)["nvml:0"]
+    assert gpu["mean_w"] == pytest.approx(WATTS, abs=run.mean_w_bound(WATTS))
+    expected = WATTS * run.summary["duration_s"]
+    assert gpu["energy_j"] == pytest.approx(expected, abs=run.energy_bound(WATTS, "nvml:0"))

@@ -48,6 +48,8 @@ _WRITER = r"""
 import json, os, sys, time
 source = sys.argv[1]  # a JSON file: [[path, [[from_ns, watts], ...]], ...], re-read when replaced
 zones, seen = [], None
+gap_file = os.path.join(os.path.dirname(source), ".writer_max_gap_ns")  # read by stale_s
+last, worst = None, 0
 try:  # wake on time even while the test keeps the CPUs busy
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
 except (AttributeError, PermissionError):
@@ -71,6 +73,12 @@ while True:
         with open(tmp, "w") as f:
             f.write("%d\n" % energy_uj(profile, t))
         os.replace(tmp, path)
+    if last is not None and time.time_ns() - last > worst:  # the stalest a counter has been
+        worst = time.time_ns() - last
+        with open(gap_file + ".tmp", "w") as f:
+            f.write("%d\n" % worst)
+        os.replace(gap_file + ".tmp", gap_file)
+    last = t
     time.sleep(0.001)
 """
 
