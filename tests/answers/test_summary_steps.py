@@ -102,3 +102,42 @@ def test_forward_flops_are_the_whole_models() -> None:
     assert s.flops == 1000
     flop = next(f for f in compare(["a"], [[s]]).figures if f.name == "energy per forward FLOP")
     assert flop.values[0].value == pytest.approx(0.003, rel=1e-12)
+
+
+def steps_of(totals: list[float | None], with_step_points: bool = True) -> list[Point]:
+    """One-second steps of the given package energies (``None``: a step the attribution gave no
+    energy), each with its ``nrg_step`` point unless ``with_step_points`` is False."""
+    out = []
+    for n, joules in enumerate(totals):
+        end = T0 + (n + 1) * S
+        if with_step_points:
+            fields = {"step": n, "start_time_ns": end - S, "end_time_ns": end, "samples": 10}
+            out.append(Point("nrg_step", {**TAGS, "epoch": "0"}, fields, end))
+        if joules is not None:
+            tags = {**TAGS, "epoch": "0", "source": "rapl:package-0", "scope": "step"}
+            out.append(Point("nrg_energy", tags, {"step": n, "energy_joules": joules}, end))
+    return out
+
+
+def test_median_of_an_even_number_of_steps_is_between_the_middle_two() -> None:
+    """Guards: the median of an even number of step energies interpolates between the two
+    middle values, not towards the largest.
+
+    Steps 9, 1, 4, 2 J (ordered 1, 2, 4, 9): p50 at position 0.5 × 3 = 1.5, halfway between
+    2 and 4: 3 J; p95 at 0.95 × 3 = 2.85: 4 + (9 − 4) × 0.85 = 8.25 J; mean 16 / 4 = 4 J."""
+    e = summarize(steps_of([9.0, 1.0, 4.0, 2.0])).steps.energy_j
+    assert e is not None
+    assert (e["p50"], e["p95"], e["mean"]) == pytest.approx((3.0, 8.25, 4.0), rel=1e-12)
+
+
+def test_steps_without_energy_are_counted() -> None:
+    """Guards: the step count is the steps the run recorded, including those without energy;
+    it comes from the energies only when no step points were stored.
+
+    Five steps, the third without energy: 5 steps, the statistics over the four with energy
+    (1, 2, 4, 9 J: mean 16 / 4 = 4 J). Without step points: the four with energy."""
+    s = summarize(steps_of([1.0, 2.0, None, 4.0, 9.0]))
+    assert s.steps.count == 5
+    assert s.steps.energy_j is not None
+    assert s.steps.energy_j["mean"] == pytest.approx(4.0, rel=1e-12)
+    assert summarize(steps_of([1.0, 2.0, None, 4.0, 9.0], with_step_points=False)).steps.count == 4

@@ -162,6 +162,17 @@ def test_modules_first_then_step_completed_by_run_end() -> None:
     assert h.proc.stats()["steps_pending"] == 0
 
 
+def test_points_emitted_counts_the_points_written() -> None:
+    """Guards: ``points_emitted`` is the number of points the attribution wrote: 0 before the
+    first step completes, then 2 sources × (step, 2 modules, unattributed) = 8."""
+    h = Harness()
+    h.feed([run_event("start", 0), *counter("package", 10.0, 0, 600)])
+    h.feed([*counter("dram", 2.0, 0, 600), *STEP0_MODULES, step(0, 250, 550)])
+    assert (h.out, h.proc.stats()["points_emitted"]) == ([], 0)
+    h.feed([run_event("end", 700)])
+    assert (len(h.out), h.proc.stats()["points_emitted"]) == (8, 8)
+
+
 def test_step_first_then_modules_completed_by_the_next_step_and_sources() -> None:
     h = Harness()
     h.feed(counter("package", 10.0, 0, 200))

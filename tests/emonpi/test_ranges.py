@@ -1,4 +1,5 @@
-"""Plausible ranges on real frames: an emonTH's humidity at and just past its limits."""
+"""Plausible ranges on real frames: an emonTH's humidity and an emonPi's mains voltage at and just
+past their limits."""
 
 from __future__ import annotations
 
@@ -50,5 +51,25 @@ def test_humidity_below_0_or_above_100_percent_drops_the_frame(tenths: int) -> N
     """Guards: a humidity of -0.1 %, 100.1 %, 101 % or 3000 % is no reading (a damaged frame or
     one decoded with the wrong layout): nothing of the frame is emitted, and it is counted."""
     points, stats = decode(emonth_frame(tenths))
+    assert points == []
+    assert stats["implausible_frames"] == 1
+
+
+@pytest.mark.parametrize("volts", ["0", "0.00", "0.6"])
+def test_a_mains_voltage_near_0_volts_is_kept(volts: str) -> None:
+    """Guards: an emonPi powered without its AC adapter measures no mains voltage and sends
+    ``Vrms:0`` (or a little noise under 1 V): a real reading, kept with the frame's power."""
+    points, stats = decode(b"MSG:12,Vrms:" + volts.encode() + b",P1:35,pulse:0")
+    (point,) = points
+    assert point.fields["vrms_volts"] == float(volts)
+    assert point.fields["power1_watts"] == 35.0
+    assert stats["implausible_frames"] == 0
+
+
+@pytest.mark.parametrize("volts", ["-0.1", "500.1"])
+def test_a_mains_voltage_below_0_or_above_500_volts_drops_the_frame(volts: str) -> None:
+    """Guards: −0.1 V or 500.1 V RMS is no mains reading (a damaged line): the frame is dropped
+    and counted."""
+    points, stats = decode(b"MSG:12,Vrms:" + volts.encode() + b",P1:35,pulse:0")
     assert points == []
     assert stats["implausible_frames"] == 1

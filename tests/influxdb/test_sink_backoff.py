@@ -109,8 +109,10 @@ async def test_a_spool_record_that_cannot_be_read_is_given_up_after_five_tries(
 ) -> None:
     """Guards: replay failing for a reason that is not the server's (here the disk: every read
     of the spool's oldest record fails with EIO) tries the same record 5 times, each failure
-    logged with its number, then gives that record up (its 4 points counted in
-    ``lost_points``) and moves on: the next record (3 points) is delivered."""
+    logged with its number and counted in ``replay_failures`` (5: the first post's 503 was a
+    write, not a replay, and the next record's replay is accepted at once), then gives that
+    record up (its 4 points counted in ``lost_points``) and moves on: the next record (3 points)
+    is delivered."""
     sinks: list[InfluxDBSink] = []
     reads_failed: list[int] = []
     real_pread = os.pread
@@ -134,6 +136,7 @@ async def test_a_spool_record_that_cannot_be_read_is_given_up_after_five_tries(
         await sink.aclose()
     assert len(reads_failed) == 5
     assert (sink.lost_points, sink.replayed_points) == (4, 3)
+    assert sink.stats()["replay_failures"] == 5
     failed = [r.getMessage() for r in caplog.records if "replay failed" in r.getMessage()]
     assert [m.split("(")[1].split(")")[0] for m in failed] == [f"{k} of 5" for k in range(1, 6)]
     assert len(server.accepted) == 1

@@ -513,13 +513,18 @@ def test_a_flipped_byte_in_any_payload_costs_exactly_that_record(
         asyncio.run(run(Path(d)))
 
 
+@pytest.mark.parametrize(
+    "interval", ["10s", "10", " 10 ", 10, "10000ms"], ids=["10s", "bare", "spaced", "int", "ms"]
+)
 def test_an_interval_policy_syncs_once_the_interval_has_passed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interval: str | int
 ) -> None:
     """Guards: with fsync every 10 s, a record appended when 10 s have passed since the last
     sync is synced at once (no record stays unsynced longer than the interval); earlier ones
     wait. A clock that reads what the test sets: appends at 1, 9.9, 10, 15, 20 and 29.9 s
-    since the last sync at 0 s: syncs at 10 and 20 s (10 − 0 ≥ 10, 20 − 10 ≥ 10)."""
+    since the last sync at 0 s: syncs at 10 and 20 s (10 − 0 ≥ 10, 20 − 10 ≥ 10). The interval
+    written in seconds with or without a unit (a bare ``"10"`` is 10 s, not 0 s, which would
+    sync at every append) or in ms (10000 × 0.001 = 10 s)."""
     import time
 
     from sinks.influxdb.segments import SegmentFiles
@@ -535,7 +540,7 @@ def test_an_interval_policy_syncs_once_the_interval_has_passed(
 
     monkeypatch.setattr(time, "monotonic", lambda: now[0])
     monkeypatch.setattr(os, "fsync", fsync)
-    files = SegmentFiles(tmp_path, parse_fsync_policy("10s"))
+    files = SegmentFiles(tmp_path, parse_fsync_policy(interval))
     files.recover()
     offset = len(MAGIC)
     for i, at in enumerate([1.0, 9.9, 10.0, 15.0, 20.0, 29.9]):
