@@ -1,4 +1,5 @@
-"""Plausible ranges on real frames: an emonTH's humidity at and just past its limits."""
+"""Plausible ranges on real frames: an emonTH's humidity and temperature at and just past their
+limits."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from collectors.emonpi import EmonPiCollector, EmonPiConfig
 from .conftest import StepClock
 
 
-def emonth_frame(humidity_tenths: int) -> bytes:
-    """An emonTH (node 19) frame: four little-endian int16 in tenths: 21.5 °C, 18.0 °C,
-    the humidity given, 3.0 V."""
-    values = (215, 180, humidity_tenths, 30)
+def emonth_frame(humidity_tenths: int, temp_tenths: int = 215) -> bytes:
+    """An emonTH (node 19) frame: four little-endian int16 in tenths: the temperature given
+    (21.5 °C), 18.0 °C, the humidity given, 3.0 V."""
+    values = (temp_tenths, 180, humidity_tenths, 30)
     data = b"".join(v.to_bytes(2, "little", signed=True) for v in values)
     return b"OK 19 " + b" ".join(b"%d" % byte for byte in data)
 
@@ -50,5 +51,23 @@ def test_humidity_below_0_or_above_100_percent_drops_the_frame(tenths: int) -> N
     """Guards: a humidity of -0.1 %, 100.1 %, 101 % or 3000 % is no reading (a damaged frame or
     one decoded with the wrong layout): nothing of the frame is emitted, and it is counted."""
     points, stats = decode(emonth_frame(tenths))
+    assert points == []
+    assert stats["implausible_frames"] == 1
+
+
+@pytest.mark.parametrize("tenths", [-550, 1250])
+def test_temperature_from_minus_55_to_125_celsius_is_kept(tenths: int) -> None:
+    """Guards: a DS18B20 reads −55 °C to +125 °C; both ends are readings."""
+    points, stats = decode(emonth_frame(500, temp_tenths=tenths))
+    (point,) = points
+    assert point.fields["temp_celsius"] == pytest.approx(tenths / 10)
+    assert stats["implausible_frames"] == 0
+
+
+@pytest.mark.parametrize("tenths", [-551, -560, 1251, 1260])
+def test_temperature_past_the_sensor_range_drops_the_frame(tenths: int) -> None:
+    """Guards: −55.1 °C, −56 °C, 125.1 °C or 126 °C is past what the sensor can read: nothing
+    of the frame is emitted, and it is counted."""
+    points, stats = decode(emonth_frame(500, temp_tenths=tenths))
     assert points == []
     assert stats["implausible_frames"] == 1
