@@ -140,3 +140,26 @@ def test_a_step_waits_until_the_gpu_reaches_its_boundary() -> None:
     assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30), (1, 30, 60)]
     leaf_calls = [r.modules[("block.leaf", "forward")] for r in done]
     assert [(t.calls, t.inclusive_ns) for t in leaf_calls] == [(1, 10), (1, 5)]
+    assert agg.unmatched_exits == 0  # the exit before the held boundary is read once
+
+
+def test_consecutive_boundaries_held_for_the_gpu_each_end_one_step() -> None:
+    """Guards: steps without module detail are two boundaries in a row; when the GPU has
+    reached the first (30) and not the second (50), the first step comes out and the second
+    waits; once reached, it comes out alone, and the next ends at 70: steps 10–30, 30–50 and
+    50–70, three in all (not a repeat of the boundary at 30 as an extra, empty step)."""
+    agg = StepAggregator(NAMES)
+    second = Boundary(5.0)
+    done = agg.feed(
+        [
+            (leaf, 10, FWD_PRE),
+            (leaf, 20, FWD_POST),
+            (None, 30, STEP, Boundary(3.0, reached=True)),
+            (None, 50, STEP, second),
+        ]
+    )
+    assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30)]
+    second.reached = True
+    done += agg.feed([(None, 70, STEP, Boundary(7.0, reached=True))])
+    assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30), (1, 30, 50), (2, 50, 70)]
+    assert [r.modules for r in done[1:]] == [{}, {}]
