@@ -235,7 +235,7 @@ def test_quoted_strings_with_separators_never_use_the_plain_path(
     ],
 )
 def test_a_line_without_a_timestamp_takes_the_default_time(
-    series: str, fields: str, tags: dict[str, str], values: dict[str, object]
+    series: str, fields: str, tags: dict[str, str], values: dict[str, int | str]
 ) -> None:
     """Guards: a line of two sections (series, fields), escaped or quoted or not, is a point at
     ``default_time_ns``; the series alone, escaped or not, is an error, not a point."""

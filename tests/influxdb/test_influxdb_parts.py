@@ -307,7 +307,7 @@ def test_silencing_the_client_drops_only_its_own_records() -> None:
             ("/venv/site-packages/influxdb_client/rest.py", "Authorization: Token s3cret"),
             ("/srv/nrg_plugins/meter.py", "a plugin's warning"),
         ):
-            root.handle(root.makeRecord("root", logging.WARNING, path, 1, message, None, None))
+            root.handle(root.makeRecord("root", logging.WARNING, path, 1, message, (), None))
     finally:
         root.removeHandler(handler)
     assert seen == ["a plugin's warning"]
