@@ -23,6 +23,7 @@ SUMMARY = (
     "tests/answers/test_summary.py",
     "tests/answers/test_summary_mixed.py",
     "tests/answers/test_summary_steps.py",
+    "tests/answers/test_ranks.py",  # steps joined across ranks: a shared meter over their span
 )
 COMPARE = (
     "tests/answers/test_summary_mixed.py",

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from acquisition.point import Point
@@ -166,3 +168,33 @@ def test_a_module_counts_its_hosts_sources_once() -> None:
     assert module.module == "layer"
     per_host = run.package_w * run.module_s + run.ranks_per_host * run.gpu_w * 0.01
     assert module.energy_j == pytest.approx(len(run.hosts) * run.n_steps * per_host, rel=REL)
+
+
+@dataclass
+class WallReadTwice(ClusterRun):
+    """Each host also has a wall meter read only twice: 600 W at T0 and 390 W 2.1 s later (a
+    straight line between, falling 100 W a second)."""
+
+    def host_points(self, host: str) -> list[Point]:
+        wall = [
+            Point("emonpi", {"host": host, "node": "5"}, {"power1_watts": w}, T0 + round(s * NS))
+            for s, w in ((0.0, 600.0), (2.1, 390.0))
+        ]
+        return super().host_points(host) + wall
+
+
+def test_a_wall_meter_read_twice_gives_each_global_step_its_span() -> None:
+    """Guards: a meter with two readings, the fewest that bracket any time, gives a run's step
+    the energy over the step's span across ranks, not the larger of the ranks' own figures.
+    Two ranks on one host; rank 0 ends each step 0.05 s before rank 1: its steps end at 0.15,
+    0.35, 0.55 s after the job's start (1 s after T0), rank 1's at 0.2, 0.4, 0.6 s. The run's
+    steps: [0, 0.2], [0.2, 0.4], [0.4, 0.6] s, where the wall draws 500 − 100·t W: over each
+    the power at its middle × 0.2 s = 490 × 0.2 = 98 J, 470 × 0.2 = 94 J, 450 × 0.2 = 90 J
+    (rank 0's own [0.15, 0.35] s would give 475 × 0.2 = 95 J); one epoch: 282 J."""
+    run = WallReadTwice(hosts=("h1",), epochs=1, steps=3, slow_rank=1)
+    assert [(e - run.job_start) / NS for e in run.ends(0)] == pytest.approx([0.15, 0.35, 0.55])
+    s = summarize(run.points())
+    assert s.steps.energy_j is not None
+    assert s.steps.energy_j["mean"] == pytest.approx((98 + 94 + 90) / 3, rel=REL)
+    assert s.steps.energy_j["p50"] == pytest.approx(94.0, rel=REL)
+    assert [e.energy_j for e in s.epochs] == pytest.approx([98 + 94 + 90], rel=REL)

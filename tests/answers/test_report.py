@@ -275,3 +275,16 @@ def test_compare_shows_every_figure_in_order_with_its_unit_and_value() -> None:
         assert got == ([None, None] if a is None else [pytest.approx(a), pytest.approx(b)]), name
         if a is not None and b is not None:
             assert f.values[1].diff == pytest.approx(b - a), name
+
+
+def test_compare_runs_of_one_step_show_no_error_bar_per_step() -> None:
+    """Guards: a run of a single step has that step's energy per step and no error bar (one
+    value has no standard error: none shown, not ± 0 J). RAPL 25 + 5 = 30 W: one step of
+    0.2 s is 6 J; the other run's package 45 W: 50 × 0.2 = 10 J."""
+    a = summarize(KnownRun(run="a", epochs=1, steps=1).points())
+    b = summarize(KnownRun(run="b", epochs=1, steps=1, package_w=45.0).points())
+    fig = {f.name: f for f in compare(["a", "b"], [[a], [b]]).figures}
+    step = fig["energy per step"].values
+    assert [v.value for v in step] == [pytest.approx(6.0), pytest.approx(10.0)]
+    assert [v.error for v in step] == [None, None]
+    assert step[1].diff == pytest.approx(10.0 - 6.0)

@@ -226,6 +226,24 @@ def test_quoted_strings_with_separators_never_use_the_plain_path(
     assert decode_line('m s="a b,c" 1').fields == {"s": "a b,c"}
 
 
+@pytest.mark.parametrize(
+    ("series", "fields", "tags", "values"),
+    [
+        ("m,t=a", "v=1i", {"t": "a"}, {"v": 1}),  # the plain path
+        (r"m,t=a\ b", "v=1i", {"t": "a b"}, {"v": 1}),  # an escaped space
+        ("m,t=a", 's="x y"', {"t": "a"}, {"s": "x y"}),  # a quoted string with a space
+    ],
+)
+def test_a_line_without_a_timestamp_takes_the_default_time(
+    series: str, fields: str, tags: dict[str, str], values: dict[str, int | str]
+) -> None:
+    """Guards: a line of two sections (series, fields), escaped or quoted or not, is a point at
+    ``default_time_ns``; the series alone, escaped or not, is an error, not a point."""
+    assert decode_line(f"{series} {fields}", default_time_ns=42) == Point("m", tags, values, 42)
+    with pytest.raises(LineProtocolError):
+        decode_line(series, default_time_ns=42)
+
+
 # --- integers and timestamps outside what line protocol stores ----------------------------------
 
 

@@ -1,5 +1,5 @@
-"""Plausible ranges on real frames: an emonTH's humidity and an emonPi's mains voltage at and just
-past their limits."""
+"""Plausible ranges on real frames: an emonTH's humidity and temperature and an emonPi's mains
+voltage at and just past their limits."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from collectors.emonpi import EmonPiCollector, EmonPiConfig
 from .conftest import StepClock
 
 
-def emonth_frame(humidity_tenths: int) -> bytes:
-    """An emonTH (node 19) frame: four little-endian int16 in tenths: 21.5 °C, 18.0 °C,
-    the humidity given, 3.0 V."""
-    values = (215, 180, humidity_tenths, 30)
+def emonth_frame(humidity_tenths: int, temp_tenths: int = 215) -> bytes:
+    """An emonTH (node 19) frame: four little-endian int16 in tenths: the temperature given
+    (21.5 °C), 18.0 °C, the humidity given, 3.0 V."""
+    values = (temp_tenths, 180, humidity_tenths, 30)
     data = b"".join(v.to_bytes(2, "little", signed=True) for v in values)
     return b"OK 19 " + b" ".join(b"%d" % byte for byte in data)
 
@@ -71,5 +71,23 @@ def test_a_mains_voltage_below_0_or_above_500_volts_drops_the_frame(volts: str) 
     """Guards: −0.1 V or 500.1 V RMS is no mains reading (a damaged line): the frame is dropped
     and counted."""
     points, stats = decode(b"MSG:12,Vrms:" + volts.encode() + b",P1:35,pulse:0")
+    assert points == []
+    assert stats["implausible_frames"] == 1
+
+
+@pytest.mark.parametrize("tenths", [-550, 1250])
+def test_temperature_from_minus_55_to_125_celsius_is_kept(tenths: int) -> None:
+    """Guards: a DS18B20 reads −55 °C to +125 °C; both ends are readings."""
+    points, stats = decode(emonth_frame(500, temp_tenths=tenths))
+    (point,) = points
+    assert point.fields["temp_celsius"] == pytest.approx(tenths / 10)
+    assert stats["implausible_frames"] == 0
+
+
+@pytest.mark.parametrize("tenths", [-551, -560, 1251, 1260])
+def test_temperature_past_the_sensor_range_drops_the_frame(tenths: int) -> None:
+    """Guards: −55.1 °C, −56 °C, 125.1 °C or 126 °C is past what the sensor can read: nothing
+    of the frame is emitted, and it is counted."""
+    points, stats = decode(emonth_frame(500, temp_tenths=tenths))
     assert points == []
     assert stats["implausible_frames"] == 1

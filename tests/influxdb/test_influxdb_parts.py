@@ -25,6 +25,7 @@ from sinks.influxdb import (
     parse_retry_after,
     settings_hint,
 )
+from sinks.influxdb.http import silence_client_logs
 
 
 @pytest.mark.parametrize(
@@ -284,3 +285,29 @@ async def test_a_write_the_server_never_answers_ends_at_the_configured_timeout(
         no_answer = NO_ANSWER.format(timeout=0.2, url=server.url)
         assert sink.status() == f"retrying ({no_answer}); spooling 10 points"
         await sink.aclose()
+
+
+def test_silencing_the_client_drops_only_its_own_records() -> None:
+    """Guards: keeping influxdb-client's records (which may echo a token) out of the logs drops
+    only those: a record logged on the root logger by other code (a plugin's
+    ``logging.warning``) still reaches the root logger's handlers; one logged there from
+    influxdb-client's own files does not."""
+    silence_client_logs()
+    root = logging.getLogger()
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep(logging.DEBUG)
+    root.addHandler(handler)
+    try:
+        for path, message in (
+            ("/venv/site-packages/influxdb_client/rest.py", "Authorization: Token s3cret"),
+            ("/srv/nrg_plugins/meter.py", "a plugin's warning"),
+        ):
+            root.handle(root.makeRecord("root", logging.WARNING, path, 1, message, (), None))
+    finally:
+        root.removeHandler(handler)
+    assert seen == ["a plugin's warning"]

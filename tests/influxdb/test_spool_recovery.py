@@ -1,9 +1,12 @@
-"""The spool's start after damage on disk: an unreadable cursor, a corrupt record followed by a
-torn header shorter than a header."""
+"""The spool after damage or a failed write: an unreadable cursor, a corrupt record followed by a
+torn header shorter than a header, a record written after one the disk refused."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -63,3 +66,33 @@ async def test_a_corrupt_record_before_a_torn_short_header_is_cut_off_with_it(
     assert seg.read_bytes() == good
     await appends_after_the_cut(again)
     assert good.startswith(MAGIC)
+
+
+async def test_a_record_after_one_the_disk_refused_is_read_before_it_is_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards against losing points: a replay read chosen while a refused write is not yet
+    reported holds a record the disk refused (300 points) between two good ones; the batch
+    carries both good records' lines and counts exactly them (10 + 10 points), so committing it
+    after delivery forgets nothing that was not sent. Segments of 4 KiB: the 5,720-byte record
+    (20-byte header, 300 lines of 19 bytes) and the next one each start a segment of their own;
+    the disk refuses any write over 4 KiB (a full disk that still takes small writes)."""
+    spool = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=4096)
+    await spool.open()
+    assert await spool.append(lines(0, 10), 10)
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if threading.current_thread().name.startswith("nrg-spool") and len(data) > 4096:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    assert spool.append_nowait(lines(10, 300), 300)  # refused by the disk
+    assert spool.append_nowait(lines(310, 10), 10)  # the next segment: written
+    batch = await spool.read(1 << 20)
+    assert batch.payload == lines(0, 10) + lines(310, 10)
+    assert (batch.records, batch.points) == (2, 10 + 10)
+    await spool.commit(batch)
+    assert (spool.records, spool.points, spool.failed_points) == (0, 0, 300)
+    await spool.close()

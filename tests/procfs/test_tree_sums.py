@@ -1,5 +1,5 @@
 """A process tree's sums: the combined scope (main + descendants) reports PSS and swap only when
-every member had them; the fields of a ``process`` point by hand."""
+every member had them; the fields of a ``process`` point by hand, an idle tick's too."""
 
 from __future__ import annotations
 
@@ -83,4 +83,29 @@ def test_process_fields_by_hand() -> None:
         "memory_used_share_ratio",
         "threads",
         "process_count",
+    }
+
+
+def test_a_tick_where_no_cpu_was_busy_has_no_busy_share() -> None:
+    """Guards: a tick in which the machine ran 800 ticks, none of them busy (an idle machine,
+    or two reads within one clock tick), gives the tree 0/800 = 0.0 of the machine and 0.0
+    cores, and no busy share (0 of 0 busy ticks has no meaning), instead of failing the tick."""
+    tick = TickContext(
+        hz=100,
+        page_size=4096,
+        d_total=800,
+        d_busy=0,
+        n_online=8,
+        used_bytes=8_192_000,
+        memory_detail=False,
+    )
+    f = process_fields(tick, True, 250, 0, 1000, 7, None, 2)
+    assert f == {
+        "cpu_seconds": 2.5,
+        "cpu_utilization_ratio": 0.0,
+        "cpu_cores": 0.0,
+        "rss_bytes": 4_096_000,
+        "memory_used_share_ratio": 0.5,
+        "threads": 7,
+        "process_count": 2,
     }

@@ -1,9 +1,17 @@
-"""The step aggregator with three levels of nesting, a resume inside a step, and GPU times."""
+"""The step aggregator with three levels of nesting, a resume inside a step, GPU times, and
+steps held until the GPU reaches their boundary."""
 
 from __future__ import annotations
 
+from acquisition.lineproto import LineEncoder
 from acquisition.torch.hooks import FWD_POST, FWD_PRE, RESUME, RETIME, STEP
-from acquisition.torch.steps import ROOT_NAME, ModuleTiming, StepAggregator, step_points
+from acquisition.torch.steps import (
+    ROOT_NAME,
+    ModuleTiming,
+    StepAggregator,
+    StepLines,
+    step_points,
+)
 
 
 class M:
@@ -140,3 +148,53 @@ def test_a_step_waits_until_the_gpu_reaches_its_boundary() -> None:
     assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30), (1, 30, 60)]
     leaf_calls = [r.modules[("block.leaf", "forward")] for r in done]
     assert [(t.calls, t.inclusive_ns) for t in leaf_calls] == [(1, 10), (1, 5)]
+    assert agg.unmatched_exits == 0  # the exit before the held boundary is read once
+
+
+def test_consecutive_boundaries_held_for_the_gpu_each_end_one_step() -> None:
+    """Guards: steps without module detail are two boundaries in a row; when the GPU has
+    reached the first (30) and not the second (50), the first step comes out and the second
+    waits; once reached, it comes out alone, and the next ends at 70: steps 10–30, 30–50 and
+    50–70, three in all (not a repeat of the boundary at 30 as an extra, empty step)."""
+    agg = StepAggregator(NAMES)
+    second = Boundary(5.0)
+    done = agg.feed(
+        [
+            (leaf, 10, FWD_PRE),
+            (leaf, 20, FWD_POST),
+            (None, 30, STEP, Boundary(3.0, reached=True)),
+            (None, 50, STEP, second),
+        ]
+    )
+    assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30)]
+    second.reached = True
+    done += agg.feed([(None, 70, STEP, Boundary(7.0, reached=True))])
+    assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 10, 30), (1, 30, 50), (2, 50, 70)]
+    assert [r.modules for r in done[1:]] == [{}, {}]
+
+
+def test_a_call_without_gpu_time_reports_zero_seconds_on_the_gpu() -> None:
+    """Guards: a module whose call launched nothing (both of its CUDA events at 2 ms on the GPU)
+    has 0 s of GPU time, exclusive and inclusive, beside its parent's 0–10 ms: 0.01 s inclusive
+    and 10 − 0 = 10 ms = 0.01 s exclusive; the fast step lines say the same."""
+    agg = StepAggregator(NAMES)
+    (record,) = agg.feed(
+        [
+            (root, 0, FWD_PRE, Event(0.0)),
+            (leaf, 10, FWD_PRE, Event(2.0)),
+            (leaf, 20, FWD_POST, Event(2.0)),
+            (root, 50, FWD_POST, Event(10.0)),
+            (None, 60, STEP),
+        ]
+    )
+    points = step_points(record, {"run": "r"}, 0)
+    fields = {p.tags["module"]: p.fields for p in points[1:]}
+    assert (fields["block.leaf"]["gpu_seconds"], fields["block.leaf"]["gpu_inclusive_seconds"]) == (
+        0.0,
+        0.0,
+    )
+    assert (fields[ROOT_NAME]["gpu_seconds"], fields[ROOT_NAME]["gpu_inclusive_seconds"]) == (
+        0.01,
+        0.01,
+    )
+    assert StepLines({"run": "r"}, 0).lines(record) == LineEncoder().encode_many(points)
