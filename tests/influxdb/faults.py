@@ -137,10 +137,12 @@ fsync = "never"
         return self.log_path.read_text(errors="replace")
 
     def lines(self) -> list[str]:
-        """Every line the file sink wrote (the record of what was produced)."""
+        """Every line the file sink wrote (the record of what was produced); read while the
+        agent runs, a last line without its newline is still being written and is left out."""
         out: list[str] = []
         for path in sorted(self.file_dir.glob("nrg-*.lp")):
-            out.extend(line for line in path.read_text().splitlines() if line)
+            text = path.read_text()
+            out.extend(line for line in text[: text.rfind("\n") + 1].split("\n") if line)
         return out
 
     def sink_stats(self, plugin: str = "influxdb") -> list[tuple[int, dict[str, Any]]]:
