@@ -32,9 +32,9 @@ class SimulatedRun:
     """The agent's latest tick: how far a first or last reading can sit inside the run."""
 
     def mean_w_bound(self, watts: float) -> float:
-        """How far a source's mean power may be from ``watts``: the counter's two ends each off
-        by up to ``stale_s``, over the span they bracket (the run less an interval plus the
-        lateness at each edge)."""
+        """How far a source's mean power may be from ``watts``: the counter's two ends off from
+        each other by up to ``stale_s``, over the span they bracket (at least the run less an
+        interval, the lateness and the staleness at each edge)."""
         span = self.summary["duration_s"] - 2 * (INTERVAL_S + self.late_s + self.stale_s)
         return watts * self.stale_s / span
 
@@ -51,7 +51,8 @@ def tracked_run_on_simulator(
     """Start ``nrg-collect simulate *simulate``, read the ``table_lines`` of collector table it
     prints, track a job sleeping ``seconds`` under an agent at 100 ms with that table (plus
     procfs, hooks on a socket under ``tmp`` and a file sink), stop the simulator, and return
-    the run's summary with the staleness measured. ``tmp`` must be short: the hooks' Unix socket lives in it."""
+    the run's summary with the staleness measured. ``tmp`` must be short: the hooks' Unix
+    socket lives in it."""
     sim = subprocess.Popen(
         [NRG, "simulate", *simulate], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["ZONES", "powercap_tree", "stale_s"]
+__all__ = ["GAP_FILE", "ZONES", "powercap_tree", "stale_s"]
 
 ZONES = {"package-0": ("intel-rapl:0", None), "dram": ("intel-rapl:0:0", "intel-rapl:0")}
 
@@ -68,14 +68,15 @@ def _wait_started(writer: subprocess.Popen[bytes], paths: list[Path], watts: lis
         time.sleep(0.005)
 
 
-_GAP_FILE = ".writer_max_gap_ns"
+GAP_FILE = ".writer_max_gap_ns"
+"""Where a counter writer keeps its longest gap between rewrites (ns), under the tree's root."""
 
 
 def stale_s(root: Path) -> float:
     """The longest a counter of the tree has gone without a rewrite so far (s): how stale a
     reading can have been, as measured by the writer (0 before its second rewrite)."""
     try:
-        return int((root / _GAP_FILE).read_text()) / 1e9
+        return int((root / GAP_FILE).read_text()) / 1e9
     except (OSError, ValueError):
         return 0.0
 
@@ -98,7 +99,7 @@ def powercap_tree(watts: Mapping[str, float]) -> Iterator[Path]:
             (links / zone).symlink_to(os.path.relpath(where, links))
             if name in watts:
                 args += [str(where / "energy_uj"), str(watts[name])]
-        env = {**os.environ, "NRG_FAKEPOWER_GAP": str(root / _GAP_FILE)}
+        env = {**os.environ, "NRG_FAKEPOWER_GAP": str(root / GAP_FILE)}
         writer = subprocess.Popen([sys.executable, "-c", _WRITER, *args], env=env)
         try:
             _wait_started(writer, [Path(a) for a in args[0::2]], [float(w) for w in args[1::2]])

@@ -29,6 +29,7 @@ from acquisition.api import PluginContext
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
 from collectors.rapl import RaplCollector, RaplConfig
+from tests.answers.fakepower import GAP_FILE
 from tests.e2e.test_training_energy import make_powercap
 from tests.profiler.stamped import StampedIO
 
@@ -47,8 +48,8 @@ Profile = Sequence[tuple[int, float]]
 _WRITER = r"""
 import json, os, sys, time
 source = sys.argv[1]  # a JSON file: [[path, [[from_ns, watts], ...]], ...], re-read when replaced
+gap_file = sys.argv[2]  # the longest gap between rewrites so far (ns), read by stale_s
 zones, seen = [], None
-gap_file = os.path.join(os.path.dirname(source), ".writer_max_gap_ns")  # read by stale_s
 last, worst = None, 0
 try:  # wake on time even while the test keeps the CPUs busy
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
@@ -73,8 +74,9 @@ while True:
         with open(tmp, "w") as f:
             f.write("%d\n" % energy_uj(profile, t))
         os.replace(tmp, path)
-    if last is not None and time.time_ns() - last > worst:  # the stalest a counter has been
-        worst = time.time_ns() - last
+    stalest = time.time_ns() - last if last is not None else 0  # from one rewrite's time
+    if stalest > worst:  # to the end of the next
+        worst = stalest
         with open(gap_file + ".tmp", "w") as f:
             f.write("%d\n" % worst)
         os.replace(gap_file + ".tmp", gap_file)
@@ -110,7 +112,9 @@ def powercap_tree(profiles: Mapping[str, Profile]) -> Iterator[Path]:
         root = Path(d)
         paths = make_powercap(root)
         set_profiles(root, profiles)
-        writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(root / _PROFILES)])
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(root / _PROFILES), str(root / GAP_FILE)]
+        )
         try:
             deadline = time.monotonic() + 30
             while any(paths[n].read_text().strip() in ("", "0") for n in profiles):
