@@ -79,6 +79,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "compare": Subcommand(
         "acquisition.report.cli:compare_main", "runs or experiments side by side"
     ),
+    "index": Subcommand("acquisition.store_index:main", "step indexes for fast reports", False),
 }
 """Subcommand name → handler; add a line here to add a subcommand."""
 

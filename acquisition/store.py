@@ -28,6 +28,7 @@ from typing import BinaryIO, Protocol
 from acquisition.errors import LineProtocolError, NrgError
 from acquisition.lineproto import decode_line
 from acquisition.point import FieldValue, Point
+from acquisition.store_index import read_index
 
 __all__ = [
     "CHUNK_BYTES",
@@ -44,6 +45,7 @@ __all__ = [
     "gzip_chunks",
     "lp_files",
     "read_points",
+    "scan_file",
 ]
 
 log = logging.getLogger("nrg.store")
@@ -194,6 +196,20 @@ class Scanner:
     def points(self, buf: bytes, limit: int) -> Iterator[Point]:
         return self.wanted(self.lines(buf, limit))
 
+    def indexed(self, path: Path) -> Iterator[Point] | None:
+        """A query without step lines reads only the other lines of a file's step index
+        (:mod:`acquisition.store_index`); None: read the file."""
+        wanted = self.query.measurements
+        if wanted is None or "nrg_step" in wanted or "nrg_energy" in wanted:
+            return None
+        index = read_index(path, lambda kind, head: False)
+        if index is None:
+            return None
+        self.stats.bytes += index.content_bytes
+        self.stats.torn_lines += index.torn
+        other = b"\n" + index.other
+        return self.points(other, len(other) - 1)
+
     def wanted(self, lines: Iterable[bytes]) -> Iterator[Point]:
         """The points of ``lines`` that the query wants."""
         q = self.query
@@ -328,8 +344,12 @@ class ChunkReader(Protocol):
 
     def points(self, buf: bytes, limit: int) -> Iterator[Point]: ...
 
+    def indexed(self, path: Path) -> Iterator[Point] | None:
+        """What :meth:`points` would read of ``path``, from its step index; None: no index."""
+        ...
 
-def _scan_file(path: Path, scanner: ChunkReader, chunk_bytes: int) -> Iterator[Point]:
+
+def scan_file(path: Path, scanner: ChunkReader, chunk_bytes: int) -> Iterator[Point]:
     stats = scanner.stats
     scanner.where = str(path)
     scanner.bad_logged = False
@@ -380,9 +400,12 @@ class Store(QueryStore):
         where: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
         *,
         chunk_bytes: int = CHUNK_BYTES,
+        use_index: bool = True,
     ) -> None:
         self.where = where
         self.chunk_bytes = chunk_bytes
+        self.use_index = use_index
+        """Read a file's step index instead of the file when it has a valid one."""
         self.stats = ScanStats()
 
     def files(self) -> list[Path]:
@@ -396,7 +419,12 @@ class Store(QueryStore):
         """What ``scanner`` reads of every file, file by file in time order."""
         for path in self.files():
             self.stats.files += 1
-            yield from _scan_file(path, scanner, self.chunk_bytes)
+            scanner.where, scanner.bad_logged = str(path), False
+            indexed = scanner.indexed(path) if self.use_index else None
+            if indexed is not None:
+                yield from indexed
+            else:
+                yield from scan_file(path, scanner, self.chunk_bytes)
 
 
 def read_points(

@@ -15,20 +15,23 @@ reads every line, so nothing is lost, only read the slow way.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from acquisition.errors import LineProtocolError
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
-from acquisition.store import Query, Scanner, ScanStats, Store
+from acquisition.store import CHUNK_BYTES, Query, Scanner, ScanStats, Store, scan_file
+from acquisition.store_index import FileIndex, IndexedSeries, read_index
 from acquisition.summary.columns import NONE_INT, Series, StepColumns, step_series
 
-__all__ = ["LINES", "ColumnScanner", "read_columns", "skip_pattern"]
+__all__ = ["LINES", "ColumnScanner", "build_index", "read_columns", "skip_pattern"]
 
 _INT = rb"(-?\d+)i"
 _FLOAT = rb"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
@@ -154,13 +157,16 @@ class ColumnScanner:
         self.where = ""
         self.bad_logged = False
         self.others = Scanner(query, stats)
+        self.steps = steps
         self.columns = StepColumns(skipped=skip is not None)
+        self.next_order = 0
+        """The file order of the next step line (counting the lines of indexed files)."""
         self._heads: tuple[dict[bytes, _Pending], dict[bytes, _Pending]] = ({}, {})
 
     def points(self, buf: bytes, limit: int) -> Iterator[Point]:
         self.others.where, self.others.bad_logged = self.where, self.bad_logged
         other: list[bytes] = []
-        n = self.columns.lines
+        n = first = self.next_order
         if self.skip is not None:  # at C speed: no Python call per line left out
             buf = self.skip.sub(b"", buf[:limit])
             limit = len(buf)
@@ -178,10 +184,40 @@ class ColumnScanner:
                 pending.rows.append(groups)
                 pending.order.append(n)
                 n += 1
-        self.columns.lines = n
+        self.columns.lines += n - first
+        self.next_order = n
         self._flush()
         yield from self.others.wanted(other)
         self.bad_logged = self.others.bad_logged
+
+    def indexed(self, path: Path) -> Iterator[Point] | None:
+        """What :meth:`points` reads of ``path``, from its step index (None: no valid one)."""
+        index = read_index(path, self._wants)
+        return None if index is None else self._from_index(index)
+
+    def _wants(self, kind: int, head: bytes) -> bool:
+        """Whether the query keeps an indexed series (as the text's regexes would)."""
+        if kind == 0 and not self.steps:
+            return False
+        known = self._heads[kind].get(head)
+        if known is not None:
+            return known is not _SKIP
+        if kind == 1 and self.skip is not None and self.skip.match(b"\nnrg_energy," + head + b" "):
+            return False
+        return self._pending(kind, head) is not _SKIP
+
+    def _from_index(self, index: FileIndex) -> Iterator[Point]:
+        base = self.next_order
+        for indexed in index.series:
+            if len(indexed) and self._wants(indexed.kind, indexed.head):
+                _extend(self._heads[indexed.kind][indexed.head].series, indexed, base)
+                self.columns.lines += len(indexed)
+                self.stats.points += len(indexed)
+        self.next_order = base + index.step_lines
+        self.stats.bytes += index.content_bytes
+        self.stats.torn_lines += index.torn
+        other = b"\n" + index.other
+        yield from self.points(other, len(other) - 1)
 
     def _pending(self, kind: int, head: bytes) -> _Pending:
         series = self._series(kind, head)
@@ -192,9 +228,8 @@ class ColumnScanner:
     def _series(self, kind: int, head: bytes) -> Series | None:
         """A new series of step lines, or None when the query does not want it."""
         measurement = ("nrg_step", "nrg_energy")[kind]
-        try:
-            tags = decode_line(f"{measurement},{head.decode('utf-8')} x=0i 0").tags
-        except (LineProtocolError, UnicodeDecodeError):
+        tags = _head_tags(measurement, head)
+        if tags is None:
             return None
         q = self.query
         if q.measurements is not None and measurement not in q.measurements:
@@ -238,6 +273,64 @@ class _Pending:
 
 _SKIP: Any = _Pending(Series("", {}))
 """The rows of a series the query does not want (never kept)."""
+
+
+@functools.lru_cache(maxsize=65_536)
+def _head_tags(measurement: str, head: bytes) -> Mapping[str, str] | None:
+    """The tags of a step line's head (decoded once for every read of a report), None when it
+    does not decode."""
+    try:
+        return decode_line(f"{measurement},{head.decode('utf-8')} x=0i 0").tags
+    except (LineProtocolError, UnicodeDecodeError):
+        return None
+
+
+def _extend(series: Series, indexed: IndexedSeries, base: int) -> None:
+    step, time, order, *values = indexed.arrays
+    series.step.extend(step)
+    series.time.extend(time)
+    series.order.extend(array("q", map(base.__add__, order)) if base else order)
+    n_ints = len(series.ints)
+    for ints, more in zip(series.ints, values[:n_ints], strict=True):
+        ints.extend(more)
+    for floats, more in zip(series.floats, values[n_ints:], strict=True):
+        floats.extend(more)
+
+
+class _Lines:
+    """Stands in for a :class:`ColumnScanner`'s other-line reader: keeps the lines as they are."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.where = ""
+        self.bad_logged = False
+
+    def wanted(self, lines: Iterable[bytes]) -> Iterator[Point]:
+        self.lines.extend(lines)
+        return iter(())
+
+
+def build_index(path: Path) -> FileIndex:
+    """The step index of one data file (see :mod:`acquisition.store_index`)."""
+    stats = ScanStats()
+    scanner = ColumnScanner(Query(), stats)
+    lines = _Lines()
+    scanner.others = lines  # type: ignore[assignment]
+    for _ in scan_file(path, scanner, CHUNK_BYTES):
+        pass
+    series = [
+        IndexedSeries(
+            kind,
+            head,
+            [p.series.step, p.series.time, p.series.order, *p.series.ints, *p.series.floats],
+        )
+        for kind, heads in enumerate(scanner._heads)
+        for head, p in heads.items()
+        if p is not _SKIP and len(p.series)
+    ]
+    series.sort(key=lambda s: s.arrays[2][0])  # by first line, as a text read meets them
+    other = b"".join(line + b"\n" for line in lines.lines)
+    return FileIndex(stats.bytes, scanner.next_order, series, other, stats.torn_lines > 0)
 
 
 def read_columns(

@@ -15,7 +15,10 @@ in a fresh child and is timed in parts: finding the run (``find_runs``), loading
 (VmHWM) and the load average at its end. ``new`` is the report's path: step lines read into
 columns, a rank's step energy of its host's other GPUs left unread, the join on the columns;
 ``old`` (the baseline, up to ``--old-max`` rank-steps) reads the same file through ``points()``
-only, one ``Point`` per line, as before. Where both run, their summaries must be equal.
+only, one ``Point`` per line, as before; ``index`` first writes the file's step index as the
+file sink's child process does (``index s``: its own time, the agent's cost, paid once per
+file), then takes the report's path through the index. Where several ways run, their summaries
+must be equal.
 
 Run: ``.venv/bin/python bench/bench_scale_ranks.py [--sizes 8x1000,64x1000,64x2500] [--files]
 [--old-max 64000]`` (RANKSxSTEPS, ranks a multiple of 8).
@@ -172,7 +175,7 @@ def child_files(ranks: int, steps: int, way: str, d: str, lines: int) -> dict[st
     from acquisition.summary import summarize
 
     base = _rss_mb()
-    store: Any = Store(d) if way == "new" else _Points(Store(d))
+    store: Any = Store(d, use_index=way == "index") if way != "old" else _Points(Store(d))
     cpu = time.process_time()
     t = time.perf_counter()
     (run,) = find_runs(store)
@@ -206,39 +209,53 @@ def child_files(ranks: int, steps: int, way: str, d: str, lines: int) -> dict[st
     }
 
 
+def index_child(d: str) -> float:
+    """Seconds to write the step index of ``d``'s file (``nrg-collect index``)."""
+    from acquisition.store_index import index_files
+
+    t = time.perf_counter()
+    index_files([d], force=True)
+    return time.perf_counter() - t
+
+
 def main_files(sizes: str, old_max: int) -> None:
     import tempfile
 
     print(
         f"{'ranks':>6}{'steps':>7}{'lines':>10} {'way':>4}{'find s':>8}{'load s':>8}"
         f"{'summary s':>10}{'report s':>9}{'total s':>9}{'CPU s':>7}{'CPU µs/rank-step':>17}"
-        f"{'peak MB':>9}{'load avg':>9}"
+        f"{'peak MB':>9}{'load avg':>9}{'index s':>9}"
     )
     for size in sizes.split(","):
         ranks, steps = (int(v) for v in size.split("x"))
         with tempfile.TemporaryDirectory(prefix="nrg-scale-") as d:
             argv = [sys.executable, __file__, "--write", size, d]  # the points die with it
             lines = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-            ways = ["old", "new"] if ranks * steps <= old_max else ["new"]
+            ways = ["old", "new", "index"] if ranks * steps <= old_max else ["new", "index"]
             found = {}
             for way in ways:
+                indexing = None
+                if way == "index":
+                    argv = [sys.executable, __file__, "--index", d]
+                    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+                    indexing = float(out.stdout)
                 argv = [sys.executable, __file__, "--child-files", size, way, d, str(lines)]
                 env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same order of sets in both
                 out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
                 r = json.loads(out.stdout)
                 found[way] = r.pop("summary")
-                _print_files_row(r)
-            if len(found) == 2:
-                assert found["old"] == found["new"], "the two ways disagree"
+                _print_files_row(r, indexing)
+            assert all(s == found["new"] for s in found.values()), "the ways disagree"
 
 
-def _print_files_row(r: dict[str, Any]) -> None:
+def _print_files_row(r: dict[str, Any], indexing: float | None) -> None:
     total = r["find_s"] + r["load_s"] + r["summary_s"] + r["report_s"]
     per = r["cpu_s"] / (r["ranks"] * r["steps"]) * 1e6
     print(
         f"{r['ranks']:>6}{r['steps']:>7}{r['lines']:>10} {r['way']:>4}{r['find_s']:>8.2f}"
         f"{r['load_s']:>8.2f}{r['summary_s']:>10.2f}{r['report_s']:>9.3f}{total:>9.2f}"
-        f"{r['cpu_s']:>7.2f}{per:>17.1f}{r['peak_mb']:>9.0f}{r['load_avg']:>9.1f}",
+        f"{r['cpu_s']:>7.2f}{per:>17.1f}{r['peak_mb']:>9.0f}{r['load_avg']:>9.1f}"
+        + (f"{indexing:>9.2f}" if indexing is not None else f"{'':>9}"),
         flush=True,
     )
 
@@ -256,7 +273,11 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--write", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--child-files", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--index", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.index:
+        print(index_child(args.index))
+        return
     if args.write:
         ranks, steps = (int(v) for v in args.write[0].split("x"))
         print(_write(args.write[1], ranks, steps))

@@ -211,16 +211,26 @@ def _stragglers(
         ranks[k].slowest_steps += 1
     span_s = [(b - a) / _NS for a, b in spans]
     for v, r, (own, share) in zip(views, ranks, parts, strict=True):
-        for i, end in enumerate(v.end):
-            wait = (latest[i] - end) / _NS
-            if wait <= 0:
-                continue
-            r.wait_s += wait
-            duration = (end - v.start[i]) / _NS
-            power = (own[i] / duration if duration > 0 else 0.0) + (
-                share[i] / span_s[i] if span_s[i] > 0 else 0.0
+        waiting = [
+            (wait, (end - start) / _NS, own_j, share_j, span)
+            for wait, start, end, own_j, share_j, span in zip(
+                [(last - end) / _NS for last, end in zip(latest, v.end, strict=True)],
+                v.start,
+                v.end,
+                own,
+                share,
+                span_s,
+                strict=True,
             )
-            r.wait_energy_j += power * wait
+            if wait > 0
+        ]
+        r.wait_s = functools.reduce(operator.add, [w[0] for w in waiting], r.wait_s)
+        energy = [
+            ((own_j / duration if duration > 0 else 0.0) + (share_j / span if span > 0 else 0.0))
+            * wait
+            for wait, duration, own_j, share_j, span in waiting
+        ]
+        r.wait_energy_j = functools.reduce(operator.add, energy, r.wait_energy_j)
 
 
 def global_steps_columns(

@@ -5,7 +5,10 @@ Files are named ``<prefix>-<UTC start time>.lp`` under ``dir`` (default: the per
 e.g. ``~/.local/share/nrg/``) and rotate when they would exceed ``max_bytes``; ``max_files`` keeps
 the newest N (0 keeps all) and ``max_total_bytes`` bounds them all together (default: a quarter of
 the free space of the directory's filesystem when the sink opens), deleting the oldest first.
-``compress = "gzip"`` compresses each rotated file to ``.lp.gz`` in the background.
+``compress = "gzip"`` compresses each rotated file to ``.lp.gz`` in the background. ``index``:
+a finished file holding at least ``INDEX_MIN_STEP_LINES`` training-step lines gets a step index
+beside it (:mod:`acquisition.store_index`), written by a child process at low priority, so reports
+of long distributed runs read columns instead of text.
 ``fsync``: ``"always"`` (after every batch: survives power loss), ``"interval"`` (at most every
 ``fsync_interval``), ``"never"`` (the OS decides). Files hold whole lines only: when the disk
 fills in the middle of a batch, the lines that fit stay, the torn end is cut off, and the rest of
@@ -25,6 +28,7 @@ import gzip
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from acquisition.config import duration, size
 from acquisition.errors import ConfigError, PartialWriteError, WriteError
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
+from acquisition.store_index import INDEX_SUFFIX, index_path
 
 __all__ = ["FileConfig", "FileSink"]
 
@@ -63,6 +68,8 @@ class FileConfig:
     fsync: Literal["always", "interval", "never"] = "interval"
     """always: after every batch; interval: every fsync_interval; never: leave it to the OS."""
     fsync_interval: float = duration(5.0, "with fsync = 'interval'")
+    index: bool = True
+    """Write a step index beside each finished file with many training-step lines."""
 
     def validate(self) -> None:
         if self.max_bytes < 1024:
@@ -80,6 +87,10 @@ AUTO_TOTAL_FRACTION = 0.25
 DIRECT_WRITE_MAX = 256 * 1024
 """Batches up to this many bytes are appended from the event loop itself; larger ones from a
 thread (a write that large may wait for the kernel to write back dirty pages)."""
+INDEX_MIN_STEP_LINES = 10_000
+"""A finished file gets a step index when it holds at least this many step lines (below it,
+reading the text takes a fraction of a second)."""
+_STEP_MEASUREMENTS = frozenset({"nrg_step", "nrg_energy"})
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -105,6 +116,12 @@ class FileSink:
         self.deleted_files = 0
         self.max_total = config.max_total_bytes
         self._compressing: asyncio.Task[None] | None = None
+        self._step_lines = 0
+        """Step lines written to the current file (whether it is worth a step index)."""
+        self._indexers: dict[int, Path] = {}
+        """Index children not yet seen ending: pid → file."""
+        self.indexes_started = 0
+        self.index_failures = 0
 
     def where(self) -> str:
         return str(self.current or self.fixed or self.dir)
@@ -120,6 +137,7 @@ class FileSink:
             free = shutil.disk_usage(self.dir).free
             self.max_total = max(self.config.max_bytes, int(free * AUTO_TOTAL_FRACTION))
         await self._open_file()
+        self._remove_stale_index_files()
         self._prune()
 
     def _new_path(self) -> Path:
@@ -142,9 +160,11 @@ class FileSink:
         self._fd = fd
         self.current = path
         self._size = os.fstat(fd).st_size
+        self._step_lines = 0
 
     async def _rotate(self) -> None:
         await self._close_file(fsync=True)
+        worth_index = self._worth_index()
         rotated = self.current
         if self.fixed is not None and self.current is not None:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -154,21 +174,58 @@ class FileSink:
         await self._open_file()
         if self.config.compress == "gzip" and rotated is not None:
             await self._wait_compressing()
-            self._compressing = asyncio.create_task(self._compress(rotated))
+            self._compressing = asyncio.create_task(self._compress(rotated, worth_index))
         else:
+            if worth_index and rotated is not None:
+                self._start_index(rotated)
             self._prune()
 
-    async def _compress(self, path: Path) -> None:
+    async def _compress(self, path: Path, worth_index: bool) -> None:
         try:
             await asyncio.to_thread(_gzip_file, path)
+            path = _gz(path)
         except OSError as exc:
             log.warning("cannot compress %s (kept as it is): %s", path, exc)
+        if worth_index:
+            self._start_index(path)
         self._prune()
 
     async def _wait_compressing(self) -> None:
         if self._compressing is not None:
             await self._compressing
             self._compressing = None
+
+    def _worth_index(self) -> bool:
+        return self.config.index and self._step_lines >= INDEX_MIN_STEP_LINES
+
+    def _start_index(self, path: Path) -> None:
+        """Index a finished file in a child process of its own session at low priority (see
+        :mod:`acquisition.store_index`): it carries on if the agent stops first."""
+        self._reap_indexers()
+        argv = [sys.executable, "-m", "acquisition.store_index", "--nice", str(path)]
+        null = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+        try:
+            pid = os.posix_spawn(sys.executable, argv, os.environ, file_actions=null, setsid=True)
+        except OSError as exc:
+            log.warning("cannot start indexing %s (reports read it as text): %s", path, exc)
+            return
+        self._indexers[pid] = path
+        self.indexes_started += 1
+
+    def _reap_indexers(self) -> None:
+        """Log the index children that failed since the last look."""
+        for pid, path in list(self._indexers.items()):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere
+                done, status = pid, 0
+            if not done:
+                continue
+            del self._indexers[pid]
+            code = os.waitstatus_to_exitcode(status)
+            if code:
+                self.index_failures += 1
+                log.warning("indexing %s failed (exit %d); reports read it as text", path, code)
 
     def _old_files(self) -> list[Path]:
         """Finished output files of this sink, oldest first."""
@@ -179,11 +236,19 @@ class FileSink:
         found = {p for pattern in patterns for p in self.dir.glob(pattern) if p != self.current}
         return sorted(found, key=_mtime)
 
+    def _remove_stale_index_files(self) -> None:
+        """Indexes whose file is gone, and halves of ones a stopped child was writing."""
+        for idx in [*self.dir.glob(f"*{INDEX_SUFFIX}"), *self.dir.glob(f"*{INDEX_SUFFIX}.tmp")]:
+            data = idx.with_name(idx.name.removesuffix(".tmp").removesuffix(INDEX_SUFFIX))
+            if idx.name.endswith(".tmp") or not (data.exists() or _gz(data).exists()):
+                with contextlib.suppress(OSError):
+                    idx.unlink()
+
     def _prune(self) -> None:
         """Delete the oldest files beyond ``max_files`` or beyond ``max_total_bytes`` once the
         file being written reaches ``max_bytes``."""
         files = self._old_files()
-        sizes = [_size(p) for p in files]
+        sizes = [_size(p) + _size(index_path(p)) for p in files]
         total = sum(sizes) + max(self._size, self.config.max_bytes)  # the current one when full
         keep = self.config.max_files
         excess = max(0, len(files) - (keep - 1)) if keep > 0 else 0
@@ -195,6 +260,8 @@ class FileSink:
             except OSError as exc:
                 log.warning("cannot remove old output file %s: %s", old, exc.strerror)
                 continue
+            with contextlib.suppress(OSError):
+                index_path(old).unlink(missing_ok=True)
             self.deleted_files += 1
             total -= sizes[i]
 
@@ -218,6 +285,7 @@ class FileSink:
             while done < len(data):  # a write may be partial
                 done += await asyncio.to_thread(os.write, fd, view[done:])
             self._size += len(data)
+            self._step_lines += sum(p.measurement in _STEP_MEASUREMENTS for p in batch)
             await self._maybe_fsync()
         except OSError as exc:
             raise await self._after_failed_write(exc, data, start, done) from exc
@@ -272,20 +340,26 @@ class FileSink:
             os.close(fd)
 
     async def aclose(self) -> None:
+        finished = self._fd is not None and self.fixed is None and self._worth_index()
         await self._close_file(fsync=True)
         await self._wait_compressing()
+        if finished and self.current is not None:
+            self._start_index(self.current)
+        self._reap_indexers()
 
     def stats(self) -> dict[str, int]:
         return {
             "file_bytes": self._size,
             "rotations": self.rotations,
             "deleted_files": self.deleted_files,
+            "indexes_started": self.indexes_started,
+            "index_failures": self.index_failures,
         }
 
 
 def _gzip_file(path: Path) -> None:
     """``path`` → ``path.gz`` (written aside, then renamed), then ``path`` removed."""
-    target = path.with_name(path.name + ".gz")
+    target = _gz(path)
     tmp = target.with_name(target.name + ".tmp")
     try:
         with open(path, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
@@ -296,6 +370,10 @@ def _gzip_file(path: Path) -> None:
             tmp.unlink()
         raise
     path.unlink()
+
+
+def _gz(path: Path) -> Path:
+    return path.with_name(path.name + ".gz")
 
 
 def _mtime(path: Path) -> float:

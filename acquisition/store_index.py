@@ -1,0 +1,277 @@
+"""Step indexes: a finished ``.lp`` file's step lines as columns, beside the file.
+
+A distributed run writes about eleven step lines per rank and step (``nrg_step`` and its
+step-scope ``nrg_energy`` per source); reading them back as text costs most of a report's time.
+The file sink writes, for each file it has finished, ``<name>.lp.idx``: the plain step lines
+(those :data:`acquisition.store_columns.LINES` reads as columns) as binary arrays per series,
+and every other line of the file as text (zlib-compressed). A report reads the index instead of
+the file, and gets the same points and columns (:class:`acquisition.store_columns.ColumnScanner`).
+
+The ``.lp`` file stays the data; the index is a cache of it. It is used only while it matches
+the file (the file's size when indexed; for a ``.lp.gz`` file, the size recorded in its gzip
+trailer), else ignored (the file is read as text). Deleting indexes loses nothing;
+``nrg-collect index DIR`` writes them for files written elsewhere.
+
+Layout: ``NRGIDX1\\n``, a 4-byte little-endian header length, the JSON header, then each
+series' arrays (``step``, ``time``, ``order``, then its int and float columns; 8 bytes per value,
+in the header's byte order), then the other lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import mmap
+import os
+import struct
+import sys
+import zlib
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "INDEX_SUFFIX",
+    "FileIndex",
+    "IndexedSeries",
+    "data_size",
+    "index_files",
+    "index_path",
+    "main",
+    "read_index",
+    "write_index",
+]
+
+log = logging.getLogger("nrg.store")
+
+MAGIC = b"NRGIDX1\n"
+INDEX_SUFFIX = ".idx"
+_HEAD = struct.Struct("<I")
+ARRAYS = (7, 9)
+"""Arrays per series, by kind: ``nrg_step`` (step, time, order, 3 ints, 1 float) and step
+energy (step, time, order, 6 floats)."""
+INTS = (6, 3)
+"""Of those, how many hold ints (typecode ``q``); the rest hold floats (``d``)."""
+
+
+@dataclass
+class IndexedSeries:
+    """One series of step lines: its kind (0: ``nrg_step``, 1: step energy), its line head
+    (``measurement,tags`` after the measurement's comma, as bytes) and its columns."""
+
+    kind: int
+    head: bytes
+    arrays: list[array[Any]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.arrays[0]) if self.arrays else 0
+
+
+@dataclass
+class FileIndex:
+    """What an index holds of one data file."""
+
+    content_bytes: int
+    """The data's size, uncompressed, when it was indexed."""
+    step_lines: int
+    """Plain step lines in the file (the ``order`` values run from 0 to this)."""
+    series: list[IndexedSeries]
+    other: bytes
+    """Every other line, each ending with a newline, in file order."""
+    torn: bool = False
+    """The file ended in a line without its newline (left out, as reading it does)."""
+
+
+def index_path(data: Path) -> Path:
+    """The index of ``data`` (``x.lp`` and ``x.lp.gz`` both: ``x.lp.idx``)."""
+    return data.with_name(data.name.removesuffix(".gz") + INDEX_SUFFIX)
+
+
+def data_size(data: Path) -> int | None:
+    """The size of ``data``'s content: its size, or for gzip the trailer's (modulo 2**32)."""
+    try:
+        if not data.name.endswith(".gz"):
+            return data.stat().st_size
+        with data.open("rb") as f:
+            f.seek(-4, os.SEEK_END)
+            return int(struct.unpack("<I", f.read(4))[0])
+    except (OSError, struct.error):
+        return None
+
+
+def _matches(recorded: int, data: Path) -> bool:
+    size = data_size(data)
+    if size is None:
+        return False
+    return size == (recorded % 2**32 if data.name.endswith(".gz") else recorded)
+
+
+def write_index(data: Path, index: FileIndex) -> Path:
+    """Write ``index`` beside ``data``, aside then renamed (a reader never sees half of it)."""
+    header = {
+        "version": 1,
+        "source": data.name,
+        "content_bytes": index.content_bytes,
+        "step_lines": index.step_lines,
+        "byteorder": sys.byteorder,
+        "torn": index.torn,
+        "series": [
+            {"kind": s.kind, "head": s.head.decode("utf-8"), "n": len(s), "absent": _absent(s)}
+            for s in index.series
+        ],
+    }
+    head = json.dumps(header, separators=(",", ":")).encode()
+    target = index_path(data)
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        with tmp.open("wb") as f:
+            f.write(MAGIC + _HEAD.pack(len(head)) + head)
+            for s in index.series:
+                absent = _absent(s)
+                for k, a in enumerate(s.arrays):
+                    if k not in absent:
+                        a.tofile(f)
+            f.write(zlib.compress(index.other, 1))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+_NONE = (array("q", [-(2**63)]), array("d", [math.nan]))
+"""An absent value in an int and a float column (as :mod:`acquisition.summary.columns` has it)."""
+
+
+def _absent(s: IndexedSeries) -> list[int]:
+    """The columns of ``s`` with no value on any line (not written: filled in when read)."""
+    n = len(s)
+    return [
+        k
+        for k, a in enumerate(s.arrays)
+        if k >= 3 and n and a.tobytes() == _NONE[a.typecode == "d"].tobytes() * n
+    ]
+
+
+def read_index(data: Path, wanted: Any = None) -> FileIndex | None:
+    """The index of ``data`` when there is one and it matches the file, else None (a damaged
+    one is logged). ``wanted(kind, head)`` says which series to load (default: all); the
+    others come back empty."""
+    path = index_path(data)
+    try:
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return _parse(mm, data, wanted)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, struct.error, zlib.error) as exc:
+        log.warning("%s: unreadable step index, reading the file itself (%s)", path, exc)
+        return None
+
+
+def _parse(mm: mmap.mmap, data: Path, wanted: Any) -> FileIndex | None:
+    if mm[: len(MAGIC)] != MAGIC:
+        raise ValueError("not an nrg step index")
+    pos = len(MAGIC) + _HEAD.size
+    (n,) = _HEAD.unpack(mm[len(MAGIC) : pos])
+    header = json.loads(mm[pos : pos + n])
+    if header["version"] != 1 or not _matches(header["content_bytes"], data):
+        return None  # the file changed since (or another version): read it as text
+    swap = header["byteorder"] != sys.byteorder
+    pos += n
+    series = []
+    for s, taken in _series(header["series"], wanted):
+        stored = (ARRAYS[s.kind] - len(s.absent)) * s.n * 8
+        if not taken:  # left unread: an empty series
+            series.append(IndexedSeries(s.kind, s.head))
+        else:
+            series.append(IndexedSeries(s.kind, s.head, _arrays(s, mm, pos, swap)))
+        pos += stored
+    if pos > len(mm):
+        raise ValueError("cut short")
+    other = zlib.decompress(mm[pos:])
+    return FileIndex(header["content_bytes"], header["step_lines"], series, other, header["torn"])
+
+
+def _arrays(s: _Entry, mm: mmap.mmap, pos: int, swap: bool) -> list[array[Any]]:
+    """The columns of one series stored from ``pos`` on."""
+    arrays = []
+    for k in range(ARRAYS[s.kind]):
+        none = _NONE[k >= INTS[s.kind]]
+        if k in s.absent:
+            arrays.append(none * s.n)
+            continue
+        a: array[Any] = array(none.typecode)
+        a.frombytes(mm[pos : pos + s.n * 8])
+        if swap:
+            a.byteswap()
+        pos += s.n * 8
+        arrays.append(a)
+    return arrays
+
+
+@dataclass
+class _Entry:
+    kind: int
+    head: bytes
+    n: int
+    absent: list[int]
+
+
+def _series(entries: list[dict[str, Any]], wanted: Any) -> Iterator[tuple[_Entry, bool]]:
+    for e in entries:
+        absent = [int(k) for k in e.get("absent", [])]
+        entry = _Entry(int(e["kind"]), str(e["head"]).encode("utf-8"), int(e["n"]), absent)
+        if entry.kind not in (0, 1) or entry.n < 0:
+            raise ValueError(f"bad series entry {e!r}")
+        yield entry, wanted is None or bool(wanted(entry.kind, entry.head))
+
+
+def index_files(where: Sequence[str | os.PathLike[str]], force: bool = False) -> tuple[int, int]:
+    """Index every ``.lp``/``.lp.gz`` file of ``where`` (directories or files) that has no
+    valid index yet (``force``: all of them); (indexed, already indexed)."""
+    from acquisition.store import lp_files
+    from acquisition.store_columns import build_index
+
+    done = skipped = 0
+    for data in lp_files(where):
+        if not force and read_index(data, lambda kind, head: False) is not None:
+            skipped += 1
+            continue
+        write_index(data, build_index(data))
+        done += 1
+    return done, skipped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``nrg-collect index [PATH ...] [--force]``."""
+    from acquisition.errors import NrgError
+    from acquisition.paths import data_dir
+
+    ap = argparse.ArgumentParser(
+        prog="nrg-collect index",
+        description="Write step indexes beside .lp files (the file sink does so for the files it "
+        "finishes): reports of distributed runs read them instead of the text.",
+    )
+    ap.add_argument("paths", nargs="*", help="directories or files (default: the data directory)")
+    ap.add_argument("--force", action="store_true", help="rewrite indexes that are still valid")
+    ap.add_argument("--nice", action="store_true", help=argparse.SUPPRESS)  # the file sink's
+    args = ap.parse_args(argv)
+    if args.nice:
+        os.nice(10)
+    try:
+        done, skipped = index_files(args.paths or [data_dir()], args.force)
+    except (NrgError, OSError) as exc:
+        print(f"nrg-collect index: {exc}", file=sys.stderr)
+        return 1
+    print(f"indexed {done} file(s); {skipped} already indexed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""The file sink's step indexes: a finished file with many step lines gets one (written by a
+child process), a file with few does not, and an index goes when its file is pruned."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import sinks.file as file_sink
+from acquisition.api import PluginContext
+from acquisition.point import Point
+from acquisition.store_index import index_path, read_index
+from sinks.file import FileConfig, FileSink
+
+
+def ctx(tmp_path: Path) -> PluginContext:
+    return PluginContext(
+        "h1", 1.0, tmp_path / "state", tmp_path / "data", tmp_path / "run", tags={"host": "h1"}
+    )
+
+
+def steps(first: int, n: int) -> list[Point]:
+    tags = {"run": "r", "rank": "0"}
+    return [
+        Point("nrg_step", tags, {"step": i, "start_time_ns": i, "end_time_ns": i + 1}, 10 + i)
+        for i in range(first, first + n)
+    ]
+
+
+async def wait_for(path: Path) -> None:
+    """Until the child has renamed the index into place (it runs at low priority)."""
+    for _ in range(600):
+        if path.exists():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{path} was not written")
+
+
+async def test_finished_files_with_step_lines_get_an_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: a rotated file with at least ``INDEX_MIN_STEP_LINES`` step lines is indexed, and
+    so is the last file at close; a file with fewer is not (reading its text is quick); the
+    index matches its file. Pruning the oldest file takes its index too."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    config = FileConfig(dir=str(tmp_path), max_bytes=1024, max_files=2, fsync="never")
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))  # 12 lines of 73-74 bytes: file 1
+    first = sink.current
+    await sink.write(steps(12, 5))  # does not fit: file 1 rotates, file 2 has 5 lines
+    second = sink.current
+    assert first is not None and second is not None
+    await wait_for(index_path(first))
+    assert read_index(first) is not None
+    await sink.write(steps(17, 12))  # file 2 rotates unindexed; file 3; file 1 pruned
+    third = sink.current
+    await sink.aclose()
+    assert third is not None
+    await wait_for(index_path(third))
+    assert not first.exists() and not index_path(first).exists()
+    assert second.exists() and not index_path(second).exists()
+    assert sink.stats()["indexes_started"] == 2
+
+
+async def test_no_index_when_turned_off_and_stale_halves_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: ``index = false`` writes none; at open, the half of an index a stopped child
+    left (``.idx.tmp``) and an index whose file is gone are removed."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 1)
+    (tmp_path / "nrg-x.lp.idx.tmp").write_bytes(b"half")
+    (tmp_path / "nrg-gone.lp.idx").write_bytes(b"orphan")
+    (tmp_path / "nrg-kept.lp.gz").write_bytes(b"")
+    (tmp_path / "nrg-kept.lp.idx").write_bytes(b"kept")
+    config = FileConfig(dir=str(tmp_path), index=False, fsync="never")
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 5))
+    await sink.aclose()
+    left = sorted(p.name for p in tmp_path.iterdir() if ".idx" in p.name)
+    assert left == ["nrg-kept.lp.idx"]
+    assert sink.stats()["indexes_started"] == 0
