@@ -89,7 +89,11 @@ class Query:
             return False
         if self.end_ns is not None and point.time_ns >= self.end_ns:
             return False
-        return all(point.tags.get(k) in vs for k, vs in self.tags.items())
+        tags = point.tags
+        for k, vs in self.tags.items():  # noqa: SIM110 (a loop: no generator per point)
+            if tags.get(k) not in vs:
+                return False
+        return True
 
 
 @dataclass

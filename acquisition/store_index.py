@@ -20,6 +20,7 @@ in the header's byte order), then the other lines.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -29,7 +30,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,8 +166,12 @@ def read_index(data: Path, wanted: Any = None) -> FileIndex | None:
     others come back empty."""
     path = index_path(data)
     try:
+        st = path.stat()
+        header = _header(str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        if not _matches(header.content_bytes, data):
+            return None  # the file changed since it was indexed: read it as text
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return _parse(mm, data, wanted)
+            return _body(mm, header, wanted)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, struct.error, zlib.error) as exc:
@@ -174,28 +179,69 @@ def read_index(data: Path, wanted: Any = None) -> FileIndex | None:
         return None
 
 
-def _parse(mm: mmap.mmap, data: Path, wanted: Any) -> FileIndex | None:
-    if mm[: len(MAGIC)] != MAGIC:
-        raise ValueError("not an nrg step index")
-    pos = len(MAGIC) + _HEAD.size
-    (n,) = _HEAD.unpack(mm[len(MAGIC) : pos])
-    header = json.loads(mm[pos : pos + n])
-    if header["version"] != 1 or not _matches(header["content_bytes"], data):
-        return None  # the file changed since (or another version): read it as text
-    swap = header["byteorder"] != sys.byteorder
-    pos += n
+@dataclass
+class _Entry:
+    kind: int
+    head: bytes
+    n: int
+    absent: list[int]
+
+
+@dataclass
+class _Header:
+    content_bytes: int
+    step_lines: int
+    swap: bool
+    torn: bool
+    entries: list[_Entry]
+    start: int
+    """Where the arrays begin."""
+
+
+@functools.lru_cache(maxsize=256)
+def _header(path: str, ino: int, size: int, mtime_ns: int) -> _Header:
+    """An index's header, parsed once per version of the file (a report reads it several
+    times)."""
+    with open(path, "rb") as f:
+        head = f.read(len(MAGIC) + _HEAD.size)
+        if head[: len(MAGIC)] != MAGIC:
+            raise ValueError("not an nrg step index")
+        (n,) = _HEAD.unpack(head[len(MAGIC) :])
+        header = json.loads(f.read(n))
+    if header["version"] != 1:
+        raise ValueError(f"index version {header['version']} (this nrg reads 1)")
+    return _Header(
+        int(header["content_bytes"]),
+        int(header["step_lines"]),
+        header["byteorder"] != sys.byteorder,
+        bool(header["torn"]),
+        [_entry(e) for e in header["series"]],
+        len(head) + n,
+    )
+
+
+def _entry(e: dict[str, Any]) -> _Entry:
+    absent = [int(k) for k in e.get("absent", [])]
+    entry = _Entry(int(e["kind"]), str(e["head"]).encode("utf-8"), int(e["n"]), absent)
+    if entry.kind not in (0, 1) or entry.n < 0:
+        raise ValueError(f"bad series entry {e!r}")
+    return entry
+
+
+def _body(mm: mmap.mmap, header: _Header, wanted: Any) -> FileIndex:
+    pos = header.start
     series = []
-    for s, taken in _series(header["series"], wanted):
+    for s in header.entries:
         stored = (ARRAYS[s.kind] - len(s.absent)) * s.n * 8
-        if not taken:  # left unread: an empty series
+        if pos + stored > len(mm):
+            raise ValueError("cut short")
+        if wanted is not None and not wanted(s.kind, s.head):  # left unread: an empty series
             series.append(IndexedSeries(s.kind, s.head))
         else:
-            series.append(IndexedSeries(s.kind, s.head, _arrays(s, mm, pos, swap)))
+            series.append(IndexedSeries(s.kind, s.head, _arrays(s, mm, pos, header.swap)))
         pos += stored
-    if pos > len(mm):
-        raise ValueError("cut short")
     other = zlib.decompress(mm[pos:])
-    return FileIndex(header["content_bytes"], header["step_lines"], series, other, header["torn"])
+    return FileIndex(header.content_bytes, header.step_lines, series, other, header.torn)
 
 
 def _arrays(s: _Entry, mm: mmap.mmap, pos: int, swap: bool) -> list[array[Any]]:
@@ -213,23 +259,6 @@ def _arrays(s: _Entry, mm: mmap.mmap, pos: int, swap: bool) -> list[array[Any]]:
         pos += s.n * 8
         arrays.append(a)
     return arrays
-
-
-@dataclass
-class _Entry:
-    kind: int
-    head: bytes
-    n: int
-    absent: list[int]
-
-
-def _series(entries: list[dict[str, Any]], wanted: Any) -> Iterator[tuple[_Entry, bool]]:
-    for e in entries:
-        absent = [int(k) for k in e.get("absent", [])]
-        entry = _Entry(int(e["kind"]), str(e["head"]).encode("utf-8"), int(e["n"]), absent)
-        if entry.kind not in (0, 1) or entry.n < 0:
-            raise ValueError(f"bad series entry {e!r}")
-        yield entry, wanted is None or bool(wanted(entry.kind, entry.head))
 
 
 def index_files(where: Sequence[str | os.PathLike[str]], force: bool = False) -> tuple[int, int]:

@@ -126,6 +126,8 @@ class StepColumns:
     GPUs): only the join of :func:`regular_views` may read these columns."""
     _views: list[RankView] | None = field(default=None, repr=False)
     _viewed: bool = field(default=False, repr=False)
+    _range: tuple[int, int] | None = field(default=None, repr=False)
+    _range_of: tuple[int, int] = field(default=(-1, -1), repr=False)
 
     def add(self, series: Series) -> Series:
         self.series.append(series)
@@ -135,9 +137,15 @@ class StepColumns:
         return self.lines
 
     def time_range(self) -> tuple[int, int] | None:
-        lows = [min(s.time) for s in self.series if len(s)]
-        highs = [max(s.time) for s in self.series if len(s)]
-        return (min(lows), max(highs)) if lows else None
+        """The earliest and latest time of the lines (worked out again only after lines were
+        added: a report asks several times)."""
+        shape = (len(self.series), self.lines)
+        if self._range_of != shape:
+            lows = [min(s.time) for s in self.series if len(s)]
+            highs = [max(s.time) for s in self.series if len(s)]
+            self._range = (min(lows), max(highs)) if lows else None
+            self._range_of = shape
+        return self._range
 
     def tag_counts(self, tag: str) -> dict[str, int]:
         """Lines per value of ``tag``."""

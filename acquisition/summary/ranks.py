@@ -82,15 +82,20 @@ def gpu_owners(points: Iterable[Point]) -> dict[RankKey, tuple[str, str]]:
     """(host, rank) → (GPU source name, UUID) for the ranks whose ``nrg_run`` start names their
     CUDA device and whose host's ``gpu`` points carry that UUID."""
     wanted: dict[RankKey, str] = {}
+    seen: dict[tuple[str, str], tuple[int, str]] = {}
+    """(host, UUID as written) → (where last seen, its GPU's source)."""
+    for i, p in enumerate(points):
+        m = p.measurement
+        if m == "gpu":
+            if written := p.tags.get("uuid"):
+                seen[(p.tags.get("host", ""), written)] = (i, f"nvml:{p.tags.get('gpu', '0')}")
+        elif m == "nrg_run" and p.fields.get("event") == "start":
+            named = p.fields.get("gpu_uuid")
+            if isinstance(named, str) and named:
+                wanted[(p.tags.get("host", ""), p.tags.get("rank", ""))] = named
     sources: dict[tuple[str, str], str] = {}
-    for p in points:
-        host = p.tags.get("host", "")
-        if p.measurement == "nrg_run" and p.fields.get("event") == "start":
-            uuid = p.fields.get("gpu_uuid")
-            if isinstance(uuid, str) and uuid:
-                wanted[(host, p.tags.get("rank", ""))] = uuid
-        elif p.measurement == "gpu" and p.tags.get("uuid"):
-            sources[(host, normalize_uuid(p.tags["uuid"]))] = f"nvml:{p.tags.get('gpu', '0')}"
+    for (host, written), (_, source) in sorted(seen.items(), key=lambda kv: kv[1][0]):
+        sources[(host, normalize_uuid(written))] = source  # the last one seen of each device
     out = {}
     for (host, rank), uuid in wanted.items():
         name = sources.get((host, normalize_uuid(uuid)))

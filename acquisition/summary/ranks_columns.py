@@ -14,6 +14,7 @@ import functools
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 
 from acquisition.point import FieldValue, Point
 from acquisition.summary.bounds import StepBound, add_bound
@@ -211,26 +212,37 @@ def _stragglers(
         ranks[k].slowest_steps += 1
     span_s = [(b - a) / _NS for a, b in spans]
     for v, r, (own, share) in zip(views, ranks, parts, strict=True):
-        waiting = [
-            (wait, (end - start) / _NS, own_j, share_j, span)
-            for wait, start, end, own_j, share_j, span in zip(
-                [(last - end) / _NS for last, end in zip(latest, v.end, strict=True)],
-                v.start,
-                v.end,
-                own,
-                share,
-                span_s,
-                strict=True,
-            )
-            if wait > 0
-        ]
-        r.wait_s = functools.reduce(operator.add, [w[0] for w in waiting], r.wait_s)
-        energy = [
-            ((own_j / duration if duration > 0 else 0.0) + (share_j / span if span > 0 else 0.0))
-            * wait
-            for wait, duration, own_j, share_j, span in waiting
-        ]
+        waits = list(map(operator.truediv, map(operator.sub, latest, v.end), repeat(_NS)))
+        durations = list(map(operator.truediv, map(operator.sub, v.end, v.start), repeat(_NS)))
+        if min(durations, default=1.0) <= 0 or min(span_s, default=1.0) <= 0:
+            _waits_one_by_one(r, waits, durations, own, share, span_s)
+            continue
+        waiting = list(map((0.0).__lt__, waits))
+        r.wait_s = functools.reduce(operator.add, compress(waits, waiting), r.wait_s)
+        power = map(
+            operator.add, map(operator.truediv, own, durations), map(operator.truediv, share, span_s)
+        )
+        energy = compress(map(operator.mul, power, waits), waiting)
         r.wait_energy_j = functools.reduce(operator.add, energy, r.wait_energy_j)
+
+
+def _waits_one_by_one(
+    r: _Rank,
+    waits: list[float],
+    durations: list[float],
+    own: list[float],
+    share: list[float],
+    span_s: list[float],
+) -> None:
+    """:func:`_stragglers` for a rank with a step of no length (or a span of none)."""
+    for wait, duration, own_j, share_j, span in zip(
+        waits, durations, own, share, span_s, strict=True
+    ):
+        if wait <= 0:
+            continue
+        r.wait_s += wait
+        power = (own_j / duration if duration > 0 else 0.0) + (share_j / span if span > 0 else 0.0)
+        r.wait_energy_j += power * wait
 
 
 def global_steps_columns(
