@@ -51,6 +51,9 @@ __all__ = [
 log = logging.getLogger("nrg.store")
 
 CHUNK_BYTES = 8 * 1024 * 1024
+DECODED_MAX = 250_000
+"""Decoded lines a :class:`Store` remembers for its next reads (a report reads a run's power
+and event lines twice: to find the run, then to load it)."""
 NO_FILES = "no line-protocol files (*.lp, *.lp.gz) in {where}"
 SUFFIXES = (".lp", ".lp.gz")
 _SPECIAL = frozenset(' ,=\\"')
@@ -167,12 +170,27 @@ def _tag_needles(tags: Mapping[str, frozenset[str]]) -> list[tuple[bytes, ...]]:
     return out
 
 
+def _has_needles(line: bytes, needles: list[tuple[bytes, ...]]) -> bool:
+    """Whether ``line`` holds one needle of each tuple (loops: cheaper than generators)."""
+    for one_of in needles:
+        for needle in one_of:
+            if needle in line:
+                break
+        else:
+            return False
+    return True
+
+
 class Scanner:
     """Finds and decodes the wanted lines of one buffer that starts with a newline."""
 
-    def __init__(self, query: Query, stats: ScanStats) -> None:
+    def __init__(
+        self, query: Query, stats: ScanStats, decoded: dict[bytes, Point] | None = None
+    ) -> None:
         self.query = query
         self.stats = stats
+        self.decoded = decoded
+        """Lines already decoded by this scanner's store (a report reads some lines twice)."""
         # One regex scan for every wanted measurement: the engine finds the literal newline
         # with memchr, so this runs at several GB/s (one bytes.find pass per name is slower).
         self.pattern = (
@@ -223,7 +241,7 @@ class Scanner:
         for line in lines:
             if not line or line[0] == 35:  # '#'
                 continue
-            if tag_needles and not all(any(t in line for t in ts) for ts in tag_needles):
+            if tag_needles and not _has_needles(line, tag_needles):
                 continue
             if timed:
                 stamp = line.rpartition(b" ")[2]
@@ -239,9 +257,15 @@ class Scanner:
                 yield point
 
     def decode(self, line: bytes) -> Point | None:
+        decoded = self.decoded
+        if decoded is not None and (known := decoded.get(line)) is not None:
+            return known
         self.stats.lines_decoded += 1
         try:
-            return self.fast.decode(line.decode("utf-8"))
+            point = self.fast.decode(line.decode("utf-8"))
+            if decoded is not None and len(decoded) < DECODED_MAX:
+                decoded[line] = point
+            return point
         except (LineProtocolError, UnicodeDecodeError) as exc:
             self.stats.bad_lines += 1
             if not self.bad_logged:
@@ -410,6 +434,7 @@ class Store(QueryStore):
         self.chunk_bytes = chunk_bytes
         self.use_index = use_index
         """Read a file's step index instead of the file when it has a valid one."""
+        self.decoded: dict[bytes, Point] = {}
         self.stats = ScanStats()
 
     def files(self) -> list[Path]:
@@ -417,7 +442,7 @@ class Store(QueryStore):
 
     def query(self, query: Query) -> Iterator[Point]:
         """Decoded points that match, file by file in time order, lines in file order."""
-        return self.scan(Scanner(query, self.stats))
+        return self.scan(Scanner(query, self.stats, self.decoded))
 
     def scan(self, scanner: ChunkReader) -> Iterator[Point]:
         """What ``scanner`` reads of every file, file by file in time order."""

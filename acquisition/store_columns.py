@@ -149,6 +149,7 @@ class ColumnScanner:
         stats: ScanStats,
         skip: re.Pattern[bytes] | None = None,
         steps: bool = True,
+        decoded: dict[bytes, Point] | None = None,
     ) -> None:
         self.query = query
         self.skip = skip
@@ -156,7 +157,7 @@ class ColumnScanner:
         self.stats = stats
         self.where = ""
         self.bad_logged = False
-        self.others = Scanner(query, stats)
+        self.others = Scanner(query, stats, decoded)
         self.steps = steps
         self.columns = StepColumns(skipped=skip is not None)
         self.next_order = 0
@@ -341,6 +342,6 @@ def read_columns(
     plain ``nrg_step`` lines too)."""
     if query.start_ns is not None or query.end_ns is not None:
         return list(store.query(query)), StepColumns()
-    scanner = ColumnScanner(query, store.stats, skip, steps)
+    scanner = ColumnScanner(query, store.stats, skip, steps, store.decoded)
     points = list(store.scan(scanner))
     return points, scanner.columns

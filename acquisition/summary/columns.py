@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -203,7 +204,7 @@ def _concat(parts: list[Series]) -> tuple[array[int], list[Series]]:
 
 
 def _increasing(steps: array[int]) -> bool:
-    return all(a < b for a, b in itertools.pairwise(steps))
+    return all(map(operator.lt, steps, itertools.islice(steps, 1, None)))
 
 
 def _joined(parts: list[Series], column: int) -> list[float]:
@@ -226,7 +227,9 @@ def _view(
     numbers, parts = _concat(step_parts)
     if not _increasing(numbers):
         return None
-    epochs = [s.tags.get("epoch") for s in parts for _ in range(len(s))]
+    epochs: list[str | None] = []
+    for s in parts:
+        epochs += [s.tags.get("epoch")] * len(s)
     view = RankView(
         key[0],
         key[1],
@@ -245,9 +248,9 @@ def _view(
             return None
         view.energy[source] = _joined(ordered, 0)
         errors = [_joined(ordered, k) for k in (3, 4, 5)]
-        present = [not math.isnan(e) for e in errors[0]]
-        if any(present):
-            if not all(present):
+        missing = list(map(math.isnan, errors[0]))
+        if not all(missing):
+            if any(missing):
                 return None
             view.bounds[source] = (errors[0], errors[1], errors[2])
     return view

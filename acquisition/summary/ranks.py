@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -59,6 +59,8 @@ Counted = Callable[[Iterable[str]], set[str]]
 
 class Curve(Protocol):
     def energy(self, start: int, end: int) -> float | None: ...
+
+    def energies(self, spans: Sequence[tuple[int, int]]) -> list[float | None]: ...
 
 
 Curves = Mapping[tuple[str, str], Curve]

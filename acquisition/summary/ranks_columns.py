@@ -116,7 +116,7 @@ def _merged(
         figures = _max_of(plan, source)
         curve = curves.get((plan.host, source)) if len(plan.views) > 1 else None
         if curve is not None:
-            over = [curve.energy(*span) for span in spans]
+            over = curve.energies(spans)
             figures = [f if o is None else o for f, o in zip(figures, over, strict=True)]
         merged[source] = figures
     return merged
@@ -220,7 +220,9 @@ def _stragglers(
         waiting = list(map((0.0).__lt__, waits))
         r.wait_s = functools.reduce(operator.add, compress(waits, waiting), r.wait_s)
         power = map(
-            operator.add, map(operator.truediv, own, durations), map(operator.truediv, share, span_s)
+            operator.add,
+            map(operator.truediv, own, durations),
+            map(operator.truediv, share, span_s),
         )
         energy = compress(map(operator.mul, power, waits), waiting)
         r.wait_energy_j = functools.reduce(operator.add, energy, r.wait_energy_j)

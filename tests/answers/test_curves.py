@@ -1,0 +1,42 @@
+"""A source's cumulative-energy curve (:class:`acquisition.summary.series.Cumulative`): the
+energies of many spans at once, as a distributed run's summary asks for every global step, are
+exactly the energy of each span asked one by one."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from acquisition.summary.series import Cumulative
+
+NS = 1_000_000_000
+
+times = st.lists(st.integers(0, 50 * NS), min_size=0, max_size=12, unique=True).map(sorted)
+spans = st.lists(st.tuples(st.integers(-5 * NS, 60 * NS), st.integers(-5 * NS, 60 * NS)))
+
+
+@given(times, st.lists(st.floats(0, 500), min_size=12, max_size=12), spans, st.booleans())
+def test_energies_of_many_spans_equal_each_span_alone(
+    at: list[int], values: list[float], asked: list[tuple[int, int]], counter: bool
+) -> None:
+    """Guards: a counter's and a power curve's figures per span, clipped to the samples, None
+    where a span misses them (before, after, empty or reversed), bit for bit the same."""
+    samples = list(zip(at, values, strict=False))
+    if counter:
+        running, total = [], 0.0
+        for t, v in samples:
+            total += v
+            running.append((t, total))
+        curve = Cumulative.counter(running)
+    else:
+        curve = Cumulative.power(samples)
+    assert curve.energies(asked) == [curve.energy(a, b) for a, b in asked]
+
+
+def test_a_worked_example() -> None:
+    """Guards the figures themselves: a counter of 0, 100, 300 J at 0, 1, 2 s; [0.5 s, 1.5 s]
+    holds 50 J + 100 J = 150 J (linear within each second); a span past the end is clipped to
+    2 s; one wholly after the samples has none."""
+    curve = Cumulative.counter([(0, 0.0), (NS, 100.0), (2 * NS, 300.0)])
+    spans = [(NS // 2, 3 * NS // 2), (NS, 5 * NS), (3 * NS, 4 * NS)]
+    assert curve.energies(spans) == [150.0, 200.0, None]
