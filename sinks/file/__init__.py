@@ -90,6 +90,9 @@ thread (a write that large may wait for the kernel to write back dirty pages).""
 INDEX_MIN_STEP_LINES = 10_000
 """A finished file gets a step index when it holds at least this many step lines (below it,
 reading the text takes a fraction of a second)."""
+INDEX_WAIT_S = 30.0
+"""At close, how long to wait for index children before leaving them to finish alone (a
+64 MiB file takes a few seconds)."""
 _STEP_MEASUREMENTS = frozenset({"nrg_step", "nrg_energy"})
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
@@ -122,6 +125,7 @@ class FileSink:
         """Index children not yet seen ending: pid → file."""
         self.indexes_started = 0
         self.index_failures = 0
+        self._aborted = False
 
     def where(self) -> str:
         return str(self.current or self.fixed or self.dir)
@@ -345,7 +349,21 @@ class FileSink:
         await self._wait_compressing()
         if finished and self.current is not None:
             self._start_index(self.current)
+        await self._wait_indexers()
+
+    async def _wait_indexers(self) -> None:
+        """Until the index children end (a report right after the agent stops then reads the
+        indexes), for at most ``INDEX_WAIT_S`` or until :meth:`abort`: they carry on alone."""
+        waited = 0.0
         self._reap_indexers()
+        while self._indexers and waited < INDEX_WAIT_S and not self._aborted:
+            await asyncio.sleep(0.05)
+            waited += 0.05
+            self._reap_indexers()
+
+    def abort(self) -> None:
+        """The agent's shutdown deadline passed: stop waiting for index children."""
+        self._aborted = True
 
     def stats(self) -> dict[str, int]:
         return {

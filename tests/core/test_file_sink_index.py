@@ -57,9 +57,8 @@ async def test_finished_files_with_step_lines_get_an_index(
     assert read_index(first) is not None
     await sink.write(steps(17, 12))  # file 2 rotates unindexed; file 3; file 1 pruned
     third = sink.current
-    await sink.aclose()
-    assert third is not None
-    await wait_for(index_path(third))
+    await sink.aclose()  # waits for the last file's index: a report right after reads it
+    assert third is not None and index_path(third).exists()
     assert not first.exists() and not index_path(first).exists()
     assert second.exists() and not index_path(second).exists()
     assert sink.stats()["indexes_started"] == 2
