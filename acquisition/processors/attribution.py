@@ -217,12 +217,10 @@ class EnergyAttribution:
         self._flush(emit, force=True)
         for run in list(self._sums):
             self._emit_sums(run, emit)
+        measured = self._counts["steps_attributed"] + self._counts["steps_without_source"]
         for name, n in sorted(self._missing.items()):
             log.warning(
-                "attribution: source %s had no data around %d of %d attributed steps",
-                name,
-                n,
-                self._counts["steps_attributed"],
+                "attribution: source %s had no data around %d of %d steps", name, n, measured
             )
 
     def stats(self) -> dict[str, float | int]:

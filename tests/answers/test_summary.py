@@ -167,6 +167,21 @@ def test_no_energy_source_says_why_first() -> None:
     assert s.notes == [f"rapl: {howto}"]
 
 
+def test_a_one_line_reason_is_said_once_and_only_a_how_to_goes_to_the_notes() -> None:
+    """Guards: when no energy was measured, a source's one-line reason is said once, in the
+    first sentence, and is not repeated as a note; only a reason with a how-to under it (RAPL
+    readable by root only) adds a note, the whole how-to."""
+    pts = [p for p in KnownRun().points() if p.measurement not in ("rapl", "nrg_energy")]
+    howto = "unavailable: energy_uj is readable by root only\n  1. udev rule: ...\n  2. chmod ..."
+    s = summarize(pts, unavailable={"rapl": howto, "nvml": "no NVIDIA driver"})
+    assert s.notes == [f"rapl: {howto}"]
+    text = format_text(s)
+    assert [line for line in text.splitlines() if line.startswith("Note:")] == [
+        "Note: rapl: unavailable: energy_uj is readable by root only"
+    ]
+    assert text.count("no NVIDIA driver") == 1
+
+
 def test_resources_from_process_points() -> None:
     run = KnownRun()
     pts = run.points()

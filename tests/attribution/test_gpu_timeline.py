@@ -138,3 +138,53 @@ def test_steps_after_the_last_counter_reading_are_carried_by_the_samples_at_shut
         expected = joules(end + QUEUE_MS) - joules(start + QUEUE_MS)
         assert gpu[n].fields["energy_joules"] == pytest.approx(expected, rel=1e-9), n
         assert gpu[n].fields["error_joules"] >= 0.0  # type: ignore[operator]
+
+
+def shutdown_step(gpu_end_ms: int) -> Harness:
+    """The agent stops at 2.94 s, its last driver sample (600 W); the counter was last read at
+    2 s. One step ran on the GPU from 2.93 s to ``gpu_end_ms``, launched 30 ms earlier."""
+    h = Harness(module_detail="off")
+    fields = {
+        "step": 0,
+        "start_time_ns": T0 + (2930 - QUEUE_MS) * MS,
+        "end_time_ns": T0 + (gpu_end_ms - QUEUE_MS) * MS,
+        "gpu_start_time_ns": T0 + 2930 * MS,
+        "gpu_end_time_ns": T0 + gpu_end_ms * MS,
+    }
+    step = Point("nrg_step", {**RUN, "epoch": "0"}, fields, T0 + (gpu_end_ms - QUEUE_MS) * MS)
+    h.feed([*bus(2940, []), step])
+    h.proc.flush(h.out.append)
+    return h
+
+
+def test_a_step_ending_up_to_100_ms_after_the_last_sample_is_carried_at_its_power() -> None:
+    """Guards: past the counter's last reading the driver's samples carry a step's GPU energy up
+    to 100 ms beyond the newest sample, that limit included (the driver's newest sample is up to
+    one period older than the step's end): the step ending exactly 100 ms after the last sample
+    gets its energy; one ending 1 ms later gets none, and is counted as missing the GPU."""
+    carried = step_points(shutdown_step(3040), "nvml:0")
+    # 2.93 s to 3.04 s at 600 W (the sample at 2.94 s held for its last 100 ms): 600 × 0.11 J
+    assert carried[0].fields["energy_joules"] == pytest.approx(600.0 * 0.11, rel=1e-12)
+    assert carried[0].fields["duration_seconds"] == pytest.approx(0.11, rel=1e-12)
+    late = shutdown_step(3041)
+    assert step_points(late, "nvml:0") == {}
+    assert late.proc.stats()["steps_missing:nvml:0"] == 1
+
+
+def test_a_late_driver_sample_is_skipped_and_counted() -> None:
+    """Guards: a driver power sample older than the newest one already seen (delivered late)
+    is skipped, not slotted into the power profile, and counted in ``samples_out_of_order``;
+    here a wild 10 kW sample stamped 1.49 s arrives after the one at 1.5 s: the steps' GPU
+    energy is still the profile's, by hand."""
+    steps = [(1400 + STEP_MS * k, 1400 + STEP_MS * (k + 1)) for k in range(5)]
+    late = Point("gpu_sample", GPU, {"power_watts": 10_000.0}, T0 + 1490 * MS)
+    points = bus(3000, steps)
+    at = next(i for i, p in enumerate(points) if p.time_ns == T0 + 1500 * MS)
+    h = Harness(module_detail="off")
+    h.feed([*points[: at + 1], late, *points[at + 1 :], run_event("end", 3000)])
+    assert h.proc.stats()["samples_out_of_order"] == 1
+    gpu = step_points(h, "nvml:0")
+    for n, (start, end) in enumerate(steps):
+        # after the ramp (1.02 s) the GPU draws 600 W: 600 W × 37 ms = 22.2 J per step
+        assert gpu[n].fields["energy_joules"] == pytest.approx(600.0 * 0.037, rel=1e-9), n
+        assert joules(end + QUEUE_MS) - joules(start + QUEUE_MS) == pytest.approx(22.2), n

@@ -436,3 +436,21 @@ def test_no_rest_of_system_without_a_rapl_package() -> None:
         ("rapl:dram-0", "step"),
         ("rapl:dram-0", "unattributed"),
     }
+
+
+def test_the_shutdown_warning_counts_a_sources_missed_steps_out_of_every_step(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Guards: at shutdown the warning about a source that missed steps gives their number out
+    of every step measured: RAPL read from 0 to 0.6 s, steps at 0.1–0.2, 0.3–0.4 and 0.8–0.9 s:
+    the third step is missed, 1 of 3 steps (not "of 2", the steps that got energy, which the
+    missed step is not one of)."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 600))
+    h.feed([step(0, 100, 200), step(1, 300, 400), step(2, 800, 900)])
+    h.proc.flush(h.out.append)
+    stats = h.proc.stats()
+    assert (stats["steps_attributed"], stats["steps_without_source"]) == (2, 1)
+    assert stats["steps_missing:rapl:package-0"] == 1
+    said = [r.getMessage() for r in caplog.records if "had no data around" in r.getMessage()]
+    assert said == ["attribution: source rapl:package-0 had no data around 1 of 3 steps"]

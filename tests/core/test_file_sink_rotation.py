@@ -1,5 +1,5 @@
 """The file sink's size limit: a file may hold up to ``max_bytes``, not one byte less; a rotated
-or closed file is closed."""
+or closed file is closed; its counts of rotations and deleted files."""
 
 from __future__ import annotations
 
@@ -51,3 +51,20 @@ async def test_rotated_and_closed_files_are_closed(tmp_path: Path) -> None:
     await sink.aclose()
     assert len(list(tmp_path.glob("nrg-*.lp"))) == 5
     assert open_files() == before
+
+
+async def test_the_sink_counts_its_rotations_and_deleted_files(tmp_path: Path) -> None:
+    """Guards: the sink's figures (reported in the agent's own ``nrg_collect`` points) say what
+    it did: five batches of one file each make four rotations; keeping three files deletes the
+    oldest two (at the third and fourth rotation); the file being written holds one batch."""
+    batch = [Point("m", {"k": "v"}, {"n": i}, 1_000 + i) for i in range(10)]
+    size = len(LineEncoder({"host": "h1"}).encode_many(batch).encode())
+    config = FileConfig(dir=str(tmp_path), max_bytes=size, max_files=3, fsync="never")
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    assert sink.stats() == {"file_bytes": 0, "rotations": 0, "deleted_files": 0}
+    for _ in range(5):
+        await sink.write(batch)
+    await sink.aclose()
+    assert sink.stats() == {"file_bytes": size, "rotations": 4, "deleted_files": 2}
+    assert len(list(tmp_path.glob("nrg-*.lp"))) == 3

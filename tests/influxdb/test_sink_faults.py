@@ -287,3 +287,33 @@ async def test_the_runner_cuts_closing_short_at_the_shutdown_deadline(
     await again.spool.open()
     assert again.spool.points == 100
     await again.spool.close()
+
+
+async def test_closing_with_points_the_server_did_not_take_says_how_many_stay_and_where(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: a sink closed while the server refuses its token (401: a setting to fix) keeps
+    the 30 points written in its spool and says so in one warning, with their number and the
+    spool's directory, so that the user knows they are not lost and where they wait; the next
+    start finds the 30."""
+
+    def refuse(_: Request) -> tuple[int, dict[str, str], bytes]:
+        return 401, {}, b'{"message":"unauthorized access"}'
+
+    caplog.set_level(logging.WARNING, logger="sinks.influxdb")
+    with ScriptedServer(refuse) as server:
+        sink = make_sink(context, server.url)
+        await sink.open()
+        await sink.write(make_points(0, 30))
+        await sink.flush()
+        await sink.aclose()
+    stay = [r.getMessage() for r in caplog.records if "stay in the spool" in r.getMessage()]
+    assert stay == [
+        f"influxdb {server.url} bucket nrg: 30 point(s) stay in the spool "
+        f"{sink.spool.directory} for the next start"
+    ]
+    assert sink.stats()["lost_points"] == 0
+    again = make_sink(context, server.url)
+    await again.spool.open()
+    assert again.spool.points == 30
+    await again.spool.close()

@@ -356,3 +356,31 @@ async def test_zero_max_energy_range_means_the_32_bit_microjoule_wrap(
     assert collector.stats() == {"read_errors": 0, "wraps": 4}
     assert collector.describe().count("max_energy_range_uj reads 0: 32-bit µJ wrap assumed") == 4
     assert len([r for r in caplog.records if r.msg == MSG_RANGE_ZERO]) == 4
+
+
+async def test_a_zone_that_cannot_be_described_is_skipped_and_the_zones_after_it_are_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: a zone whose ``max_energy_range_uj`` cannot be read at open (here socket 0's DRAM,
+    the second of four zones) is skipped with a warning naming it, and every zone after it is
+    still read: no package or DRAM energy of the other socket is lost with it."""
+    caplog.set_level(logging.INFO, logger="collectors.rapl")
+    io = SteppedIO()
+    io.fail = {"intel-rapl:0:0/max_energy_range_uj": errno.EIO}
+    points, collector = await run_powercap("xeon-2s-dram", tmp_path, io=io)
+    assert (
+        collector.describe() == "powercap: package (socket 0), package (socket 1), dram (socket 1)"
+    )
+    first = {(p.tags["domain"], p.tags["socket"]): p.fields for p in points[:3]}
+    assert first == {
+        # 184799780118 - 184612530118 = 187250000 µJ over 1 s
+        ("package", "0"): {"energy_joules": 187.25, "power_watts": 187.25},
+        # 179146718744 - 179004218744 = 142500000 µJ
+        ("package", "1"): {"energy_joules": 142.5, "power_watts": 142.5},
+        # 38521012170 - 38501992170 = 19020000 µJ
+        ("dram", "1"): {"energy_joules": 19.02, "power_watts": 19.02},
+    }
+    assert len(points) == 3 * 3  # three zones, three ticks
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "skipping powercap zone intel-rapl:0:0" in warnings[0]
