@@ -272,7 +272,10 @@ def index_files(where: Sequence[str | os.PathLike[str]], force: bool = False) ->
         if not force and read_index(data, lambda kind, head: False) is not None:
             skipped += 1
             continue
-        write_index(data, build_index(data))
+        try:
+            write_index(data, build_index(data))
+        except OSError as exc:
+            raise OSError(f"cannot index {data}: {exc.strerror or exc}") from exc
         done += 1
     return done, skipped
 

@@ -20,6 +20,7 @@ from acquisition.store_columns import read_columns
 from acquisition.store_index import index_files, index_path
 from acquisition.summary import summarize
 from tests.answers.cluster import ClusterRun
+from tests.influxdb.helpers import fill, small_disk
 
 ODD = [
     # a step line of another shape (escaped tag value): read as a point, from the index too
@@ -136,3 +137,19 @@ def test_nrg_collect_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     empty.mkdir()
     assert cli_main(["index", str(empty)]) == 1
     assert "no line-protocol files" in capsys.readouterr().err
+
+
+def test_nrg_collect_index_says_which_file_it_could_not_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Guards: on a full disk (a real small tmpfs, filled) the index cannot be written: an error
+    naming the file, no half-written index left behind, and the file still reports as text."""
+    with small_disk(tmp_path / "disk", 2 * 1024 * 1024) as disk:
+        write(disk, ClusterRun(gpus=2).points())
+        text = report(disk, use_index=False)
+        filler = fill(disk)
+        assert cli_main(["index", str(disk)]) == 1
+        assert f"cannot index {disk / 'nrg-1.lp'}" in capsys.readouterr().err
+        filler.unlink()
+        assert sorted(p.name for p in disk.iterdir()) == ["nrg-1.lp"]
+        assert report(disk, use_index=True) == text
