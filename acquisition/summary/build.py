@@ -333,21 +333,28 @@ def _iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / _NS, UTC).isoformat(timespec="milliseconds")
 
 
-def _most_common(points: list[Point], tag: str, columns: StepColumns | None = None) -> str:
-    """The value of ``tag`` on most points (the first by name of equals)."""
-    counts: dict[str, int] = defaultdict(int)
+_NAME_TAGS = ("run", "experiment", "host", "rank")
+
+
+def _tag_counts(
+    points: list[Point], columns: StepColumns | None, tags: tuple[str, ...] = _NAME_TAGS
+) -> dict[str, dict[str, int]]:
+    """For each of ``tags``, how many points (and step lines) carry each value: one pass."""
+    counts: dict[str, dict[str, int]] = {tag: defaultdict(int) for tag in tags}
     for p in points:
-        value = p.tags.get(tag)
-        if value:
-            counts[value] += 1
-    for value, n in (columns.tag_counts(tag) if columns is not None else {}).items():
-        counts[value] += n
+        ptags = p.tags
+        for tag in tags:
+            if value := ptags.get(tag):
+                counts[tag][value] += 1
+    for tag in tags:
+        for value, n in (columns.tag_counts(tag) if columns is not None else {}).items():
+            counts[tag][value] += n
+    return counts
+
+
+def _most_common(counts: Mapping[str, int]) -> str:
+    """The value on most points (the first by name of equals)."""
     return max(sorted(counts), key=lambda k: counts[k]) if counts else ""
-
-
-def _tag_values(points: list[Point], tag: str, columns: StepColumns | None) -> list[str]:
-    values = {p.tags[tag] for p in points if p.tags.get(tag)}
-    return sorted(values | set(columns.tag_counts(tag) if columns is not None else ()))
 
 
 def _window(points: list[Point], columns: StepColumns | None = None) -> tuple[int, int, int | None]:
@@ -531,10 +538,11 @@ def summarize(
         options.carbon_intensity_source,
         options.carbon_given,
     )
+    named = _tag_counts(pts, columns)
     summary = RunSummary(
-        run=_most_common(pts, "run", columns),
-        experiment=_most_common(pts, "experiment", columns),
-        host=_most_common(pts, "host", columns),
+        run=_most_common(named["run"]),
+        experiment=_most_common(named["experiment"]),
+        host=_most_common(named["host"]),
         start=_iso(start),
         end=_iso(end),
         duration_s=duration,
@@ -548,8 +556,8 @@ def summarize(
         resources=resources(pts, options, duration),
         no_energy_reason=None if counted else _no_energy_reason(unavailable),
         exit_code=exit_code if exit_code is not None else code,
-        hosts=_tag_values(pts, "host", columns),
-        ranks=_tag_values(pts, "rank", columns),
+        hosts=sorted(named["host"]),
+        ranks=sorted(named["rank"]),
         per_host=_per_host(sources, joined),
         per_rank=joined.rank_rows(),
         stragglers=joined.stragglers(total),
