@@ -47,6 +47,7 @@ FILE = (
     "tests/core/test_sinks.py",
     "tests/core/test_file_sink_fsync.py",
     "tests/core/test_file_sink_rotation.py",
+    "tests/core/test_file_sink_index.py",  # the index children: started, quiet, failures counted
 )
 ATTRIBUTION = ("tests/attribution",)
 LINEPROTO = (

@@ -288,3 +288,27 @@ def test_compare_runs_of_one_step_show_no_error_bar_per_step() -> None:
     assert [v.value for v in step] == [pytest.approx(6.0), pytest.approx(10.0)]
     assert [v.error for v in step] == [None, None]
     assert step[1].diff == pytest.approx(10.0 - 6.0)
+
+
+def test_compare_json_carries_every_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Guards: ``compare --format json`` (what scripts and dashboards read) names its schema and
+    the runs compared, and carries each figure with its unit and values. KnownRun: RAPL 25 + 5 =
+    30 W over 3.9 s, 117 J; the other run's package draws 45 W: 50 × 3.9 = 195 J, 78 J or
+    2/3 more, beyond the error bars (both 0 J: a counter read without gaps)."""
+    d = store_runs(
+        tmp_path / "d",
+        [KnownRun(run="x"), KnownRun(run="y", t0=T0 + 100 * NS, package_w=45.0)],
+    )
+    assert compare_main(["--data", str(d), "x", "y", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["schema"], data["labels"]) == ("nrg.compare/1", ["x", "y"])
+    names = [f.name for f in compare(["x", "y"], [[summarize(KnownRun().points())]] * 2).figures]
+    assert [f["name"] for f in data["figures"]] == names
+    energy = next(f for f in data["figures"] if f["name"] == "energy")
+    assert energy["unit"] == "J"
+    a, b = energy["values"]
+    assert (a["value"], a["error"], a["n"], a["diff"]) == (pytest.approx(117.0), 0.0, 1, None)
+    assert (b["value"], b["diff"]) == (pytest.approx(195.0), pytest.approx(78.0))
+    assert (b["diff_ratio"], b["significant"]) == (pytest.approx(2 / 3), True)

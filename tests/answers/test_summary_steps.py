@@ -9,7 +9,7 @@ import pytest
 
 from acquisition.point import Point
 from acquisition.report.compare import compare
-from acquisition.summary import summarize
+from acquisition.summary import format_text, summarize
 from tests.answers.runs import KnownRun
 
 S = 1_000_000_000
@@ -141,3 +141,23 @@ def test_steps_without_energy_are_counted() -> None:
     assert s.steps.energy_j is not None
     assert s.steps.energy_j["mean"] == pytest.approx(4.0, rel=1e-12)
     assert summarize(steps_of([1.0, 2.0, None, 4.0, 9.0], with_step_points=False)).steps.count == 4
+
+
+def test_energy_outside_steps_only_with_both_steps_and_sources() -> None:
+    """Guards: "outside steps" (the run's energy less its steps') is given only for a run that
+    has both. KnownRun draws RAPL 25 + 5 = 30 W; its job lasts 3.9 s: 3 epochs of 4 steps of
+    0.2 s (2.4 s) and an evaluation of 0.5 s after each epoch (1.5 s)."""
+    run = KnownRun()
+    full = summarize(run.points())
+    assert full.energy.total_j == pytest.approx(30 * 3.9)  # 117 J
+    assert full.energy.outside_steps_j == pytest.approx(30 * 1.5)  # 117 − 30 × 2.4 = 45 J
+    assert "  outside steps: 45.000 J" in format_text(full).splitlines()
+    # A job that reported no steps: 117 J in all, and no "outside steps" (not all 117 J).
+    stepless = [p for p in run.points() if p.measurement not in ("nrg_step", "nrg_energy")]
+    s = summarize(stepless)
+    assert s.energy.total_j == pytest.approx(117.0)
+    assert s.energy.outside_steps_j is None
+    assert not any("outside steps" in line for line in format_text(s).splitlines())
+    # Steps with energy (1 + 2 + 6 J) but no source reading stored: none (not 0 − 9 = −9 J).
+    s = summarize(points())
+    assert (s.energy.total_j, s.energy.outside_steps_j) == (0.0, None)

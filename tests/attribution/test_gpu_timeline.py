@@ -126,6 +126,40 @@ def test_without_samples_the_counter_is_interpolated_linearly() -> None:
     assert point.fields["energy_joules"] == pytest.approx(mean_w * 0.037, rel=1e-9)
 
 
+def without_counter(points: list[Point]) -> list[Point]:
+    """The bus of a GPU without an energy counter (older GPUs): its ``gpu`` points carry power
+    only, every 100 ms; the driver's samples every 20 ms."""
+    return [
+        Point(p.measurement, p.tags, {"power_watts": p.fields["power_watts"]}, p.time_ns)
+        if p.measurement == "gpu"
+        else p
+        for p in points
+    ]
+
+
+def test_without_a_counter_the_driver_samples_give_each_steps_energy() -> None:
+    """Guards: a GPU without an energy counter gets each step's energy from the driver's power
+    samples (20 ms), not from its coarser power readings (100 ms): the steps across the ramp
+    get the profile's energy exactly (it is linear between samples). The step on the GPU from
+    1005 to 1042 ms: the ramp from 375 W at 1005 ms to 600 W at 1020 ms, then 600 W:
+    (375 + 600) / 2 × 0.015 + 600 × 0.022 = 7.3125 + 13.2 = 20.5125 J (the 100 ms readings,
+    300 W at 1000 ms to 600 W at 1100 ms, would give 370.5 W × 0.037 s = 13.7085 J). Its error
+    bar, the power swing around each edge times the sample interval: 300 W × 20 ms = 6 J at
+    its start (on the ramp), 0 at its end (600 W on both sides)."""
+    steps = [(975.0 + STEP_MS * k, 975.0 + STEP_MS * (k + 1)) for k in range(-3, 4)]
+    h = Harness(module_detail="off")
+    h.feed(without_counter(bus(3000, steps)))
+    h.feed([run_event("end", 3000)])
+    gpu = step_points(h, "nvml:0")
+    assert sorted(gpu) == list(range(len(steps)))
+    for n, (start, end) in enumerate(steps):
+        expected = joules(end + QUEUE_MS) - joules(start + QUEUE_MS)
+        assert gpu[n].fields["energy_joules"] == pytest.approx(expected, rel=1e-9), n
+    ramp = gpu[3].fields
+    assert ramp["energy_joules"] == pytest.approx(20.5125, rel=1e-9)
+    assert ramp["error_joules"] == pytest.approx(6.0, rel=1e-9)
+
+
 def test_steps_after_the_last_counter_reading_are_carried_by_the_samples_at_shutdown() -> None:
     # The agent stops at 2.95 s: its last counter reading was at 2 s, its samples reach 2.94 s.
     steps = [(1900 + STEP_MS * k, 1900 + STEP_MS * (k + 1)) for k in range(25)]

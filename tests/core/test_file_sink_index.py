@@ -1,9 +1,13 @@
 """The file sink's step indexes: a finished file with many step lines gets one (written by a
-child process), a file with few does not, and an index goes when its file is pruned."""
+child process), compressed or not, a file with few does not, an index goes when its file is
+pruned, and a child's failure is counted and said."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +86,47 @@ async def test_no_index_when_turned_off_and_stale_halves_removed(
     left = sorted(p.name for p in tmp_path.iterdir() if ".idx" in p.name)
     assert left == ["nrg-kept.lp.idx"]
     assert sink.stats()["indexes_started"] == 0
+
+
+async def test_a_gzipped_file_is_indexed_and_the_child_writes_nothing_to_the_agents_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Guards: with ``compress = "gzip"`` a rotated file worth an index gets one once it is
+    compressed (``x.lp.gz`` → ``x.lp.idx``, matching the compressed file), and the index child
+    writes nothing to the agent's stdout or stderr (run by hand it reports "indexed 1 file(s)"):
+    they may be the terminal or a pipe the user reads the run's summary from."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    config = FileConfig(dir=str(tmp_path), max_bytes=1024, compress="gzip", fsync="never")
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))  # 12 step lines: worth an index
+    first = sink.current
+    await sink.write(steps(12, 5))  # does not fit: file 1 rotates, is compressed, then indexed
+    await sink.aclose()  # waits for the compression and the index child
+    assert first is not None
+    gz = first.with_name(first.name + ".gz")
+    assert gz.exists() and not first.exists()
+    assert read_index(gz) is not None
+    assert (sink.stats()["indexes_started"], sink.stats()["index_failures"]) == (1, 0)
+    assert capfd.readouterr() == ("", "")
+
+
+async def test_an_index_child_that_fails_is_counted_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: an index child that ends in failure (here ``false`` stands in for the Python the
+    sink starts it with: exit status 1) is counted in ``index_failures`` and said once, naming
+    the file, which reports then read as text."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    false = shutil.which("false")
+    assert false is not None
+    monkeypatch.setattr(sys, "executable", false)
+    config = FileConfig(dir=str(tmp_path), fsync="never")
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))  # the last file, worth an index at close
+    path = sink.current
+    await sink.aclose()
+    assert (sink.stats()["indexes_started"], sink.stats()["index_failures"]) == (1, 1)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [f"indexing {path} failed (exit 1); reports read it as text"]

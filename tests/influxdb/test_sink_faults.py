@@ -1,11 +1,15 @@
 """The InfluxDB sink against a scripted real HTTP server: token redaction, 413 splitting, a hung
-server, order after a spill, one log line per rejection episode, abort at shutdown."""
+server, order after a spill, one log line per rejection episode, abort at shutdown, points lost
+at close."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import secrets
+import threading
 import time
 from pathlib import Path
 
@@ -317,3 +321,30 @@ async def test_closing_with_points_the_server_did_not_take_says_how_many_stay_an
     await again.spool.open()
     assert again.spool.points == 30
     await again.spool.close()
+
+
+async def test_points_neither_the_server_nor_the_spool_takes_are_counted_and_said_at_close(
+    context: PluginContext, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: a batch whose post fails (503) while the spool's disk refuses every write (full)
+    is lost, and closing says so: its 4 points counted in ``lost_points`` and one error naming
+    the count and the disk's reason; the spool holds nothing for the next start."""
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if threading.current_thread().name.startswith("nrg-spool"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    with ScriptedServer(lambda _: (503, {}, b'{"message":"busy"}')) as server:
+        sink = make_sink(context, server.url, drain_timeout=0.0)
+        await sink.open()
+        monkeypatch.setattr(os, "write", write)
+        await sink.write(make_points(0, 4))
+        await sink.aclose()
+    assert len(server.writes) == 1
+    said = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    assert len(said) == 1
+    assert said[0].startswith(f"influxdb {sink.where()}: 4 point(s) lost: ")
+    assert os.strerror(errno.ENOSPC) in said[0]
+    assert (sink.stats()["lost_points"], sink.stats()["spool_points"]) == (4, 0)

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from acquisition.api import PluginContext
@@ -26,7 +26,9 @@ Forest = dict[int, tuple[int, int]]  # pid -> (ppid, starttime)
 
 
 @st.composite
-def forests(draw: st.DrawFn) -> tuple[Forest, list[int]]:
+def forests(draw: st.DrawFn) -> tuple[Forest, list[int], bool]:
+    """A forest, the tracked pids, and whether each child is listed under two of its parent's
+    threads (as when it moves from one to the other while they are read)."""
     pids = draw(st.lists(st.integers(100, 999), min_size=1, max_size=12, unique=True))
     forest: Forest = {}
     for i, pid in enumerate(pids):
@@ -34,7 +36,7 @@ def forests(draw: st.DrawFn) -> tuple[Forest, list[int]]:
         ppid = 1 if parent < 0 else pids[parent]
         forest[pid] = (ppid, draw(st.integers(0, 50)))
     tracked = draw(st.lists(st.sampled_from(pids), min_size=1, max_size=3, unique=True))
-    return forest, tracked
+    return forest, tracked, draw(st.booleans())
 
 
 def members(forest: Forest, root: int, tracked: frozenset[int] = frozenset()) -> set[int]:
@@ -47,14 +49,17 @@ def members(forest: Forest, root: int, tracked: frozenset[int] = frozenset()) ->
     return out
 
 
-def _write(base: Path, forest: Forest) -> None:
+def _write(base: Path, forest: Forest, twice: bool) -> None:
     system(base, CPU0, MEM0, forks=1)
     for pid, (ppid, start) in forest.items():
         kids = [c for c, (pp, _) in forest.items() if pp == pid]
-        process(base, T_SLEEP, pid, f"p{pid}", ppid, 1, 1, start, 10, children={pid: kids})
+        threads = {pid: kids, pid + 1000: kids} if twice else {pid: kids}  # tids above any pid
+        process(base, T_SLEEP, pid, f"p{pid}", ppid, 1, 1, start, 10, children=threads)
 
 
-async def _trees(base: Path, tracked: list[int], descendants: str) -> dict[str, set[int]]:
+async def _trees(base: Path, tracked: list[int], descendants: str) -> dict[str, list[int]]:
+    """Per tree, the pids of its ``scope=pid`` points, sorted (a pid twice: a member counted
+    twice)."""
     ctx = PluginContext(host="t", interval_s=1.0, state_dir=base, data_dir=base, runtime_dir=base)
     config = ProcfsConfig(
         root=str(base),
@@ -70,23 +75,28 @@ async def _trees(base: Path, tracked: list[int], descendants: str) -> dict[str, 
         await c.collect(points.append, 1)
     finally:
         await c.aclose()
-    out: dict[str, set[int]] = {}
+    out: dict[str, list[int]] = {}
     for p in points:
         if p.measurement == "process" and p.tags["scope"] == "pid":
-            out.setdefault(p.tags["tree"], set()).add(int(p.fields["pid"]))
-    return out
+            out.setdefault(p.tags["tree"], []).append(int(p.fields["pid"]))
+    return {tree: sorted(pids) for tree, pids in out.items()}
 
 
 @settings(max_examples=60, deadline=None)
 @given(forests())
-async def test_collector_finds_exactly_the_descendants(case: tuple[Forest, list[int]]) -> None:
-    forest, tracked = case
-    want = {str(r): members(forest, r, frozenset(tracked)) for r in tracked}
+@example(({500: (1, 0), 600: (500, 1), 700: (600, 2)}, [500], True))  # a chain, listed twice
+async def test_collector_finds_exactly_the_descendants(
+    case: tuple[Forest, list[int], bool],
+) -> None:
+    """Guards: each tree holds exactly its members, each once (a child listed under two of its
+    parent's threads too), by the children files and by the scan alike."""
+    forest, tracked, twice = case
+    want = {str(r): sorted(members(forest, r, frozenset(tracked))) for r in tracked}
     every = [pid for tree in want.values() for pid in tree]
     assert len(every) == len(set(every)), "the oracle's trees overlap"
     base = Path(tempfile.mkdtemp(prefix="nrg-forest-"))
     try:
-        _write(base, forest)
+        _write(base, forest, twice)
         assert await _trees(base, tracked, "children") == want
         assert await _trees(base, tracked, "scan") == want
     finally:

@@ -364,16 +364,16 @@ def test_real_perf_event_open_syscall() -> None:
 
 
 class ModelIO(SteppedIO):
-    """The scenario's CPUs reported as another Intel family-6 ``model``."""
+    """The scenario's CPUs (Intel family-6 model ``was``) reported as another ``model``."""
 
-    def __init__(self, model: int) -> None:
+    def __init__(self, model: int, was: int = 0x55) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.was = model, was
 
     def read_text(self, path: str) -> str:
         text = super().read_text(path)
         if path.endswith("proc/cpuinfo"):
-            text = text.replace("model\t\t: 85\n", f"model\t\t: {self.model}\n")
+            text = text.replace(f"model\t\t: {self.was}\n", f"model\t\t: {self.model}\n")
         return text
 
 
@@ -392,4 +392,20 @@ async def test_dram_unit_per_cpu_model(tmp_path: Path, model: int, dram_j: float
     points, collector = await run_msr("msr-skx-2s", tmp_path, ModelIO(model))
     by = {(p.tags["socket"], p.tags["domain"], p.time_ns): p.fields for p in points}
     assert by[("0", "dram", 1763884801000000000)]["energy_joules"] == pytest.approx(dram_j)
+    await collector.aclose()
+
+
+# Sapphire Rapids (0x8F) and Emerald Rapids (0xCF) count the platform (psys) domain in whole
+# joules whatever the unit register says (Linux's intel_rapl driver: the same two models);
+# others, such as Ice Lake-X (0x6A), follow the register.
+@pytest.mark.parametrize(
+    ("model", "psys_j"), [(0x8F, 652.0), (0xCF, 652.0), (0x6A, 0.039794921875)]
+)
+async def test_psys_unit_per_cpu_model(tmp_path: Path, model: int, psys_j: float) -> None:
+    """Guards: the 652 psys ticks of the fixture's first second (0x7D3E6 − 0x7D15A) read as
+    652 J on the two models that count psys in joules, and as 652 × 2^-14 J = 0.039794921875 J
+    (the register's energy unit, 0xA0E03 bits 8–12 = 14) on another."""
+    points, collector = await run_msr("msr-spr-psys", tmp_path, ModelIO(model, was=0x8F))
+    by = {(p.tags["domain"], p.time_ns): p.fields for p in points}
+    assert by[("psys", 1763884801000000000)]["energy_joules"] == pytest.approx(psys_j)
     await collector.aclose()
