@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -130,3 +132,53 @@ async def test_an_index_child_that_fails_is_counted_and_said(
     assert (sink.stats()["indexes_started"], sink.stats()["index_failures"]) == (1, 1)
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [f"indexing {path} failed (exit 1); reports read it as text"]
+
+
+async def test_an_index_child_that_cannot_start_is_said_and_the_sink_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: when the index child cannot even start (no such program), the sink says so,
+    naming the file, counts nothing as started, and closes normally (the data is all there)."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))
+    path = sink.current
+    await sink.aclose()
+    assert sink.stats()["indexes_started"] == 0
+    assert f"cannot start indexing {path}" in caplog.text
+    assert path is not None and path.read_text().count("\n") == 12
+
+
+def _still_running(pid: int) -> bool:
+    return os.waitpid(pid, os.WNOHANG) == (0, 0)
+
+
+def _stop(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+async def test_abort_stops_waiting_for_index_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: once the agent's shutdown deadline has passed (``abort()``), closing does not wait
+    for an index child that is still running (here one that would take a minute, with the wait
+    bound at ten minutes) and leaves it to finish alone: ``aclose`` returns while it runs."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    monkeypatch.setattr(file_sink, "INDEX_WAIT_S", 600.0)
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\nexec sleep 60\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(slow))
+    sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))
+    sink.abort()
+    await asyncio.wait_for(sink.aclose(), 120)  # not the ten minutes
+    (pid,) = sink._indexers
+    try:
+        assert _still_running(pid)
+    finally:
+        _stop(pid)
