@@ -14,7 +14,8 @@ trailer), else ignored (the file is read as text). Deleting indexes loses nothin
 
 Layout: ``NRGIDX1\\n``, a 4-byte little-endian header length, the JSON header, then each
 series' arrays (``step``, ``time``, ``order``, then its int and float columns; 8 bytes per value,
-in the header's byte order), then the other lines.
+in the byte order of the machine that wrote it: another machine reads the file instead), then
+the other lines.
 """
 
 from __future__ import annotations
@@ -191,7 +192,6 @@ class _Entry:
 class _Header:
     content_bytes: int
     step_lines: int
-    swap: bool
     torn: bool
     entries: list[_Entry]
     start: int
@@ -210,10 +210,11 @@ def _header(path: str, ino: int, size: int, mtime_ns: int) -> _Header:
         header = json.loads(f.read(n))
     if header["version"] != 1:
         raise ValueError(f"index version {header['version']} (this nrg reads 1)")
+    if header["byteorder"] != sys.byteorder:
+        raise ValueError(f"written on a {header['byteorder']}-endian machine")
     return _Header(
         int(header["content_bytes"]),
         int(header["step_lines"]),
-        header["byteorder"] != sys.byteorder,
         bool(header["torn"]),
         [_entry(e) for e in header["series"]],
         len(head) + n,
@@ -238,13 +239,13 @@ def _body(mm: mmap.mmap, header: _Header, wanted: Any) -> FileIndex:
         if wanted is not None and not wanted(s.kind, s.head):  # left unread: an empty series
             series.append(IndexedSeries(s.kind, s.head))
         else:
-            series.append(IndexedSeries(s.kind, s.head, _arrays(s, mm, pos, header.swap)))
+            series.append(IndexedSeries(s.kind, s.head, _arrays(s, mm, pos)))
         pos += stored
     other = zlib.decompress(mm[pos:])
     return FileIndex(header.content_bytes, header.step_lines, series, other, header.torn)
 
 
-def _arrays(s: _Entry, mm: mmap.mmap, pos: int, swap: bool) -> list[array[Any]]:
+def _arrays(s: _Entry, mm: mmap.mmap, pos: int) -> list[array[Any]]:
     """The columns of one series stored from ``pos`` on."""
     arrays = []
     for k in range(ARRAYS[s.kind]):
@@ -254,8 +255,6 @@ def _arrays(s: _Entry, mm: mmap.mmap, pos: int, swap: bool) -> list[array[Any]]:
             continue
         a: array[Any] = array(none.typecode)
         a.frombytes(mm[pos : pos + s.n * 8])
-        if swap:
-            a.byteswap()
         pos += s.n * 8
         arrays.append(a)
     return arrays

@@ -5,6 +5,7 @@ damaged, is passed over for the text, and nothing is lost either way."""
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 from pathlib import Path
 
@@ -153,3 +154,26 @@ def test_nrg_collect_index_says_which_file_it_could_not_index(
         filler.unlink()
         assert sorted(p.name for p in disk.iterdir()) == ["nrg-1.lp"]
         assert report(disk, use_index=True) == text
+
+
+def test_columns_without_any_value_are_left_out_and_come_back(tmp_path: Path) -> None:
+    """Guards: step-energy lines with ``step`` and ``energy_joules`` only (as other writers send
+    them) leave their error and power columns empty: the index does not store those columns,
+    and a report from it is still the report from the text (the absent values come back as
+    absent, not as zeros)."""
+    plain = {"step", "energy_joules"}
+    points = [
+        Point(p.measurement, p.tags, {k: v for k, v in p.fields.items() if k in plain}, p.time_ns)
+        if p.measurement == "nrg_energy" and p.tags.get("scope") == "step"
+        else p
+        for p in ClusterRun(gpus=2).points()
+    ]
+    write(tmp_path, points)
+    text = report(tmp_path, use_index=False)
+    index_files([tmp_path])
+    idx = index_path(tmp_path / "nrg-1.lp").read_bytes()
+    n = int.from_bytes(idx[8:12], "little")
+    header = json.loads(idx[12 : 12 + n])
+    energy = [s for s in header["series"] if s["kind"] == 1]
+    assert energy and all(s["absent"] == [4, 5, 6, 7, 8] for s in energy)
+    assert report(tmp_path, use_index=True) == text
