@@ -12,9 +12,11 @@ import secrets
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import sinks.influxdb
 from acquisition.api import PluginContext
 from acquisition.lineproto import LineEncoder
 from sinks.influxdb import InfluxDBSink
@@ -95,13 +97,25 @@ async def test_a_hung_server_is_named_in_words_and_changes_the_state_at_once(
     assert "Error: )" not in caplog.text and "()" not in caplog.text
 
 
-async def test_a_slow_answer_shows_in_the_status(context: PluginContext) -> None:
+async def test_a_post_in_flight_shows_as_waiting_only_past_two_seconds(
+    context: PluginContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: the status says a post waits for an answer only once it has waited more than
+    2 s, and says how long. The sink's clock is a fake one at 1000 s when the post starts (the
+    server never answers): at 1000 s and 1001.5 s the status is "ok"; at 1003.4 s it reads
+    "waiting 3 s" (1003.4 − 1000 = 3.4, shown to the second)."""
+    now = [1000.0]
+    monkeypatch.setattr(sinks.influxdb, "time", SimpleNamespace(monotonic=lambda: now[0]))
     with ScriptedServer(hang) as server:
         sink = make_sink(context, server.url, timeout=30.0, drain_timeout=0.0)
         await sink.open()
         await sink.write(make_points(0, 10))
-        await until(lambda: sink.status().startswith("waiting "), "the status to say so")
-        assert server.url in sink.status()
+        await until(lambda: len(server.writes) == 1, "the post to reach the server")
+        assert sink.status() == "ok"
+        now[0] = 1001.5
+        assert sink.status() == "ok"
+        now[0] = 1003.4
+        assert sink.status() == f"waiting 3 s for an answer from {server.url}"
         sink.abort()
         await sink.aclose()
 
