@@ -22,7 +22,7 @@ from acquisition.lineproto import LineEncoder
 from sinks.influxdb import InfluxDBSink
 from sinks.influxdb.http import MAX_MESSAGE, NO_ANSWER
 from sinks.influxdb.state import SinkState
-from tests.influxdb.helpers import make_points, make_sink, until
+from tests.influxdb.helpers import drain, make_points, make_sink, until
 from tests.influxdb.scripted import (
     Request,
     ScriptedServer,
@@ -136,6 +136,27 @@ async def test_abort_cuts_the_final_flush_short_and_spools_the_batch(
     again = make_sink(context, server.url)
     await again.spool.open()
     assert again.spool.points == 100
+    await again.spool.close()
+
+
+async def test_abort_right_after_a_write_spools_it_and_a_later_spill_in_order(
+    context: PluginContext,
+) -> None:
+    """Guards: a second Ctrl-C that comes before the post of the latest batch has even started
+    loses nothing: that batch (points 0–9) and a batch spilled after it (10–19) are both in the
+    spool at close, in that order: 20 points, none counted lost."""
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=3600.0, drain_timeout=3600.0)
+        await sink.open()
+        await sink.write(make_points(0, 10))  # its post is created, not started yet
+        sink.spill(make_points(10, 10))  # waits behind it, in order
+        sink.abort()
+        await asyncio.wait_for(sink.aclose(), 30)  # a hang guard
+    assert sink.stats()["lost_points"] == 0
+    again = make_sink(context, server.url)
+    await again.spool.open()
+    assert again.spool.points == 20
+    assert (await drain(again.spool)).splitlines() == lines_of(context, 0, 20)
     await again.spool.close()
 
 
