@@ -258,6 +258,7 @@ class InfluxDBSink:
             finally:
                 self._order.place(ticket, None)
             return
+        self._order.hold(ticket, (body, len(batch)))  # spooled at close if never posted
         self._inflight = asyncio.create_task(self._send_direct(body, len(batch), ticket))
 
     async def _encode(self, batch: Sequence[Point]) -> bytes:

@@ -380,3 +380,22 @@ def test_a_source_read_only_twice_is_counted() -> None:
     assert src["emonpi:5"].counted and not src["rapl:package-0"].counted
     assert src["emonpi:5"].energy_j == pytest.approx(160.0, rel=1e-9)
     assert s.energy.total_j == pytest.approx(160.0, rel=1e-9)
+
+
+def test_a_counter_reading_sent_twice_is_counted_once_and_the_rest_kept() -> None:
+    """Guards: a counter reading that arrives twice with the same time (a batch re-sent after
+    an answer was lost) is taken once, and the readings after it still count. A RAPL counter
+    at 25 W read every second from 0 s to 4 s (0, 25, 50, 75, 100 J), the 1 s reading twice:
+    over [0, 4] s, 100 J − 0 J = 100 J, 100 J / 4 s = 25 W, every second bracketed (no error)."""
+    t0 = 1_700_000_000 * NS
+    rapl = {"host": "h1", "socket": "0", "domain": "package"}
+    counter = [
+        Point("rapl", rapl, {"energy_joules": 25.0 * sec}, t0 + sec * NS)
+        for sec in (0, 1, 1, 2, 3, 4)
+    ]
+    s = summarize(counter, window_ns=(t0, t0 + 4 * NS))
+    pkg = by_source(s)["rapl:package-0"]
+    assert pkg.energy_j == pytest.approx(100.0, rel=1e-9)
+    assert pkg.mean_w == pytest.approx(25.0, rel=1e-9)
+    assert pkg.error_j == pytest.approx(0.0, abs=1e-9)
+    assert s.energy.total_j == pytest.approx(100.0, rel=1e-9)

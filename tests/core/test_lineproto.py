@@ -501,3 +501,29 @@ def test_a_series_whose_fields_change_shape_keeps_a_formatter_for_each_shape() -
     general_calls.clear()
     assert enc.encode_many(batch) == "".join(line + "\n" for line in lines)
     assert general_calls == []
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("ab", "expected 'series fields [timestamp]', got 1 parts"),
+        ("ab v=1 1 2", "expected 'series fields [timestamp]', got 4 parts"),
+        ("ab,host v=1 1", "tag 'host' is not key=value"),
+        ("ab,=x v=1 1", "tag '=x' is not key=value"),
+        ("ab,host= v=1 1", "tag 'host' has an empty value"),
+        ("ab v 1", "field 'v' is not key=value"),
+        ("ab =1 1", "field '=1' is not key=value"),
+        ("ab v= 1", "field 'v' has an empty value"),
+        ("ab v=1 x", "bad timestamp 'x'"),
+    ],
+)
+def test_a_malformed_line_gets_the_same_error_with_or_without_escapes(
+    line: str, error: str
+) -> None:
+    """Guards: reading a file, a malformed line is named by the same error whether or not it
+    has an escape (lines with one take another parser): the measurement ``ab`` and ``a\\ b``
+    (an escaped space) give the same message, word for word."""
+    for measurement in ("ab", "a\\ b"):
+        with pytest.raises(LineProtocolError) as caught:
+            decode_line(line.replace("ab", measurement, 1))
+        assert str(caught.value) == error

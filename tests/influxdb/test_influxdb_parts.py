@@ -264,6 +264,25 @@ def test_ticket_order_spools_in_ticket_order() -> None:
     assert spooled[-1] == b"f" and e == 4
 
 
+def test_a_held_body_is_spooled_at_close_only_if_its_ticket_was_never_placed() -> None:
+    """Guards: a body posted directly (held) makes nothing wait and is not spooled once its post
+    settles; a held body whose post never ran is spooled at close, before a later spill."""
+    from sinks.influxdb.order import TicketOrder
+
+    spooled: list[bytes] = []
+    order = TicketOrder(lambda body, n: spooled.append(body))
+    a = order.take()
+    order.hold(a, (b"a", 1))
+    assert not order.waiting  # a direct post does not send later batches to the spool
+    order.place(a, None)  # delivered
+    b = order.take()
+    order.hold(b, (b"b", 1))  # its post is cancelled before it starts: never placed
+    order.place(order.take(), (b"c", 1))  # spilled behind it: waits
+    assert spooled == [] and order.waiting
+    order.place_all()
+    assert spooled == [b"b", b"c"]
+
+
 @pytest.mark.parametrize("version", ["", "1.8.10"], ids=["v2", "v1"])
 async def test_a_write_the_server_never_answers_ends_at_the_configured_timeout(
     context: PluginContext, version: str

@@ -12,15 +12,17 @@ import secrets
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import sinks.influxdb
 from acquisition.api import PluginContext
 from acquisition.lineproto import LineEncoder
 from sinks.influxdb import InfluxDBSink
 from sinks.influxdb.http import MAX_MESSAGE, NO_ANSWER
 from sinks.influxdb.state import SinkState
-from tests.influxdb.helpers import make_points, make_sink, until
+from tests.influxdb.helpers import drain, make_points, make_sink, until
 from tests.influxdb.scripted import (
     Request,
     ScriptedServer,
@@ -95,13 +97,25 @@ async def test_a_hung_server_is_named_in_words_and_changes_the_state_at_once(
     assert "Error: )" not in caplog.text and "()" not in caplog.text
 
 
-async def test_a_slow_answer_shows_in_the_status(context: PluginContext) -> None:
+async def test_a_post_in_flight_shows_as_waiting_only_past_two_seconds(
+    context: PluginContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: the status says a post waits for an answer only once it has waited more than
+    2 s, and says how long. The sink's clock is a fake one at 1000 s when the post starts (the
+    server never answers): at 1000 s and 1001.5 s the status is "ok"; at 1003.4 s it reads
+    "waiting 3 s" (1003.4 − 1000 = 3.4, shown to the second)."""
+    now = [1000.0]
+    monkeypatch.setattr(sinks.influxdb, "time", SimpleNamespace(monotonic=lambda: now[0]))
     with ScriptedServer(hang) as server:
         sink = make_sink(context, server.url, timeout=30.0, drain_timeout=0.0)
         await sink.open()
         await sink.write(make_points(0, 10))
-        await until(lambda: sink.status().startswith("waiting "), "the status to say so")
-        assert server.url in sink.status()
+        await until(lambda: len(server.writes) == 1, "the post to reach the server")
+        assert sink.status() == "ok"
+        now[0] = 1001.5
+        assert sink.status() == "ok"
+        now[0] = 1003.4
+        assert sink.status() == f"waiting 3 s for an answer from {server.url}"
         sink.abort()
         await sink.aclose()
 
@@ -122,6 +136,27 @@ async def test_abort_cuts_the_final_flush_short_and_spools_the_batch(
     again = make_sink(context, server.url)
     await again.spool.open()
     assert again.spool.points == 100
+    await again.spool.close()
+
+
+async def test_abort_right_after_a_write_spools_it_and_a_later_spill_in_order(
+    context: PluginContext,
+) -> None:
+    """Guards: a second Ctrl-C that comes before the post of the latest batch has even started
+    loses nothing: that batch (points 0–9) and a batch spilled after it (10–19) are both in the
+    spool at close, in that order: 20 points, none counted lost."""
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=3600.0, drain_timeout=3600.0)
+        await sink.open()
+        await sink.write(make_points(0, 10))  # its post is created, not started yet
+        sink.spill(make_points(10, 10))  # waits behind it, in order
+        sink.abort()
+        await asyncio.wait_for(sink.aclose(), 30)  # a hang guard
+    assert sink.stats()["lost_points"] == 0
+    again = make_sink(context, server.url)
+    await again.spool.open()
+    assert again.spool.points == 20
+    assert (await drain(again.spool)).splitlines() == lines_of(context, 0, 20)
     await again.spool.close()
 
 

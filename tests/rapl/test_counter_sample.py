@@ -34,6 +34,24 @@ def test_two_reads_at_the_same_time_give_energy_and_no_power() -> None:
     assert c.sample(clock) == {"energy_joules": 0.004, "power_watts": 0.002}  # type: ignore[arg-type]
 
 
+def test_two_reads_at_the_same_time_in_a_unit_that_is_not_one_over_n() -> None:
+    """Guards: the energy of a read at the same monotonic time is right in every unit, not
+    only in units of 1/n J: the 15.3 µJ tick of DRAM on server CPUs (153/10⁷ J). 1000 → 3000 is
+    2000 ticks × 15.3 µJ = 0.0306 J; then 5000 one second later: 4000 × 15.3 µJ = 0.0612 J in
+    all, 2000 × 15.3 µJ / 1 s = 0.0306 W."""
+    raws = iter([1000, 3000, 5000])
+    unit = Fraction(153, 10**7)
+    c = Counter({"domain": "dram"}, "MSR 0x619", lambda: next(raws), unit, 2**32)
+    clock = Clock(10**9)
+    assert c.first(clock) is None  # type: ignore[arg-type]
+    assert c.sample(clock) == {"energy_joules": pytest.approx(0.0306, rel=1e-12)}  # type: ignore[arg-type]
+    clock.now += 10**9
+    assert c.sample(clock) == {  # type: ignore[arg-type]
+        "energy_joules": pytest.approx(0.0612, rel=1e-12),
+        "power_watts": pytest.approx(0.0306, rel=1e-12),
+    }
+
+
 def test_a_failing_counter_is_logged_once_per_episode(caplog: pytest.LogCaptureFixture) -> None:
     """Guards: a counter that cannot be read is warned about once when it starts failing (not
     at every tick), said to read again once when it recovers, and warned about again when a new
