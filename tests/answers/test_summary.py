@@ -314,6 +314,26 @@ def test_a_counter_read_less_often_than_power_is_extended_by_the_power_readings(
     assert gpu.error_j == pytest.approx(0.0, abs=1e-6)
 
 
+def test_a_counter_extended_by_only_two_power_readings() -> None:
+    """Guards: two power readings, the fewest that bracket a time, still give the window's parts
+    beyond a GPU's counter readings their energy (not left out, 400 J lost) and its error bar."""
+    t0 = 1_700_000_000 * NS
+    tags = {"gpu": "0", "host": "h1"}
+    # The counter at 0, 1, 2, 3, 4 s, 300 W; power read only at -1 s (200 W) and 5 s (500 W).
+    points = [Point("gpu", tags, {"energy_joules": 300.0 * k}, t0 + k * NS) for k in range(5)]
+    points.append(Point("gpu", tags, {"power_watts": 200.0}, t0 - NS))
+    points.append(Point("gpu", tags, {"power_watts": 500.0}, t0 + 5 * NS))
+    window = (t0 - 3 * NS // 10, t0 + 47 * NS // 10)  # 0.3 s before the first, 0.7 s after
+    gpu = by_source(summarize(points, window_ns=window))["nvml:0"]
+    # By hand, power rising 50 W a second: 235 W at -0.3 s, 250 W at 0 s, 450 W at 4 s, 485 W
+    # at 4.7 s. Edges: (235 + 250) / 2 × 0.3 = 72.75 J and (450 + 485) / 2 × 0.7 = 327.25 J:
+    # 400 J. Counter: 1200 J. Total 1600 J over 5 s: 320 W. Over the counter's span the readings
+    # say (250 + 450) / 2 × 4 = 1400 J for its 1200 J: 1/6 too high, so the edges' bar is 400 / 6.
+    assert gpu.energy_j == pytest.approx(1600.0, rel=1e-9)
+    assert gpu.mean_w == pytest.approx(320.0, rel=1e-9)
+    assert gpu.error_j == pytest.approx(400.0 / 6, rel=1e-9)
+
+
 def test_a_window_ending_inside_a_counter_interval_is_shaped_by_the_gpu_samples() -> None:
     """The GPU goes idle halfway through the counter's last interval and the window ends there:
     the driver's power samples give that part the interval's energy in proportion to their own
