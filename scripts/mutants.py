@@ -48,6 +48,7 @@ FILE = (
     "tests/core/test_file_sink_fsync.py",
     "tests/core/test_file_sink_rotation.py",
     "tests/core/test_file_sink_index.py",  # the index children: started, quiet, failures counted
+    "tests/core/test_file_sink_errors.py",  # a refused write: "disk full" or the system's words
 )
 ATTRIBUTION = ("tests/attribution",)
 LINEPROTO = (
