@@ -454,3 +454,22 @@ def test_the_shutdown_warning_counts_a_sources_missed_steps_out_of_every_step(
     assert stats["steps_missing:rapl:package-0"] == 1
     said = [r.getMessage() for r in caplog.records if "had no data around" in r.getMessage()]
     assert said == ["attribution: source rapl:package-0 had no data around 1 of 3 steps"]
+
+
+def test_a_source_missing_steps_is_told_once_at_its_first_missed_step(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Guards: the first step a source cannot bracket is told at once, naming the source and the
+    figure that counts such steps, and only once however many follow: RAPL read from 0 to
+    0.6 s, steps at 0.1–0.2, 0.8–0.9 and 1.0–1.1 s: the last two missed, one warning, 2
+    counted."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 600))
+    h.feed([step(0, 100, 200), step(1, 800, 900), step(2, 1000, 1100)])
+    h.proc.flush(h.out.append)
+    assert h.proc.stats()["steps_missing:rapl:package-0"] == 2
+    said = [r.getMessage() for r in caplog.records if "no samples around" in r.getMessage()]
+    assert said == [
+        "attribution: source rapl:package-0 has no samples around a step; such steps get no "
+        "energy from it (counted in steps_missing:rapl:package-0)"
+    ]
