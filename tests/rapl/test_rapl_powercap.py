@@ -384,3 +384,28 @@ async def test_a_zone_that_cannot_be_described_is_skipped_and_the_zones_after_it
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "skipping powercap zone intel-rapl:0:0" in warnings[0]
+
+
+async def test_a_subzone_whose_package_cannot_be_described_is_skipped_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: when a package zone cannot be described at open (socket 0's
+    ``max_energy_range_uj`` unreadable), its DRAM subzone, which takes its socket from it, is
+    skipped with a warning saying so, and the other socket's zones are read as before."""
+    caplog.set_level(logging.INFO, logger="collectors.rapl")
+    io = SteppedIO()
+    io.fail = {"intel-rapl:0/max_energy_range_uj": errno.EIO}
+    points, collector = await run_powercap("xeon-2s-dram", tmp_path, io=io)
+    assert collector.describe() == "powercap: package (socket 1), dram (socket 1)"
+    first = {(p.tags["domain"], p.tags["socket"]): p.fields for p in points[:2]}
+    assert first == {
+        # 179146718744 - 179004218744 = 142500000 µJ over 1 s
+        ("package", "1"): {"energy_joules": 142.5, "power_watts": 142.5},
+        # 38521012170 - 38501992170 = 19020000 µJ
+        ("dram", "1"): {"energy_joules": 19.02, "power_watts": 19.02},
+    }
+    assert len(points) == 2 * 3  # two zones, three ticks
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert warnings[0].startswith("rapl: skipping powercap zone intel-rapl:0: ")
+    assert warnings[1] == "rapl: skipping powercap zone intel-rapl:0:0 (dram): no parent package"
