@@ -256,3 +256,31 @@ def test_a_gpu_interval_with_one_end_unknown_is_left_out_of_the_step() -> None:
     assert "".join(lines.lines(r) for r in records) == expected
     points = [p for r in records for p in step_points(r, {"run": "r"}, 0)]
     assert LineEncoder().encode_many(points) == expected
+
+
+def test_a_step_aggregated_in_slices_counts_each_event_once() -> None:
+    """Guards: a step worked through in slices (``spread``: the GPU has run it, its events are
+    spread over later boundaries) gives the same figures as read at once, each event read
+    once: the root's forward encloses 201 calls of ``a``, 5 ns each, 20 ns apart."""
+    calls = 201
+    events: list[tuple[object, int, int]] = [(root, 0, FWD_PRE)]
+    for i in range(calls):
+        events += [(a, 100 + 20 * i, FWD_PRE), (a, 105 + 20 * i, FWD_POST)]
+    end = 100 + 20 * calls  # 4120
+    events += [(root, end, FWD_POST), (None, end + 10, STEP)]
+    # By hand: a 201 × 5 = 1005 ns; the root 4120 ns, of which 4120 - 1005 = 3115 its own.
+    expected = {
+        ("a", "forward"): ModuleTiming(201, 1005, 1005),
+        ("", "forward"): ModuleTiming(1, 4120, 3115),
+    }
+    (whole,) = StepAggregator(NAMES).feed(events)
+    assert whole.modules == expected
+    sliced = StepAggregator(NAMES)
+    # 405 events, two boundaries to spread over: a first slice of ⌈405 / 2⌉ = 203 events.
+    records = sliced.feed(events, max_steps=1, spread=2)
+    assert not records and sliced.pending
+    for _ in range(5):
+        records += sliced.feed([], max_steps=1, spread=2)
+    (record,) = records
+    assert (record.start_ns, record.end_ns, record.modules) == (0, 4130, expected)
+    assert (sliced.unclosed_enters, sliced.unmatched_exits) == (0, 0)
