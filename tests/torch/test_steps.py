@@ -284,3 +284,15 @@ def test_a_step_aggregated_in_slices_counts_each_event_once() -> None:
     (record,) = records
     assert (record.start_ns, record.end_ns, record.modules) == (0, 4130, expected)
     assert (sliced.unclosed_enters, sliced.unmatched_exits) == (0, 0)
+
+
+def test_no_step_finished_on_the_gpu_holds_every_event() -> None:
+    """Guards: with no step boundary reached on the GPU (``max_steps=0``) every event waits,
+    the boundary too, and none is counted twice when the GPU gets there: one step of ``a``
+    (10 → 30 ns) ending at 40 ns."""
+    agg = StepAggregator(NAMES)
+    events = [(a, 10, FWD_PRE), (a, 30, FWD_POST), (None, 40, STEP)]
+    assert agg.feed(events, max_steps=0) == []
+    (record,) = agg.feed([], max_steps=1)
+    assert (record.step, record.start_ns, record.end_ns) == (0, 10, 40)
+    assert record.modules == {("a", "forward"): ModuleTiming(1, 20, 20)}
