@@ -43,6 +43,16 @@ def pieces(secret: str, n: int = 6) -> list[str]:
     return [secret[i : i + n] for i in range(len(secret) - n + 1)]
 
 
+async def spooled_at_next_start(context: PluginContext, url: str) -> int:
+    """The points a sink started afresh finds in the spool."""
+    again = make_sink(context, url)
+    await again.spool.open()
+    try:
+        return again.spool.points
+    finally:
+        await again.spool.close()
+
+
 @pytest.mark.parametrize("status", [500, 400, 401])
 async def test_an_echoed_token_never_reaches_a_log_or_a_file_at_debug_level(
     context: PluginContext, caplog: pytest.LogCaptureFixture, status: int
@@ -133,10 +143,7 @@ async def test_abort_cuts_the_final_flush_short_and_spools_the_batch(
         sink.abort()
         await asyncio.wait_for(closing, 30)  # a hang guard
     assert sink.stats()["lost_points"] == 0
-    again = make_sink(context, server.url)
-    await again.spool.open()
-    assert again.spool.points == 100
-    await again.spool.close()
+    assert await spooled_at_next_start(context, server.url) == 100
 
 
 async def test_abort_right_after_a_write_spools_it_and_a_later_spill_in_order(
@@ -322,10 +329,7 @@ async def test_the_runner_cuts_closing_short_at_the_shutdown_deadline(
         await runner.close(deadline)  # the batch is posted; the server never answers
         await asyncio.wait_for(runner.close_sink(deadline), 30)  # a hang guard
     assert sink.stats()["lost_points"] == 0
-    again = make_sink(context, server.url)
-    await again.spool.open()
-    assert again.spool.points == 100
-    await again.spool.close()
+    assert await spooled_at_next_start(context, server.url) == 100
 
 
 async def test_closing_with_points_the_server_did_not_take_says_how_many_stay_and_where(
@@ -352,10 +356,7 @@ async def test_closing_with_points_the_server_did_not_take_says_how_many_stay_an
         f"{sink.spool.directory} for the next start"
     ]
     assert sink.stats()["lost_points"] == 0
-    again = make_sink(context, server.url)
-    await again.spool.open()
-    assert again.spool.points == 30
-    await again.spool.close()
+    assert await spooled_at_next_start(context, server.url) == 30
 
 
 async def test_points_neither_the_server_nor_the_spool_takes_are_counted_and_said_at_close(
