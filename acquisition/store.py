@@ -28,7 +28,7 @@ from typing import BinaryIO, Protocol
 from acquisition.errors import LineProtocolError, NrgError
 from acquisition.lineproto import decode_line
 from acquisition.point import FieldValue, Point
-from acquisition.store_index import read_index
+from acquisition.store_index import FileIndex, read_index
 
 __all__ = [
     "CHUNK_BYTES",
@@ -44,6 +44,7 @@ __all__ = [
     "first_stamp",
     "gzip_chunks",
     "lp_files",
+    "other_lines",
     "read_points",
     "scan_file",
 ]
@@ -225,12 +226,7 @@ class Scanner:
         if wanted is None or "nrg_step" in wanted or "nrg_energy" in wanted:
             return None
         index = read_index(path, lambda kind, head: False)
-        if index is None:
-            return None
-        self.stats.bytes += index.content_bytes
-        self.stats.torn_lines += index.torn
-        other = b"\n" + index.other
-        return self.points(other, len(other) - 1)
+        return None if index is None else other_lines(self, index)
 
     def wanted(self, lines: Iterable[bytes]) -> Iterator[Point]:
         """The points of ``lines`` that the query wants."""
@@ -375,6 +371,14 @@ class ChunkReader(Protocol):
     def indexed(self, path: Path) -> Iterator[Point] | None:
         """What :meth:`points` would read of ``path``, from its step index; None: no index."""
         ...
+
+
+def other_lines(scanner: ChunkReader, index: FileIndex) -> Iterator[Point]:
+    """What ``scanner`` reads of the lines a step index keeps as text (counted as its file's)."""
+    scanner.stats.bytes += index.content_bytes
+    scanner.stats.torn_lines += index.torn
+    other = b"\n" + index.other
+    return scanner.points(other, len(other) - 1)
 
 
 def scan_file(path: Path, scanner: ChunkReader, chunk_bytes: int) -> Iterator[Point]:

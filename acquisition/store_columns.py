@@ -27,7 +27,15 @@ from typing import Any
 from acquisition.errors import LineProtocolError
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
-from acquisition.store import CHUNK_BYTES, Query, Scanner, ScanStats, Store, scan_file
+from acquisition.store import (
+    CHUNK_BYTES,
+    Query,
+    Scanner,
+    ScanStats,
+    Store,
+    other_lines,
+    scan_file,
+)
 from acquisition.store_index import FileIndex, IndexedSeries, read_index
 from acquisition.summary.columns import NONE_INT, Series, StepColumns, step_series
 
@@ -215,10 +223,7 @@ class ColumnScanner:
                 self.columns.lines += len(indexed)
                 self.stats.points += len(indexed)
         self.next_order = base + index.step_lines
-        self.stats.bytes += index.content_bytes
-        self.stats.torn_lines += index.torn
-        other = b"\n" + index.other
-        yield from self.points(other, len(other) - 1)
+        yield from other_lines(self, index)
 
     def _pending(self, kind: int, head: bytes) -> _Pending:
         series = self._series(kind, head)

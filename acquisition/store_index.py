@@ -114,6 +114,7 @@ def _matches(recorded: int, data: Path) -> bool:
 
 def write_index(data: Path, index: FileIndex) -> Path:
     """Write ``index`` beside ``data``, aside then renamed (a reader never sees half of it)."""
+    absent = [_absent(s) for s in index.series]
     header = {
         "version": 1,
         "source": data.name,
@@ -122,8 +123,8 @@ def write_index(data: Path, index: FileIndex) -> Path:
         "byteorder": sys.byteorder,
         "torn": index.torn,
         "series": [
-            {"kind": s.kind, "head": s.head.decode("utf-8"), "n": len(s), "absent": _absent(s)}
-            for s in index.series
+            {"kind": s.kind, "head": s.head.decode("utf-8"), "n": len(s), "absent": gone}
+            for s, gone in zip(index.series, absent, strict=True)
         ],
     }
     head = json.dumps(header, separators=(",", ":")).encode()
@@ -132,10 +133,9 @@ def write_index(data: Path, index: FileIndex) -> Path:
     try:
         with tmp.open("wb") as f:
             f.write(MAGIC + _HEAD.pack(len(head)) + head)
-            for s in index.series:
-                absent = _absent(s)
+            for s, gone in zip(index.series, absent, strict=True):
                 for k, a in enumerate(s.arrays):
-                    if k not in absent:
+                    if k not in gone:
                         a.tofile(f)
             f.write(zlib.compress(index.other, 1))
             f.flush()
