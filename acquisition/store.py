@@ -29,6 +29,7 @@ from acquisition.errors import LineProtocolError, NrgError
 from acquisition.lineproto import decode_line
 from acquisition.point import FieldValue, Point
 from acquisition.store_index import FileIndex, read_index
+from acquisition.store_readings import merged_points, points_of, series_tags
 
 __all__ = [
     "CHUNK_BYTES",
@@ -225,8 +226,22 @@ class Scanner:
         wanted = self.query.measurements
         if wanted is None or "nrg_step" in wanted or "nrg_energy" in wanted:
             return None
-        index = read_index(path, lambda kind, head: False)
+        index = read_index(path, lambda kind, head: False, self.wants_reading)
         return None if index is None else other_lines(self, index)
+
+    def wants_reading(self, head: bytes) -> bool:
+        """Whether the query may want lines of a reading series (:mod:`acquisition.store_readings`)."""
+        found = series_tags(head)
+        if found is None:
+            return False
+        measurement, tags = found
+        q = self.query
+        if q.measurements is not None and measurement not in q.measurements:
+            return False
+        for k, vs in q.tags.items():  # noqa: SIM110 (as Query.matches)
+            if tags.get(k) not in vs:
+                return False
+        return True
 
     def wanted(self, lines: Iterable[bytes]) -> Iterator[Point]:
         """The points of ``lines`` that the query wants."""
@@ -366,6 +381,8 @@ class ChunkReader(Protocol):
     where: str
     bad_logged: bool
 
+    query: Query
+
     def points(self, buf: bytes, limit: int) -> Iterator[Point]: ...
 
     def indexed(self, path: Path) -> Iterator[Point] | None:
@@ -374,11 +391,24 @@ class ChunkReader(Protocol):
 
 
 def other_lines(scanner: ChunkReader, index: FileIndex) -> Iterator[Point]:
-    """What ``scanner`` reads of the lines a step index keeps as text (counted as its file's)."""
+    """What ``scanner`` reads of the lines a step index keeps as readings and text, in file
+    order (counted as its file's)."""
     scanner.stats.bytes += index.content_bytes
     scanner.stats.torn_lines += index.torn
-    other = b"\n" + index.other
-    return scanner.points(other, len(other) - 1)
+    readings, q, stats = index.other, scanner.query, scanner.stats
+    loaded = [(s, found) for s in readings.series if len(s.time) and (found := series_tags(s.head))]
+    rows = (row for s, found in loaded for row in points_of(s, *found, q.start_ns, q.end_ns))
+
+    def text(block: bytes) -> Iterator[Point]:
+        buf = b"\n" + block
+        return scanner.points(buf, len(buf) - 1)
+
+    def counted(n: int) -> None:
+        stats.points += n
+
+    if not loaded:
+        return text(readings.text)
+    return merged_points(readings, rows, text, counted)
 
 
 def scan_file(path: Path, scanner: ChunkReader, chunk_bytes: int) -> Iterator[Point]:

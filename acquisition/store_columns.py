@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acquisition import store_readings
 from acquisition.errors import LineProtocolError
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
 from acquisition.store import (
     CHUNK_BYTES,
+    FastDecoder,
     Query,
     Scanner,
     ScanStats,
@@ -195,13 +197,14 @@ class ColumnScanner:
                 n += 1
         self.columns.lines += n - first
         self.next_order = n
-        self._flush()
+        if n > first:
+            self._flush()
         yield from self.others.wanted(other)
         self.bad_logged = self.others.bad_logged
 
     def indexed(self, path: Path) -> Iterator[Point] | None:
         """What :meth:`points` reads of ``path``, from its step index (None: no valid one)."""
-        index = read_index(path, self._wants)
+        index = read_index(path, self._wants, self.others.wants_reading)
         return None if index is None else self._from_index(index)
 
     def _wants(self, kind: int, head: bytes) -> bool:
@@ -335,7 +338,7 @@ def build_index(path: Path) -> FileIndex:
         if p is not _SKIP and len(p.series)
     ]
     series.sort(key=lambda s: s.arrays[2][0])  # by first line, as a text read meets them
-    other = b"".join(line + b"\n" for line in lines.lines)
+    other = store_readings.split(lines.lines, FastDecoder().decode)
     return FileIndex(stats.bytes, scanner.next_order, series, other, stats.torn_lines > 0)
 
 

@@ -4,7 +4,8 @@ A distributed run writes about eleven step lines per rank and step (``nrg_step``
 step-scope ``nrg_energy`` per source); reading them back as text costs most of a report's time.
 The file sink writes, for each file it has finished, ``<name>.lp.idx``: the plain step lines
 (those :data:`acquisition.store_columns.LINES` reads as columns) as binary arrays per series,
-and every other line of the file as text (zlib-compressed). A report reads the index instead of
+the file's reading lines (the collectors' samples: :mod:`acquisition.store_readings`) as columns
+too, and every other line as text (zlib-compressed). A report reads the index instead of
 the file, and gets the same points and columns (:class:`acquisition.store_columns.ColumnScanner`).
 
 The ``.lp`` file stays the data; the index is a cache of it. It is used only while it matches
@@ -14,8 +15,9 @@ trailer), else ignored (the file is read as text). Deleting indexes loses nothin
 
 Layout: ``NRGIDX1\\n``, a 4-byte little-endian header length, the JSON header, then each
 series' arrays (``step``, ``time``, ``order``, then its int and float columns; 8 bytes per value,
-in the byte order of the machine that wrote it: another machine reads the file instead), then
-the other lines.
+in the byte order of the machine that wrote it: another machine reads the file instead), each
+reading series' arrays (``time``, ``place``, then one per field), the text blocks (3 values
+each), then the text lines. Version 1 (no reading columns) is still read.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from acquisition.store_readings import Readings, ReadingSeries
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -82,8 +86,8 @@ class FileIndex:
     step_lines: int
     """Plain step lines in the file (the ``order`` values run from 0 to this)."""
     series: list[IndexedSeries]
-    other: bytes
-    """Every other line, each ending with a newline, in file order."""
+    other: Readings
+    """Every other line: reading columns and text."""
     torn: bool = False
     """The file ended in a line without its newline (left out, as reading it does)."""
 
@@ -115,8 +119,9 @@ def _matches(recorded: int, data: Path) -> bool:
 def write_index(data: Path, index: FileIndex) -> Path:
     """Write ``index`` beside ``data``, aside then renamed (a reader never sees half of it)."""
     absent = [_absent(s) for s in index.series]
+    other = index.other
     header = {
-        "version": 1,
+        "version": 2,
         "source": data.name,
         "content_bytes": index.content_bytes,
         "step_lines": index.step_lines,
@@ -126,6 +131,12 @@ def write_index(data: Path, index: FileIndex) -> Path:
             {"kind": s.kind, "head": s.head.decode("utf-8"), "n": len(s), "absent": gone}
             for s, gone in zip(index.series, absent, strict=True)
         ],
+        "readings": [
+            {"head": r.head.decode("utf-8"), "keys": r.keys, "kinds": r.kinds, "n": r.n}
+            for r in other.series
+        ],
+        "other_lines": other.lines,
+        "blocks": len(other.blocks) // 3,
     }
     head = json.dumps(header, separators=(",", ":")).encode()
     target = index_path(data)
@@ -137,7 +148,11 @@ def write_index(data: Path, index: FileIndex) -> Path:
                 for k, a in enumerate(s.arrays):
                     if k not in gone:
                         a.tofile(f)
-            f.write(zlib.compress(index.other, 1))
+            for r in other.series:
+                for a in (r.time, r.place, *r.values):
+                    a.tofile(f)
+            other.blocks.tofile(f)
+            f.write(zlib.compress(other.text, 1))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -161,10 +176,10 @@ def _absent(s: IndexedSeries) -> list[int]:
     ]
 
 
-def read_index(data: Path, wanted: Any = None) -> FileIndex | None:
+def read_index(data: Path, wanted: Any = None, readings: Any = None) -> FileIndex | None:
     """The index of ``data`` when there is one and it matches the file, else None (a damaged
-    one is logged). ``wanted(kind, head)`` says which series to load (default: all); the
-    others come back empty."""
+    one is logged). ``wanted(kind, head)`` says which step series to load and
+    ``readings(head)`` which reading series (default: all); the others come back empty."""
     path = index_path(data)
     try:
         st = path.stat()
@@ -172,7 +187,7 @@ def read_index(data: Path, wanted: Any = None) -> FileIndex | None:
         if not _matches(header.content_bytes, data):
             return None  # the file changed since it was indexed: read it as text
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return _body(mm, header, wanted)
+            return _body(mm, header, wanted, readings)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, struct.error, zlib.error) as exc:
@@ -194,6 +209,11 @@ class _Header:
     step_lines: int
     torn: bool
     entries: list[_Entry]
+    readings: list[ReadingSeries]
+    """The reading series, without their columns."""
+    other_lines: int | None
+    """None: a version 1 index (its other lines all text)."""
+    blocks: int
     start: int
     """Where the arrays begin."""
 
@@ -208,8 +228,8 @@ def _header(path: str, ino: int, size: int, mtime_ns: int) -> _Header:
             raise ValueError("not an nrg step index")
         (n,) = _HEAD.unpack(head[len(MAGIC) :])
         header = json.loads(f.read(n))
-    if header["version"] != 1:
-        raise ValueError(f"index version {header['version']} (this nrg reads 1)")
+    if header["version"] not in (1, 2):
+        raise ValueError(f"index version {header['version']} (this nrg reads 1 and 2)")
     if header["byteorder"] != sys.byteorder:
         raise ValueError(f"written on a {header['byteorder']}-endian machine")
     return _Header(
@@ -217,6 +237,9 @@ def _header(path: str, ino: int, size: int, mtime_ns: int) -> _Header:
         int(header["step_lines"]),
         bool(header["torn"]),
         [_entry(e) for e in header["series"]],
+        [_reading(r) for r in header.get("readings", [])],
+        header.get("other_lines"),
+        int(header.get("blocks", 0)),
         len(head) + n,
     )
 
@@ -229,7 +252,14 @@ def _entry(e: dict[str, Any]) -> _Entry:
     return entry
 
 
-def _body(mm: mmap.mmap, header: _Header, wanted: Any) -> FileIndex:
+def _reading(r: dict[str, Any]) -> ReadingSeries:
+    keys, kinds = tuple(str(k) for k in r["keys"]), str(r["kinds"])
+    if len(keys) != len(kinds) or set(kinds) - {"q", "d"} or int(r["n"]) < 0:
+        raise ValueError(f"bad reading series {r!r}")
+    return ReadingSeries(str(r["head"]).encode("utf-8"), keys, kinds, int(r["n"]))
+
+
+def _body(mm: mmap.mmap, header: _Header, wanted: Any, readings: Any) -> FileIndex:
     pos = header.start
     series = []
     for s in header.entries:
@@ -241,8 +271,39 @@ def _body(mm: mmap.mmap, header: _Header, wanted: Any) -> FileIndex:
         else:
             series.append(IndexedSeries(s.kind, s.head, _arrays(s, mm, pos)))
         pos += stored
-    other = zlib.decompress(mm[pos:])
+    other, pos = _readings(mm, header, pos, readings)
+    other.text = zlib.decompress(mm[pos:])
+    if header.other_lines is None:
+        other = Readings.all_text(other.text)
     return FileIndex(header.content_bytes, header.step_lines, series, other, header.torn)
+
+
+def _readings(mm: mmap.mmap, header: _Header, pos: int, wanted: Any) -> tuple[Readings, int]:
+    """The reading series (those ``wanted(head)`` loaded, the others empty) and text blocks
+    stored from ``pos`` on, and where the text begins."""
+    series = []
+    for r in header.readings:
+        stored = (2 + len(r.kinds)) * r.n * 8
+        if pos + stored > len(mm):
+            raise ValueError("cut short")
+        s = ReadingSeries(r.head, r.keys, r.kinds, r.n)
+        if wanted is None or wanted(r.head):
+            s.time, s.place, *s.values = (
+                _column(mm, pos + k * r.n * 8, r.n, kind) for k, kind in enumerate("qq" + r.kinds)
+            )
+        series.append(s)
+        pos += stored
+    blocks = _column(mm, pos, 3 * header.blocks, "q")
+    pos += len(blocks) * 8
+    return Readings(series, b"", blocks, header.other_lines or 0), pos
+
+
+def _column(mm: mmap.mmap, pos: int, n: int, kind: str) -> array[Any]:
+    if pos + n * 8 > len(mm):
+        raise ValueError("cut short")
+    a: array[Any] = array(kind)
+    a.frombytes(mm[pos : pos + n * 8])
+    return a
 
 
 def _arrays(s: _Entry, mm: mmap.mmap, pos: int) -> list[array[Any]]:
@@ -260,6 +321,10 @@ def _arrays(s: _Entry, mm: mmap.mmap, pos: int) -> list[array[Any]]:
     return arrays
 
 
+def _nothing(*_: Any) -> bool:
+    return False
+
+
 def index_files(where: Sequence[str | os.PathLike[str]], force: bool = False) -> tuple[int, int]:
     """Index every ``.lp``/``.lp.gz`` file of ``where`` (directories or files) that has no
     valid index yet (``force``: all of them); (indexed, already indexed)."""
@@ -268,7 +333,7 @@ def index_files(where: Sequence[str | os.PathLike[str]], force: bool = False) ->
 
     done = skipped = 0
     for data in lp_files(where):
-        if not force and read_index(data, lambda kind, head: False) is not None:
+        if not force and read_index(data, _nothing, _nothing) is not None:
             skipped += 1
             continue
         try:

@@ -74,7 +74,13 @@ class Cumulative:
             return [None] * len(spans)
         first, last, at = times[0], times[-1], self._at
         out: list[float | None] = []
+        known_t, known = None, 0.0  # the last span's end: most spans start there
         for start, end in spans:
             a, b = max(start, first), min(end, last)
-            out.append(at(b) - at(a) if b > a else None)
+            if b <= a:
+                out.append(None)
+                continue
+            begin = known if a == known_t else at(a)
+            known_t, known = b, at(b)
+            out.append(known - begin)
         return out

@@ -4,6 +4,8 @@ exactly the energy of each span asked one by one."""
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,7 +14,11 @@ from acquisition.summary.series import Cumulative
 NS = 1_000_000_000
 
 times = st.lists(st.integers(0, 50 * NS), min_size=0, max_size=12, unique=True).map(sorted)
-spans = st.lists(st.tuples(st.integers(-5 * NS, 60 * NS), st.integers(-5 * NS, 60 * NS)))
+loose = st.lists(st.tuples(st.integers(-5 * NS, 60 * NS), st.integers(-5 * NS, 60 * NS)))
+cuts = st.lists(st.integers(-5 * NS, 60 * NS)).map(sorted)
+chained = cuts.map(lambda c: list(itertools.pairwise(c)))
+"""Global steps: each span starts where the last one ended (the curve reuses that figure)."""
+spans = st.one_of(loose, chained, st.tuples(chained, loose).map(lambda two: two[0] + two[1]))
 
 
 @given(times, st.lists(st.floats(0, 500), min_size=12, max_size=12), spans, st.booleans())
