@@ -29,7 +29,7 @@ from acquisition.errors import LineProtocolError, NrgError
 from acquisition.lineproto import decode_line
 from acquisition.point import FieldValue, Point
 from acquisition.store_index import FileIndex, read_index
-from acquisition.store_readings import merged_points, points_of, series_tags
+from acquisition.store_readings import build_points, merged_points, points_of, series_tags
 
 __all__ = [
     "CHUNK_BYTES",
@@ -187,12 +187,18 @@ class Scanner:
     """Finds and decodes the wanted lines of one buffer that starts with a newline."""
 
     def __init__(
-        self, query: Query, stats: ScanStats, decoded: dict[bytes, Point] | None = None
+        self,
+        query: Query,
+        stats: ScanStats,
+        decoded: dict[bytes, Point] | None = None,
+        built: BuiltReadings | None = None,
     ) -> None:
         self.query = query
         self.stats = stats
         self.decoded = decoded
         """Lines already decoded by this scanner's store (a report reads some lines twice)."""
+        self.built = built
+        """Reading points already built by this scanner's store, per file and series."""
         # One regex scan for every wanted measurement: the engine finds the literal newline
         # with memchr, so this runs at several GB/s (one bytes.find pass per name is slower).
         self.pattern = (
@@ -382,6 +388,7 @@ class ChunkReader(Protocol):
     bad_logged: bool
 
     query: Query
+    built: BuiltReadings | None
 
     def points(self, buf: bytes, limit: int) -> Iterator[Point]: ...
 
@@ -396,8 +403,12 @@ def other_lines(scanner: ChunkReader, index: FileIndex) -> Iterator[Point]:
     scanner.stats.bytes += index.content_bytes
     scanner.stats.torn_lines += index.torn
     readings, q, stats = index.other, scanner.query, scanner.stats
-    loaded = [(s, found) for s in readings.series if len(s.time) and (found := series_tags(s.head))]
-    rows = (row for s, found in loaded for row in points_of(s, *found, q.start_ns, q.end_ns))
+    loaded = [(k, s) for k, s in enumerate(readings.series) if len(s.time)]
+    rows = (
+        row
+        for k, s in loaded
+        for row in points_of(s, _built(scanner.built, index, k), q.start_ns, q.end_ns)
+    )
 
     def text(block: bytes) -> Iterator[Point]:
         buf = b"\n" + block
@@ -409,6 +420,23 @@ def other_lines(scanner: ChunkReader, index: FileIndex) -> Iterator[Point]:
     if not loaded:
         return text(readings.text)
     return merged_points(readings, rows, text, counted)
+
+
+BuiltReadings = dict[tuple[str, int, int], list[Point]]
+"""Per (data file, its size, reading series of its index), the points of its rows."""
+BUILT_MAX = 1_000_000
+"""Reading points a :class:`Store` keeps built for its next reads."""
+
+
+def _built(built: BuiltReadings | None, index: FileIndex, k: int) -> list[Point]:
+    """The points of reading series ``k`` of ``index``, built once per store."""
+    key = (index.where, index.content_bytes, k)
+    if built is not None and (known := built.get(key)) is not None:
+        return known
+    points = build_points(index.other.series[k])
+    if built is not None and sum(map(len, built.values())) + len(points) <= BUILT_MAX:
+        built[key] = points
+    return points
 
 
 def scan_file(path: Path, scanner: ChunkReader, chunk_bytes: int) -> Iterator[Point]:
@@ -469,6 +497,7 @@ class Store(QueryStore):
         self.use_index = use_index
         """Read a file's step index instead of the file when it has a valid one."""
         self.decoded: dict[bytes, Point] = {}
+        self.built: BuiltReadings = {}
         self.stats = ScanStats()
 
     def files(self) -> list[Path]:
@@ -476,7 +505,7 @@ class Store(QueryStore):
 
     def query(self, query: Query) -> Iterator[Point]:
         """Decoded points that match, file by file in time order, lines in file order."""
-        return self.scan(Scanner(query, self.stats, self.decoded))
+        return self.scan(Scanner(query, self.stats, self.decoded, self.built))
 
     def scan(self, scanner: ChunkReader) -> Iterator[Point]:
         """What ``scanner`` reads of every file, file by file in time order."""

@@ -30,6 +30,7 @@ from acquisition.lineproto import decode_line
 from acquisition.point import Point
 from acquisition.store import (
     CHUNK_BYTES,
+    BuiltReadings,
     FastDecoder,
     Query,
     Scanner,
@@ -160,6 +161,7 @@ class ColumnScanner:
         skip: re.Pattern[bytes] | None = None,
         steps: bool = True,
         decoded: dict[bytes, Point] | None = None,
+        built: BuiltReadings | None = None,
     ) -> None:
         self.query = query
         self.skip = skip
@@ -167,7 +169,8 @@ class ColumnScanner:
         self.stats = stats
         self.where = ""
         self.bad_logged = False
-        self.others = Scanner(query, stats, decoded)
+        self.others = Scanner(query, stats, decoded, built)
+        self.built = built
         self.steps = steps
         self.columns = StepColumns(skipped=skip is not None)
         self.next_order = 0
@@ -350,6 +353,6 @@ def read_columns(
     plain ``nrg_step`` lines too)."""
     if query.start_ns is not None or query.end_ns is not None:
         return list(store.query(query)), StepColumns()
-    scanner = ColumnScanner(query, store.stats, skip, steps, store.decoded)
+    scanner = ColumnScanner(query, store.stats, skip, steps, store.decoded, store.built)
     points = list(store.scan(scanner))
     return points, scanner.columns

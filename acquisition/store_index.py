@@ -90,6 +90,8 @@ class FileIndex:
     """Every other line: reading columns and text."""
     torn: bool = False
     """The file ended in a line without its newline (left out, as reading it does)."""
+    where: str = ""
+    """The data file's path, when read from its index."""
 
 
 def index_path(data: Path) -> Path:
@@ -187,7 +189,9 @@ def read_index(data: Path, wanted: Any = None, readings: Any = None) -> FileInde
         if not _matches(header.content_bytes, data):
             return None  # the file changed since it was indexed: read it as text
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return _body(mm, header, wanted, readings)
+            index = _body(mm, header, wanted, readings)
+        index.where = str(data)
+        return index
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, struct.error, zlib.error) as exc:

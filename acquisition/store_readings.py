@@ -19,13 +19,23 @@ import math
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from acquisition.errors import LineProtocolError
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
 
-__all__ = ["MIN_LINES", "ReadingSeries", "Readings", "merged_points", "series_tags", "split"]
+__all__ = [
+    "MIN_LINES",
+    "ReadingSeries",
+    "Readings",
+    "build_points",
+    "merged_points",
+    "points_of",
+    "series_tags",
+    "split",
+]
 
 MIN_LINES = 16
 """A series with fewer lines in a file stays text (a column costs a header entry)."""
@@ -169,16 +179,30 @@ def _text(
     return b"".join(parts), blocks
 
 
-def points_of(
-    s: ReadingSeries, measurement: str, tags: Mapping[str, str], start: int | None, end: int | None
-) -> Iterator[tuple[int, Point]]:
-    """(place, point) of each row of ``s`` in [start, end)."""
+def build_points(s: ReadingSeries) -> list[Point]:
+    """The point of each row of ``s`` (its series' points share one tags mapping, as the text
+    reader's do)."""
+    found = series_tags(s.head)
+    if found is None:  # never indexed so: a head that does not decode stays text
+        raise ValueError(f"reading series {s.head!r} does not decode")
     keys = s.keys
+    fields = [dict(zip(keys, row, strict=True)) for row in zip(*s.values, strict=True)]
+    return list(map(Point, repeat(found[0]), repeat(found[1]), fields, s.time))
+
+
+def points_of(
+    s: ReadingSeries, points: list[Point], start: int | None, end: int | None
+) -> Iterable[tuple[int, Point]]:
+    """(place, point) of each row of ``s`` in [start, end) (``points``: its rows' points)."""
+    if start is None and end is None:
+        return zip(s.place, points, strict=True)
     lo = -(2**63) if start is None else start
     hi = 2**63 if end is None else end
-    for t, place, *values in zip(s.time, s.place, *s.values, strict=True):
-        if lo <= t < hi:
-            yield place, Point(measurement, tags, dict(zip(keys, values, strict=True)), t)
+    return (
+        (place, point)
+        for t, place, point in zip(s.time, s.place, points, strict=True)
+        if lo <= t < hi
+    )
 
 
 def merged_points(

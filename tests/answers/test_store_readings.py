@@ -80,7 +80,7 @@ def test_reading_lines_come_back_from_columns_in_file_order(tmp_path: Path) -> N
 def test_a_reading_query_takes_its_series_times_and_tags(tmp_path: Path) -> None:
     """Guards: a query for some measurements, a time range and tags (a run's untagged samples
     within its window) gets from the columns exactly what the text gives: the window is
-    [start, end), the tag filter is exact."""
+    [start, end), the tag filter is exact; a store asked again answers the same."""
     path = agent_file(tmp_path)
     queries: list[dict[str, object]] = [
         {"measurements": ["gpu"], "start_ns": T0 + 3 * S, "end_ns": T0 + 9 * S + 1},
@@ -96,6 +96,10 @@ def test_a_reading_query_takes_its_series_times_and_tags(tmp_path: Path) -> None
     path.write_bytes(b" " * (path.stat().st_size - 1) + b"\n")
     for q, text in zip(queries, texts, strict=True):
         assert everything(tmp_path, use_index=True, **q) == text
+    # one store asked every query in turn (it keeps the points it built for the next reads)
+    store = Store(tmp_path)
+    for q, text in zip(queries * 2, texts * 2, strict=True):
+        assert list(store.points(**q)) == text[0]  # type: ignore[arg-type]
     # GPU 0 at 3..9 s, GPU 1 at 3..9 s + 1 ns: the end (9 s + 1 ns) keeps 9 s, not 9 s + 1 ns
     assert len(texts[0][0]) == 7 + 6
     assert {p.tags["gpu"] for p in texts[1][0]} == {"1"}
