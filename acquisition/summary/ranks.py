@@ -83,18 +83,24 @@ def _int(fields: Mapping[str, FieldValue], name: str) -> int | None:
 def gpu_owners(points: Iterable[Point]) -> dict[RankKey, tuple[str, str]]:
     """(host, rank) → (GPU source name, UUID) for the ranks whose ``nrg_run`` start names their
     CUDA device and whose host's ``gpu`` points carry that UUID."""
+    points = points if isinstance(points, list) else list(points)
     wanted: dict[RankKey, str] = {}
-    seen: dict[tuple[str, str], tuple[int, str]] = {}
-    """(host, UUID as written) → (where last seen, its GPU's source)."""
-    for i, p in enumerate(points):
-        m = p.measurement
-        if m == "gpu":
-            if written := p.tags.get("uuid"):
-                seen[(p.tags.get("host", ""), written)] = (i, f"nvml:{p.tags.get('gpu', '0')}")
-        elif m == "nrg_run" and p.fields.get("event") == "start":
+    for p in [p for p in points if p.measurement == "nrg_run"]:
+        if p.fields.get("event") == "start":
             named = p.fields.get("gpu_uuid")
             if isinstance(named, str) and named:
                 wanted[(p.tags.get("host", ""), p.tags.get("rank", ""))] = named
+    # a stored series' points share one tags mapping: each mapping is looked at once, at the
+    # last point that has it
+    gpus = [p for p in points if p.measurement == "gpu"]
+    last = {id(p.tags): (i, p.tags) for i, p in enumerate(gpus)}
+    seen: dict[tuple[str, str], tuple[int, str]] = {}
+    """(host, UUID as written) → (where last seen, its GPU's source)."""
+    for i, tags in last.values():
+        if written := tags.get("uuid"):
+            key = (tags.get("host", ""), written)
+            if i > seen.get(key, (-1, ""))[0]:
+                seen[key] = (i, f"nvml:{tags.get('gpu', '0')}")
     sources: dict[tuple[str, str], str] = {}
     for (host, written), (_, source) in sorted(seen.items(), key=lambda kv: kv[1][0]):
         sources[(host, normalize_uuid(written))] = source  # the last one seen of each device

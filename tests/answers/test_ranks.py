@@ -9,7 +9,7 @@ import pytest
 
 from acquisition.point import Point
 from acquisition.summary import SummaryOptions, summarize
-from acquisition.summary.ranks import normalize_uuid
+from acquisition.summary.ranks import gpu_owners, normalize_uuid
 from tests.answers.cluster import ClusterRun
 from tests.answers.runs import NS, T0
 from tests.answers.test_summary import validate
@@ -198,3 +198,33 @@ def test_a_wall_meter_read_twice_gives_each_global_step_its_span() -> None:
     assert s.steps.energy_j["mean"] == pytest.approx((98 + 94 + 90) / 3, rel=REL)
     assert s.steps.energy_j["p50"] == pytest.approx(94.0, rel=REL)
     assert [e.energy_j for e in s.epochs] == pytest.approx([98 + 94 + 90], rel=REL)
+
+
+def test_a_rank_s_gpu_is_its_device_as_last_seen() -> None:
+    """Guards: a rank's GPU is the ``gpu`` series whose UUID its start names, as last seen on
+    its host: after the driver renumbered the device (index 0, then 1, same UUID) the rank's
+    energy is read from ``nvml:1``; the same UUID on another host is another device; points of
+    one series share one tags mapping (as stored ones do) or not, alike."""
+    first = {"host": "a", "gpu": "0", "uuid": "GPU-AB12"}
+    later = {"host": "a", "gpu": "1", "uuid": "GPU-AB12"}
+    other_host = {"host": "b", "gpu": "3", "uuid": "GPU-AB12"}
+    points = [
+        Point("gpu", first, {"energy_joules": 1.0}, T0),
+        Point("gpu", other_host, {"energy_joules": 1.0}, T0),
+        Point("nrg_run", {"host": "a", "rank": "0"}, {"event": "start", "gpu_uuid": "ab12"}, T0),
+        Point(
+            "nrg_run", {"host": "b", "rank": "1"}, {"event": "start", "gpu_uuid": "GPU-ab12"}, T0
+        ),
+        Point("nrg_run", {"host": "b", "rank": "2"}, {"event": "end", "gpu_uuid": "GPU-ab12"}, T0),
+        Point("gpu", dict(first), {"energy_joules": 2.0}, T0 + NS),
+        Point("gpu", later, {"energy_joules": 3.0}, T0 + 2 * NS),
+        Point("gpu", later, {"energy_joules": 4.0}, T0 + 3 * NS),
+        Point("gpu", other_host, {"energy_joules": 2.0}, T0 + 3 * NS),
+    ]
+    assert gpu_owners(points) == {
+        ("a", "0"): ("nvml:1", "ab12"),
+        ("b", "1"): ("nvml:3", "GPU-ab12"),
+    }
+    # renumbered back: the device is GPU 0 again
+    points.append(Point("gpu", first, {"energy_joules": 5.0}, T0 + 4 * NS))
+    assert gpu_owners(iter(points))[("a", "0")] == ("nvml:0", "ab12")
