@@ -96,10 +96,10 @@ def _max_of(plan: _HostPlan, source: str) -> list[float]:
     """A shared source's figure in each step: the largest of its ranks', as the general join
     takes them one by one."""
     having = plan.shared[source]
-    out = plan.views[having[0]].energy[source]
-    for k in having[1:]:
-        out = list(map(max, plan.views[k].energy[source], out))
-    return out
+    if len(having) == 1:
+        return plan.views[having[0]].energy[source]
+    # max(newest, ..., first) per step: what max(next, so_far) rank by rank gives
+    return list(map(max, *(plan.views[k].energy[source] for k in reversed(having))))
 
 
 def _merged(
@@ -203,6 +203,7 @@ def _stragglers(
     ranks: list[_Rank],
     spans: list[tuple[int, int]],
     parts: list[tuple[list[float], list[float]]],
+    durations: list[list[float]],
 ) -> None:
     """Per step, the slowest rank (the first of the latest ends); every other rank waits from
     its end to that one, at its mean power of the step."""
@@ -211,17 +212,16 @@ def _stragglers(
     for k in (row.index(end) for row, end in zip(rows, latest, strict=True)):
         ranks[k].slowest_steps += 1
     span_s = [(b - a) / _NS for a, b in spans]
-    for v, r, (own, share) in zip(views, ranks, parts, strict=True):
+    for v, r, (own, share), took in zip(views, ranks, parts, durations, strict=True):
         waits = list(map(operator.truediv, map(operator.sub, latest, v.end), repeat(_NS)))
-        durations = list(map(operator.truediv, map(operator.sub, v.end, v.start), repeat(_NS)))
-        if min(durations, default=1.0) <= 0 or min(span_s, default=1.0) <= 0:
-            _waits_one_by_one(r, waits, durations, own, share, span_s)
+        if min(took, default=1.0) <= 0 or min(span_s, default=1.0) <= 0:
+            _waits_one_by_one(r, waits, took, own, share, span_s)
             continue
         waiting = list(map((0.0).__lt__, waits))
         r.wait_s = functools.reduce(operator.add, compress(waits, waiting), r.wait_s)
         power = map(
             operator.add,
-            map(operator.truediv, own, durations),
+            map(operator.truediv, own, took),
             map(operator.truediv, share, span_s),
         )
         energy = compress(map(operator.mul, power, waits), waiting)
@@ -273,10 +273,11 @@ def global_steps_columns(
     spans = _spans(views)
     keys: list[StepKey] = [("", "", step) for step in views[0].step]
     out.steps = dict(zip(keys, _synth(views, spans), strict=True))
+    durations = []
     for v, r in zip(views, ranks, strict=True):
         r.steps += n
-        durations = [(e - s) / _NS for s, e in zip(v.start, v.end, strict=True)]
-        r.time_s = functools.reduce(operator.add, durations, r.time_s)
+        durations.append([(e - s) / _NS for s, e in zip(v.start, v.end, strict=True)])
+        r.time_s = functools.reduce(operator.add, durations[-1], r.time_s)
     energies = [_host_energy(plan, spans, curves, n) for plan in plans]
     parts = []
     sources: dict[str, list[float]] = {}
@@ -309,6 +310,6 @@ def global_steps_columns(
                 _bounds_at(plan, into, i)
             if into:
                 out.bounds[key] = into
-    _stragglers(views, ranks, spans, parts)
+    _stragglers(views, ranks, spans, parts, durations)
     out.multi_rank_steps += n
     return out
