@@ -84,19 +84,41 @@ class RunInfo:
         return (self.experiment, self.run)
 
 
-def _add(runs: dict[tuple[str, str], RunInfo], p: Point) -> None:
-    run = p.tags.get("run")
+def _add(runs: dict[tuple[str, str], RunInfo], points: Iterable[Point]) -> None:
+    """Each point into its run (the run of each tags mapping found once: the points of a
+    stored series share one)."""
+    of: dict[int, tuple[Mapping[str, str], RunInfo | None]] = {}
+    added: set[int] = set()
+    for p in points:
+        tags = p.tags
+        known = of.get(id(tags))
+        if known is None or known[0] is not tags:
+            known = of[id(tags)] = (tags, _run_of(runs, tags))
+        if (info := known[1]) is not None:
+            info.points.append(p)
+            added.add(id(info))
+    for info in runs.values():
+        if id(info) in added:
+            _span(info)
+
+
+def _run_of(runs: dict[tuple[str, str], RunInfo], tags: Mapping[str, str]) -> RunInfo | None:
+    run = tags.get("run")
     if not run:
-        return
-    key = (p.tags.get("experiment", ""), run)
+        return None
+    key = (tags.get("experiment", ""), run)
     info = runs.get(key)
     if info is None:
         info = runs[key] = RunInfo(*key)
-    info.points.append(p)
-    if host := p.tags.get("host"):
+    if host := tags.get("host"):
         info.hosts.add(host)
-    info.start_ns = min(info.start_ns, p.time_ns)
-    info.end_ns = max(info.end_ns, p.time_ns)
+    return info
+
+
+def _span(info: RunInfo) -> None:
+    times = [p.time_ns for p in info.points]
+    info.start_ns = min(info.start_ns, min(times))
+    info.end_ns = max(info.end_ns, max(times))
 
 
 def _add_series(runs: dict[tuple[str, str], RunInfo], s: Series) -> None:
@@ -127,8 +149,7 @@ def find_runs(store: PointSource) -> list[RunInfo]:
             _add_series(runs, s)
     else:
         points = list(store.points(_LIST_MEASUREMENTS))
-    for p in points:
-        _add(runs, p)
+    _add(runs, points)
     return sorted(runs.values(), key=lambda r: r.start_ns)
 
 
