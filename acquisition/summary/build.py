@@ -21,7 +21,7 @@ Sources of each figure:
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -341,11 +341,12 @@ def _tag_counts(
 ) -> dict[str, dict[str, int]]:
     """For each of ``tags``, how many points (and step lines) carry each value: one pass."""
     counts: dict[str, dict[str, int]] = {tag: defaultdict(int) for tag in tags}
-    for p in points:
-        ptags = p.tags
+    mappings = {id(p.tags): p.tags for p in points}  # a stored series' points share one
+    for key, n in Counter([id(p.tags) for p in points]).items():
+        ptags = mappings[key]
         for tag in tags:
             if value := ptags.get(tag):
-                counts[tag][value] += 1
+                counts[tag][value] += n
     for tag in tags:
         for value, n in (columns.tag_counts(tag) if columns is not None else {}).items():
             counts[tag][value] += n

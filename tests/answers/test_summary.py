@@ -419,3 +419,14 @@ def test_a_counter_reading_sent_twice_is_counted_once_and_the_rest_kept() -> Non
     assert pkg.mean_w == pytest.approx(25.0, rel=1e-9)
     assert pkg.error_j == pytest.approx(0.0, abs=1e-9)
     assert s.energy.total_j == pytest.approx(100.0, rel=1e-9)
+
+
+def test_the_run_host_and_experiment_are_the_names_on_most_points() -> None:
+    """Guards: the summary's run, experiment and host are the values most points carry, each
+    point counted once whether its series shares one tags mapping (as stored points do) or
+    not: 3 points of host ``a`` (one mapping) against 2 of ``b`` (a mapping each)."""
+    shared = {"host": "a", "run": "r1", "experiment": "e"}
+    pts = [Point("memory", shared, {"used_bytes": 1}, k * NS) for k in range(3)]
+    pts += [Point("memory", {"host": "b", "run": "r2"}, {"used_bytes": 1}, k * NS) for k in (3, 4)]
+    s = summarize(pts)
+    assert (s.host, s.run, s.experiment) == ("a", "r1", "e")
