@@ -301,22 +301,20 @@ class FastDecoder:
 
     A series (``measurement,tags``) repeats on every line of it: it is decoded once by
     ``decode_line`` and remembered (up to ``max_series``); then only fields and timestamp are
-    split. Anything but a plain line with int (``i``) and float fields (escapes, strings,
-    booleans, a missing timestamp, anything malformed) goes through ``decode_line`` itself, so
-    both give the same points and the same errors. The points of one series after the first
-    share one tags mapping (read-only, as :class:`Point` types it): a run's step and energy
-    points are most of what a report reads, and a dict per point was a quarter of their
-    memory."""
+    split. Anything but a line with int (``i``) and float fields (escapes outside the series,
+    strings, booleans, a missing timestamp, anything malformed) goes through ``decode_line``
+    itself, so both give the same points and the same errors. The points of one series after
+    the first share one tags mapping (read-only, as :class:`Point` types it): a run's step
+    and energy points are most of what a report reads, and a dict per point was a quarter of
+    their memory."""
 
     def __init__(self, max_series: int = 100_000) -> None:
         self.max_series = max_series
         self._series: dict[str, tuple[str, dict[str, str]]] = {}
 
     def decode(self, line: str) -> Point:
-        if "\\" in line or '"' in line:
-            return decode_line(line)
-        parts = line.split(" ")
-        if len(parts) != 3:
+        parts = _sections(line)
+        if parts is None:
             return decode_line(line)
         series, text, stamp = parts
         head = self._series.get(series)
@@ -325,24 +323,54 @@ class FastDecoder:
             if len(self._series) < self.max_series:
                 self._series[series] = (point.measurement, dict(point.tags))
             return point
-        fields: dict[str, FieldValue] = {}
-        for item in text.split(","):
-            key, _, value = item.partition("=")
-            if not key or not value:
-                return decode_line(line)
-            try:
-                if value[-1] == "i":
-                    fields[key] = int(value[:-1])
-                elif value[0] in _NUMBER_START:
-                    x = float(value)
-                    if x - x != 0.0:  # inf or nan
-                        return decode_line(line)
-                    fields[key] = x
-                else:
-                    return decode_line(line)
-            except ValueError:
-                return decode_line(line)
+        fields = _plain_fields(text)
+        if fields is None:
+            return decode_line(line)
         return Point(head[0], head[1], fields, int(stamp))
+
+
+_ESCAPED_HEAD = re.compile(r"((?:[^ \\]|\\.)+) ")
+"""``measurement,tags`` up to the first space not escaped (a GPU's name has escaped spaces): a
+backslash escapes the character after it, as :func:`acquisition.lineproto.decode_line` reads."""
+
+
+def _sections(line: str) -> tuple[str, str, str] | None:
+    """(series, fields, timestamp) of a line whose escapes (if any) are in its series only,
+    else None."""
+    if '"' in line:
+        return None
+    if "\\" not in line:
+        parts = line.split(" ")
+        return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
+    found = _ESCAPED_HEAD.match(line)
+    if found is None:
+        return None
+    rest = line[found.end() :].split(" ")
+    if len(rest) != 2 or "\\" in rest[0]:
+        return None
+    return found.group(1), rest[0], rest[1]
+
+
+def _plain_fields(text: str) -> dict[str, FieldValue] | None:
+    """Int (``i``) and finite float fields, None for anything else."""
+    fields: dict[str, FieldValue] = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        if not key or not value:
+            return None
+        try:
+            if value[-1] == "i":
+                fields[key] = int(value[:-1])
+            elif value[0] in _NUMBER_START:
+                x = float(value)
+                if x - x != 0.0:  # inf or nan
+                    return None
+                fields[key] = x
+            else:
+                return None
+        except ValueError:
+            return None
+    return fields
 
 
 def _plain_chunks(f: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ MIN_LINES = 16
 _STEP_MEASUREMENTS = (b"nrg_step,", b"nrg_energy,")
 """Step lines are the step columns' or text: never readings."""
 _INT64 = (-(2**63), 2**63 - 1)
+_HEAD = re.compile(rb"([A-Za-z](?:[^ \\\n]|\\.)*) ")
+"""A line's ``measurement,tags`` up to the first space not escaped (a GPU's ``name`` tag has
+escaped spaces)."""
 
 
 @dataclass
@@ -141,10 +145,12 @@ def _reading(
     building: dict[tuple[bytes, tuple[str, ...], str], _Building],
 ) -> _Building | None:
     """The series ``line`` joins as a row, None when it stays text."""
-    head, sep, _ = line.partition(b" ")
-    if not sep or not line[:1].isalpha() or line.startswith(_STEP_MEASUREMENTS):
+    found = _HEAD.match(line)
+    if found is None or line.startswith(_STEP_MEASUREMENTS):
         return None
-    if b"\\" in line or b'"' in line or series_tags(head) is None:
+    head = found.group(1)
+    rest = line[found.end() :]
+    if b"\\" in rest or b'"' in rest or series_tags(head) is None:
         return None
     try:
         point = decode(line.decode("utf-8"))

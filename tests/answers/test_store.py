@@ -210,7 +210,9 @@ _value = st.one_of(
             Point,
             st.sampled_from(["rapl", "gpu", "a b", "c,d"]),
             st.dictionaries(st.sampled_from(["host", "run", "x y", "k=v"]), _text, max_size=3),
-            st.dictionaries(st.sampled_from(["energy_joules", "n", "s p"]), _value, min_size=1),
+            st.dictionaries(
+                st.sampled_from(["energy_joules", "n", "s p", "b\\"]), _value, min_size=1
+            ),
             st.integers(0, 2**62),
         ),
         min_size=1,

@@ -19,7 +19,7 @@ S = 1_000_000_000
 
 
 def agent_file(tmp: Path) -> Path:
-    """Two GPUs' samples interleaved with lines that must stay text: a sample with one more
+    """Two GPUs' samples and driver samples interleaved with lines that must stay text: a sample with one more
     field, string and boolean fields, an escaped tag, a series of few lines, a comment, a step
     line, an int beyond int64 (unsigned) and an empty line."""
     lines = []
@@ -28,6 +28,8 @@ def agent_file(tmp: Path) -> Path:
         lines.append(f"gpu,gpu=0,host=h energy_joules={k * 301.5},power_watts=301.5 {t}")
         extra = ",temperature_c=61i" if k == 7 else ""
         lines.append(f"gpu,gpu=1,host=h energy_joules={k * 99.25},util_pct={k}i{extra} {t + 1}")
+        # a driver sample: the GPU's name has escaped spaces (still a reading)
+        lines.append(f"gpu_sample,gpu=0,host=h,name=NVIDIA\\ H100\\,\\ 80GB power_watts={k}.0 {t}")
         if k % 5 == 0:
             lines.append(f'proc,host=h,pid=7 cmd="train py",rss_bytes={k}i {t + 2}')
             lines.append(f"nrg_run,host=h,run=r event_ok=true,pid=7i {t + 3}")
@@ -66,9 +68,10 @@ def test_reading_lines_come_back_from_columns_in_file_order(tmp_path: Path) -> N
     text, counted = everything(tmp_path, use_index=False)
     index = build_index(path)
     heads = sorted(s.head for s in index.other.series)
-    assert heads == [b"gpu,gpu=0,host=h", b"gpu,gpu=1,host=h"]
+    sample = b"gpu_sample,gpu=0,host=h,name=NVIDIA\\ H100\\,\\ 80GB"
+    assert heads == [b"gpu,gpu=0,host=h", b"gpu,gpu=1,host=h", sample]
     # 20 lines of GPU 0, 19 of GPU 1 (its line with a temperature is a series of one: text)
-    assert [s.n for s in index.other.series] == [MIN_LINES + 4, MIN_LINES + 3]
+    assert [s.n for s in index.other.series] == [MIN_LINES + 4, MIN_LINES + 3, MIN_LINES + 4]
     assert index_files([tmp_path]) == (1, 0)
     path.write_bytes(b" " * (path.stat().st_size - 1) + b"\n")
     got, got_counted = everything(tmp_path, use_index=True)
