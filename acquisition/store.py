@@ -29,7 +29,13 @@ from acquisition.errors import LineProtocolError, NrgError
 from acquisition.lineproto import decode_line
 from acquisition.point import FieldValue, Point
 from acquisition.store_index import FileIndex, read_index
-from acquisition.store_readings import build_points, merged_points, points_of, series_tags
+from acquisition.store_readings import (
+    ReadingSeries,
+    build_points,
+    merged_points,
+    points_of,
+    series_tags,
+)
 
 __all__ = [
     "CHUNK_BYTES",
@@ -235,6 +241,9 @@ class Scanner:
         index = read_index(path, lambda kind, head: False, self.wants_reading)
         return None if index is None else other_lines(self, index)
 
+    def keeps(self, s: ReadingSeries, measurement: str, tags: Mapping[str, str]) -> bool:
+        return False
+
     def wants_reading(self, head: bytes) -> bool:
         """Whether the query may want lines of a reading series (:mod:`acquisition.store_readings`)."""
         found = series_tags(head)
@@ -420,6 +429,10 @@ class ChunkReader(Protocol):
 
     def points(self, buf: bytes, limit: int) -> Iterator[Point]: ...
 
+    def keeps(self, s: ReadingSeries, measurement: str, tags: Mapping[str, str]) -> bool:
+        """Whether a reading series of an index is kept otherwise than as points."""
+        ...
+
     def indexed(self, path: Path) -> Iterator[Point] | None:
         """What :meth:`points` would read of ``path``, from its step index; None: no index."""
         ...
@@ -431,7 +444,11 @@ def other_lines(scanner: ChunkReader, index: FileIndex) -> Iterator[Point]:
     scanner.stats.bytes += index.content_bytes
     scanner.stats.torn_lines += index.torn
     readings, q, stats = index.other, scanner.query, scanner.stats
-    loaded = [(k, s) for k, s in enumerate(readings.series) if len(s.time)]
+    loaded = [
+        (k, s)
+        for k, s in enumerate(readings.series)
+        if len(s.time) and not scanner.keeps(s, *series_tags(s.head) or ("", {}))
+    ]
     rows = (
         row
         for k, s in loaded

@@ -28,6 +28,7 @@ from acquisition import store_readings
 from acquisition.errors import LineProtocolError
 from acquisition.lineproto import decode_line
 from acquisition.point import Point
+from acquisition.processors.energy import parse_gpu_sample
 from acquisition.store import (
     CHUNK_BYTES,
     BuiltReadings,
@@ -40,7 +41,14 @@ from acquisition.store import (
     scan_file,
 )
 from acquisition.store_index import FileIndex, IndexedSeries, read_index
-from acquisition.summary.columns import NONE_INT, Series, StepColumns, step_series
+from acquisition.store_readings import ReadingSeries
+from acquisition.summary.columns import (
+    NONE_INT,
+    DriverSamples,
+    Series,
+    StepColumns,
+    step_series,
+)
 
 __all__ = ["LINES", "ColumnScanner", "build_index", "read_columns", "skip_pattern"]
 
@@ -138,6 +146,39 @@ def skip_pattern(owners: Mapping[tuple[str, str], tuple[str, str]]) -> re.Patter
     return re.compile(b"\nnrg_energy," + _TAGS + b"host=)(?:" + b"|".join(hosts) + b")[^\n]*")
 
 
+class _Samples:
+    """A run's driver samples (``gpu_sample`` with a power) into :class:`DriverSamples`
+    columns."""
+
+    def __init__(self, columns: StepColumns) -> None:
+        self.columns = columns
+        self._of: dict[int, tuple[Mapping[str, str], DriverSamples]] = {}
+
+    def series(self, s: ReadingSeries, measurement: str, tags: Mapping[str, str]) -> bool:
+        """An indexed series, whole (its every line has a power, or none has)."""
+        if measurement != "gpu_sample" or "power_watts" not in s.keys:
+            return False
+        k = s.keys.index("power_watts")
+        watts = s.values[k] if s.kinds[k] == "d" else array("d", map(float, s.values[k]))
+        self.columns.add_samples(DriverSamples(tags, s.time, watts))
+        return True
+
+    def points(self, points: Iterable[Point]) -> Iterator[Point]:
+        """``points`` less the driver samples with a power, which are kept."""
+        for p in points:
+            if p.measurement != "gpu_sample" or (found := parse_gpu_sample(p)) is None:
+                yield p
+                continue
+            tags = p.tags
+            known = self._of.get(id(tags))
+            if known is None or known[0] is not tags:
+                known = self._of[id(tags)] = (tags, DriverSamples(tags, array("q"), array("d")))
+                self.columns.samples.append(known[1])
+            known[1].time.append(p.time_ns)
+            known[1].watts.append(found[1])
+            self.columns.lines += 1
+
+
 def _int_or_none(values: tuple[bytes, ...]) -> list[int]:
     if all(values):
         return list(map(int, values))
@@ -162,6 +203,7 @@ class ColumnScanner:
         steps: bool = True,
         decoded: dict[bytes, Point] | None = None,
         built: BuiltReadings | None = None,
+        samples: bool = False,
     ) -> None:
         self.query = query
         self.skip = skip
@@ -173,6 +215,8 @@ class ColumnScanner:
         self.built = built
         self.steps = steps
         self.columns = StepColumns(skipped=skip is not None)
+        self.samples = _Samples(self.columns) if samples else None
+        """Driver samples go into ``columns.samples``, not points."""
         self.next_order = 0
         """The file order of the next step line (counting the lines of indexed files)."""
         self._heads: tuple[dict[bytes, _Pending], dict[bytes, _Pending]] = ({}, {})
@@ -202,8 +246,19 @@ class ColumnScanner:
         self.next_order = n
         if n > first:
             self._flush()
-        yield from self.others.wanted(other)
+        points = self.others.wanted(other)
+        yield from points if self.samples is None else self.samples.points(points)
         self.bad_logged = self.others.bad_logged
+
+    def keeps(self, s: ReadingSeries, measurement: str, tags: Mapping[str, str]) -> bool:
+        """Whether a reading series of an index goes into the columns instead of points."""
+        q = self.query
+        if self.samples is None or q.start_ns is not None or q.end_ns is not None:
+            return False
+        if not self.samples.series(s, measurement, tags):
+            return False
+        self.stats.points += s.n
+        return True
 
     def indexed(self, path: Path) -> Iterator[Point] | None:
         """What :meth:`points` reads of ``path``, from its step index (None: no valid one)."""
@@ -346,13 +401,18 @@ def build_index(path: Path) -> FileIndex:
 
 
 def read_columns(
-    store: Store, query: Query, skip: re.Pattern[bytes] | None = None, steps: bool = True
+    store: Store,
+    query: Query,
+    skip: re.Pattern[bytes] | None = None,
+    steps: bool = True,
+    samples: bool = False,
 ) -> tuple[list[Point], StepColumns]:
     """The points of ``query`` in ``store``, less its step lines, and those lines as columns
     (less the lines ``skip`` matches: see :func:`skip_pattern`; without ``steps``, less the
-    plain ``nrg_step`` lines too)."""
+    plain ``nrg_step`` lines too; with ``samples``, the driver samples with a power as columns
+    too)."""
     if query.start_ns is not None or query.end_ns is not None:
         return list(store.query(query)), StepColumns()
-    scanner = ColumnScanner(query, store.stats, skip, steps, store.decoded, store.built)
+    scanner = ColumnScanner(query, store.stats, skip, steps, store.decoded, store.built, samples)
     points = list(store.scan(scanner))
     return points, scanner.columns

@@ -39,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from acquisition.point import Point  # noqa: E402
+from acquisition.point import FieldValue, Point  # noqa: E402
 
 GPUS = 8
 T0 = 1_764_000_000_000_000_000
@@ -47,6 +47,10 @@ NS = 1_000_000_000
 STEP_NS = 100_000_000
 SLOW_NS = 10_000_000
 PACKAGE_W, DRAM_W, GPU_W = 200.0, 30.0, 400.0
+DRIVER_HZ = 0
+"""``--driver-hz``: the driver's power samples per GPU-second (``gpu_sample``, as the nvml
+collector writes them: the GPU's name tag with escaped spaces). A real driver gives about 50."""
+NAME = "NVIDIA H100 80GB HBM3"
 
 
 def _host_sources(host: str, steps: int) -> list[Point]:
@@ -66,7 +70,17 @@ def _host_sources(host: str, steps: int) -> list[Point]:
         for g in range(GPUS):
             gtags = {**tags, "gpu": str(g), "uuid": f"GPU-{host}-{g:04d}"}
             out.append(Point("gpu", gtags, {"energy_joules": GPU_W * s}, t))
+            out += _driver_samples({**gtags, "name": NAME}, t)
     return out
+
+
+def _driver_samples(tags: dict[str, str], t: int) -> list[Point]:
+    fields: dict[str, FieldValue] = {
+        "power_watts": GPU_W,
+        "utilization_ratio": 1.0,
+        "memory_utilization_ratio": 0.5,
+    }
+    return [Point("gpu_sample", tags, fields, t + k * NS // DRIVER_HZ) for k in range(DRIVER_HZ)]
 
 
 def _rank_points(host: str, rank: int, local: int, steps: int, slow: bool) -> list[Point]:
@@ -96,11 +110,16 @@ def _rank_points(host: str, rank: int, local: int, steps: int, slow: bool) -> li
 def build(ranks: int, steps: int) -> list[Point]:
     points: list[Point] = []
     for h in range(ranks // GPUS):
-        host = f"node{h}"
-        points += _host_sources(host, steps)
-        for local in range(GPUS):
-            rank = h * GPUS + local
-            points += _rank_points(host, rank, local, steps, rank == ranks - 1)
+        points += build_host(h, ranks, steps)
+    return points
+
+
+def build_host(h: int, ranks: int, steps: int) -> list[Point]:
+    host = f"node{h}"
+    points = _host_sources(host, steps)
+    for local in range(GPUS):
+        rank = h * GPUS + local
+        points += _rank_points(host, rank, local, steps, rank == ranks - 1)
     return points
 
 
@@ -157,14 +176,17 @@ class _Points:
 
 
 def _write(d: str, ranks: int, steps: int) -> int:
+    """Write the run host by host (its points die with each); the lines written."""
     from acquisition.lineproto import LineEncoder
 
-    points = build(ranks, steps)
-    n = len(points)
+    n = 0
+    encoder = LineEncoder()
     with (Path(d) / "nrg.lp").open("w", encoding="utf-8") as f:
-        encoder = LineEncoder()
-        for i in range(0, n, 50_000):
-            f.write(encoder.encode_many(points[i : i + 50_000]))
+        for h in range(ranks // GPUS):
+            points = build_host(h, ranks, steps)
+            n += len(points)
+            for i in range(0, len(points), 50_000):
+                f.write(encoder.encode_many(points[i : i + 50_000]))
     return n
 
 
@@ -229,7 +251,7 @@ def main_files(sizes: str, old_max: int) -> None:
     for size in sizes.split(","):
         ranks, steps = (int(v) for v in size.split("x"))
         with tempfile.TemporaryDirectory(prefix="nrg-scale-") as d:
-            argv = [sys.executable, __file__, "--write", size, d]  # the points die with it
+            argv = [sys.executable, __file__, "--write", size, d, *_hz()]
             lines = int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
             ways = ["old", "new", "index"] if ranks * steps <= old_max else ["new", "index"]
             found = {}
@@ -239,13 +261,17 @@ def main_files(sizes: str, old_max: int) -> None:
                     argv = [sys.executable, __file__, "--index", d]
                     out = subprocess.run(argv, capture_output=True, text=True, check=True)
                     indexing = float(out.stdout)
-                argv = [sys.executable, __file__, "--child-files", size, way, d, str(lines)]
+                argv = [sys.executable, __file__, "--child-files", size, way, d, str(lines), *_hz()]
                 env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same order of sets in both
                 out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
                 r = json.loads(out.stdout)
                 found[way] = r.pop("summary")
                 _print_files_row(r, indexing)
             assert all(s == found["new"] for s in found.values()), "the ways disagree"
+
+
+def _hz() -> list[str]:
+    return ["--driver-hz", str(DRIVER_HZ)]
 
 
 def _print_files_row(r: dict[str, Any], indexing: float | None) -> None:
@@ -270,11 +296,14 @@ def main() -> None:
         default=64_000,
         help="with --files, run the old way too up to this many rank-steps",
     )
+    ap.add_argument("--driver-hz", type=int, default=0, help="gpu_sample lines per GPU-second")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--write", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--child-files", nargs=4, help=argparse.SUPPRESS)
     ap.add_argument("--index", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global DRIVER_HZ
+    DRIVER_HZ = args.driver_hz
     if args.index:
         print(index_child(args.index))
         return
@@ -300,7 +329,10 @@ def main() -> None:
     )
     for size in args.sizes.split(","):
         out = subprocess.run(
-            [sys.executable, __file__, "--child", size], capture_output=True, text=True, check=True
+            [sys.executable, __file__, "--child", size, *_hz()],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         r = json.loads(out.stdout)
         per = r["summary_s"] / (r["ranks"] * r["steps"]) * 1e6

@@ -215,7 +215,7 @@ def _read(
 ) -> tuple[list[Point], StepColumns]:
     # the plain nrg_step lines were read by find_runs: not again
     known = info.columns
-    points, columns = read_columns(store, query, skip, steps=known is None)
+    points, columns = read_columns(store, query, skip, steps=known is None, samples=True)
     if known is not None:
         columns.series[:0] = known.series
         columns.lines += known.lines

@@ -109,8 +109,10 @@ def counted_sources(sources: Iterable[str]) -> set[str]:
 # --- per-source energy -------------------------------------------------------------------------
 
 
-def _series(points: list[Point], options: SummaryOptions) -> dict[tuple[str, str], Series]:
-    """Each (host, source)'s readings."""
+def _series(
+    points: list[Point], options: SummaryOptions, columns: StepColumns | None = None
+) -> dict[tuple[str, str], Series]:
+    """Each (host, source)'s readings (and the driver samples ``columns`` holds)."""
     series: dict[tuple[str, str], Series] = defaultdict(Series)
     for p in points:
         if p.measurement == "gpu_sample" and (found := parse_gpu_sample(p)) is not None:
@@ -128,6 +130,9 @@ def _series(points: list[Point], options: SummaryOptions) -> dict[tuple[str, str
                 s.readings.append((p.time_ns, reading))
         else:
             s.power.append((p.time_ns, sample.value))
+    for d in columns.samples if columns is not None else ():
+        key = (d.tags.get("host", ""), f"nvml:{d.tags.get('gpu', '0')}")
+        series[key].samples.extend(zip(d.time, d.watts, strict=True))
     return series
 
 
@@ -511,7 +516,7 @@ def summarize(
     stretches = pieces((start, end), exclude_ns)
     excluded = (end - start) - sum(b - a for a, b in stretches) if end > start else 0
     duration = (end - start - excluded) / _NS
-    series = _series(pts, options)
+    series = _series(pts, options, columns)
     sources = _sources(series, stretches)
     total = sum(s.energy_j for s in sources if s.counted)
     joined, modules = _join(pts, _curves(series), views)

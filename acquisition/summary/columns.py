@@ -6,7 +6,9 @@ source); as points, 64 ranks × 10,000 steps take gigabytes. Here a line costs a
 (8 bytes per field). :meth:`StepColumns.to_points` gives the points back exactly as the lines
 decode (same measurement, tags, fields in line order, time, and file order), for every reader
 that needs points; :meth:`StepColumns.ranks` gives the aligned per-rank view the summary's
-join reads (see :mod:`acquisition.summary.ranks_columns`).
+join reads (see :mod:`acquisition.summary.ranks_columns`). A GPU's driver samples
+(``gpu_sample``, about 50 per GPU-second) may come as columns too (:class:`DriverSamples`): the
+summary only shapes GPU counters with their power.
 """
 
 from __future__ import annotations
@@ -15,12 +17,20 @@ import itertools
 import math
 import operator
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableSequence
 from dataclasses import dataclass, field
 
 from acquisition.point import FieldValue, Point
 
-__all__ = ["ENERGY_OPTIONAL", "NONE_INT", "RankView", "Series", "StepColumns", "regular_views"]
+__all__ = [
+    "ENERGY_OPTIONAL",
+    "NONE_INT",
+    "DriverSamples",
+    "RankView",
+    "Series",
+    "StepColumns",
+    "regular_views",
+]
 
 NONE_INT = -(2**63)
 """An absent int field (``samples``) in an int column."""
@@ -117,11 +127,23 @@ class RankView:
 
 
 @dataclass
+class DriverSamples:
+    """The ``gpu_sample`` lines of one series that carry a power: their times and ``power_watts``
+    (as floats), and nothing else of them (the summary reads nothing else)."""
+
+    tags: Mapping[str, str]
+    time: MutableSequence[int]
+    watts: MutableSequence[float]
+
+
+@dataclass
 class StepColumns:
-    """The ``nrg_step`` and step-scope ``nrg_energy`` lines of one run."""
+    """The ``nrg_step`` and step-scope ``nrg_energy`` lines of one run (and, when read so, its
+    driver samples)."""
 
     series: list[Series] = field(default_factory=list)
     lines: int = 0
+    samples: list[DriverSamples] = field(default_factory=list)
     skipped: bool = False
     """Lines the join does not read were left out (a rank's step energy of the host's other
     GPUs): only the join of :func:`regular_views` may read these columns."""
@@ -137,13 +159,20 @@ class StepColumns:
     def __len__(self) -> int:
         return self.lines
 
+    def add_samples(self, samples: DriverSamples) -> None:
+        self.samples.append(samples)
+        self.lines += len(samples.time)
+
     def time_range(self) -> tuple[int, int] | None:
         """The earliest and latest time of the lines (worked out again only after lines were
         added: a report asks several times)."""
         shape = (len(self.series), self.lines)
         if self._range_of != shape:
-            lows = [min(s.time) for s in self.series if len(s)]
-            highs = [max(s.time) for s in self.series if len(s)]
+            times = [s.time for s in self.series if len(s)] + [
+                d.time for d in self.samples if d.time
+            ]
+            lows = [min(t) for t in times]
+            highs = [max(t) for t in times]
             self._range = (min(lows), max(highs)) if lows else None
             self._range_of = shape
         return self._range
@@ -151,17 +180,26 @@ class StepColumns:
     def tag_counts(self, tag: str) -> dict[str, int]:
         """Lines per value of ``tag``."""
         counts: dict[str, int] = {}
-        for s in self.series:
-            value = s.tags.get(tag)
-            if value and len(s):
-                counts[value] = counts.get(value, 0) + len(s)
+        sized = [(s.tags, len(s)) for s in self.series]
+        sized += [(d.tags, len(d.time)) for d in self.samples]
+        for tags, n in sized:
+            value = tags.get(tag)
+            if value and n:
+                counts[value] = counts.get(value, 0) + n
         return counts
 
     def to_points(self) -> list[Point]:
-        """Every line as a point, in file order."""
+        """Every step line as a point, in file order; then each driver sample as a point with
+        its power only."""
         located = [(s.order[i], s, i) for s in self.series for i in range(len(s))]
         located.sort(key=lambda x: x[0])
-        return [s.point(i) for _, s, i in located]
+        points = [s.point(i) for _, s, i in located]
+        for d in self.samples:
+            points += [
+                Point("gpu_sample", d.tags, {"power_watts": w}, t)
+                for t, w in zip(d.time, d.watts, strict=True)
+            ]
+        return points
 
     def ranks(self) -> list[RankView] | None:
         """Each (host, rank)'s aligned steps, in (host, rank) order, when the run is regular:

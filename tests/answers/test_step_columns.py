@@ -13,10 +13,12 @@ from acquisition.point import Point
 from acquisition.report.formats import summaries_json
 from acquisition.report.runs import find_runs, load_run, load_run_columns
 from acquisition.store import Store
+from acquisition.store_index import index_files
 from acquisition.summary import summarize
 from acquisition.summary.columns import regular_views
 from acquisition.summary.ranks import GlobalSteps, _Rank
 from tests.answers.cluster import ClusterRun
+from tests.answers.runs import NS, T0
 
 
 def write(tmp: Path, points: list[Point]) -> Store:
@@ -114,3 +116,48 @@ def test_equally_slow_ranks_name_the_first() -> None:
         joined.ranks[("h", rank)] = _Rank("h", rank, slowest_steps=2 if rank != "1" else 0)
     stragglers = joined.stragglers(1.0)
     assert stragglers is not None and stragglers["slowest_rank"] == "2"
+
+
+def driver_samples(run: ClusterRun, every_s: float = 0.01) -> list[Point]:
+    """Each GPU's driver samples as the nvml collector writes them (its name tag has escaped
+    spaces): a power of 50 % of the GPU's in the first half of each 0.05 s tick and 150 % in
+    the second, so they shape a counter edge differently from a straight line."""
+    out = []
+    step = round(every_s * NS)
+    for host in run.hosts:
+        for g in range(run.gpus):
+            tags = {
+                "host": host,
+                "run": run.run,
+                "experiment": "e",
+                "gpu": str(g),
+                "name": "NVIDIA H100 80GB HBM3",
+                "uuid": "GPU-" + run.uuid(host, g).upper(),
+            }
+            for t in range(T0, run.job_end + round(run.tail_s * NS), step):
+                half = (t - T0) % round(run.tick_s * NS) < round(run.tick_s * NS) / 2
+                watts = run.gpu_w * (0.5 if half else 1.5)
+                out.append(Point("gpu_sample", tags, {"power_watts": watts, "util": 1.0}, t))
+    return out
+
+
+def test_driver_samples_as_columns_give_the_summary_of_their_points(tmp_path: Path) -> None:
+    """Guards: a run's driver samples, read as columns (from the text, and from a step index
+    without building their points), shape each GPU's counter at the run's edges exactly as the
+    same samples read as points do; they are read (without them the GPU energy differs)."""
+    run = ClusterRun(gpus=3)
+    run = dataclasses.replace(run, extra=driver_samples(run))
+    store = write(tmp_path, run.points())
+    old, new, fast = both(store)
+    assert fast and new == old
+    index_files([tmp_path])
+    (tmp_path / "nrg.lp").write_bytes(b" " * ((tmp_path / "nrg.lp").stat().st_size - 1) + b"\n")
+    indexed = Store(tmp_path)
+    (info,) = find_runs(indexed)
+    points, columns = load_run_columns(indexed, info)
+    assert columns is not None and len(columns.samples) == len(run.hosts) * run.gpus
+    assert not any(p.measurement == "gpu_sample" for p in points)
+    assert summaries_json([summarize(points, columns=columns)]) == old
+    columns.samples.clear()
+    without = summarize(points, columns=columns)
+    assert summaries_json([without]) != old
