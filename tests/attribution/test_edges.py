@@ -71,6 +71,41 @@ def test_history_not_grace_decides_how_far_back_samples_are_kept() -> None:
     assert h.proc.stats()["steps_without_source"] == 0
 
 
+def test_samples_far_older_than_history_are_let_go() -> None:
+    """Guards: the source history held in memory is bounded by ``history`` (12 s here), over a
+    run of any length. 100 s of a 10 W counter: a step 10 s behind the newest sample, within
+    history, gets 10 W × 0.5 s = 5 J; a step 90 s behind it, far older than history (its
+    samples were let go), gets no energy and is counted in ``steps_without_source``."""
+    h = Harness(grace=1.0, history=12.0)
+    h.feed(counter("package", 10.0, 0, 100_000))
+    h.feed([step(0, 10_000, 10_500), step(1, 90_000, 90_500), run_event("end", 100_000)])
+    (point,) = [p for p in h.out if p.tags["scope"] == "step"]
+    assert point.fields["step"] == 1
+    assert point.fields["energy_joules"] == pytest.approx(5.0, rel=1e-9)
+    assert h.proc.stats()["steps_without_source"] == 1
+
+
+def test_a_module_point_without_its_step_or_exclusive_time_is_ignored() -> None:
+    """Guards: a module point that lacks its ``step`` or its ``exclusive_seconds`` (a job that
+    wrote it incompletely) is skipped; the step and its whole module are attributed as if it
+    never came: 10 W over [250, 550] ms = 3 J, fc1 all of its 0.1 s: 1 J."""
+    bad = [
+        Point("nrg_module", p.tags, {k: v for k, v in p.fields.items() if k != drop}, p.time_ns)
+        for p, drop in (
+            (module(0, "fc2", "forward", 0.05, 550), "exclusive_seconds"),
+            (module(0, "fc3", "forward", 0.05, 550), "step"),
+        )
+    ]
+    h = Harness()
+    h.feed([*counter("package", 10.0, 0, 1000), step(0, 250, 550)])
+    h.feed([module(0, "fc1", "forward", 0.1, 550), *bad, run_event("end", 1000)])
+    assert h.rows() == [
+        ("rapl:package-0", "step", "", "", 0, 3.0, 0.3),
+        ("rapl:package-0", "module", "fc1", "forward", 0, 1.0, 0.1),
+        ("rapl:package-0", "unattributed", "", "", 0, 2.0, 0.2),
+    ]
+
+
 def test_the_pending_step_limit_is_the_number_of_steps_kept() -> None:
     """Guards: ``max_pending_steps = 3`` keeps 3 waiting steps; the 4th drops the oldest."""
     h = Harness(max_pending_steps=3)

@@ -4,13 +4,16 @@ before close."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import re
+import threading
 
 import pytest
 
 from acquisition.api import PluginContext
-from tests.influxdb.helpers import make_points, make_sink
+from tests.influxdb.helpers import make_points, make_sink, until
 from tests.influxdb.scripted import Answer, Request, ScriptedServer, accept
 
 
@@ -84,3 +87,69 @@ async def test_close_delivers_the_spool_an_earlier_run_left(
         assert len(server.accepted_lines()) == 4
         assert sink.stats()["spool_points"] == 0
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.parametrize("version", ["", "1.8.10"])
+async def test_only_a_2xx_answer_counts_as_written(context: PluginContext, version: str) -> None:
+    """Guards: a batch counts as written only when the server answers 2xx, to InfluxDB 2 and
+    1.x alike. 299, the last 2xx, takes the first 5 points; 300 (Multiple Choices, as a proxy
+    may answer; not a redirect to follow) does not: its 5 points stay in the spool, not counted
+    as sent, and arrive once the server takes them: 5 + 5 = 10 lines, each once."""
+    answers = iter([299, 300])
+
+    def script(_: Request) -> Answer:
+        return next(answers, 204), {}, b""
+
+    with ScriptedServer(script, version=version) as server:
+        sink = make_sink(context, server.url, drain_timeout=0.0, retry_max=0.05)
+        await sink.open()
+        await sink.write(make_points(0, 5))
+        await sink.flush()
+        await sink.write(make_points(5, 5))
+        await sink.flush()
+        stats = sink.stats()
+        assert (stats["sent_points"], stats["spool_points"]) == (5, 5)
+        assert len(server.accepted_lines()) == 5
+        await until(lambda: sink.stats()["spool_points"] == 0, "the replay of the 300's batch")
+        await sink.aclose()
+        lines = server.accepted_lines()
+    indices = sorted(int(re.search(rb"[ ,]n=(\d+)i", line)[1]) for line in lines)  # type: ignore[index]
+    assert indices == list(range(10))
+
+
+async def test_a_batch_written_as_the_spool_empties_is_posted_directly(
+    context: PluginContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: once the server has the spool's last record the sink posts new batches directly
+    again, even while that record's commit is still saving the cursor (a slow disk). An earlier
+    run left 4 points; a batch of 6 written during the commit reaches the server straight
+    away: 4 replayed, 6 sent, none spooled by this sink; the server gets all 10, in order."""
+    with ScriptedServer(busy, version="1.8.10") as server:
+        earlier = make_sink(context, server.url, drain_timeout=0.0)
+        await earlier.open()
+        await earlier.write(make_points(0, 4))
+        await earlier.aclose()
+        server.set_script(accept)
+        entered, release = threading.Event(), threading.Event()
+        real_replace = os.replace
+
+        def slow_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+            if threading.current_thread().name.startswith("nrg-spool"):
+                entered.set()
+                release.wait(30)  # a hang guard
+            real_replace(src, dst)
+
+        monkeypatch.setattr(os, "replace", slow_replace)
+        sink = make_sink(context, server.url, drain_timeout=60.0)
+        await sink.open()
+        await until(entered.is_set, "the commit of the replayed record")
+        writing = asyncio.create_task(sink.write(make_points(4, 6)))
+        await asyncio.sleep(0)  # write() decides where the batch goes before it first waits
+        release.set()
+        await writing
+        await sink.flush()
+        await sink.aclose()
+        lines = server.accepted_lines()
+    stats = sink.stats()
+    assert (stats["replayed_points"], stats["sent_points"], stats["spooled_points"]) == (4, 6, 0)
+    assert [int(re.search(rb"[ ,]n=(\d+)i", line)[1]) for line in lines] == list(range(10))  # type: ignore[index]

@@ -159,7 +159,8 @@ async def test_abort_right_after_a_write_spools_it_and_a_later_spill_in_order(
         sink.spill(make_points(10, 10))  # waits behind it, in order
         sink.abort()
         await asyncio.wait_for(sink.aclose(), 30)  # a hang guard
-    assert sink.stats()["lost_points"] == 0
+    # both batches went into the spool this way (held, then spilled): 10 + 10 counted spooled
+    assert (sink.stats()["lost_points"], sink.stats()["spooled_points"]) == (0, 20)
     again = make_sink(context, server.url)
     await again.spool.open()
     assert again.spool.points == 20
@@ -384,3 +385,38 @@ async def test_points_neither_the_server_nor_the_spool_takes_are_counted_and_sai
     assert said[0].startswith(f"influxdb {sink.where()}: 4 point(s) lost: ")
     assert os.strerror(errno.ENOSPC) in said[0]
     assert (sink.stats()["lost_points"], sink.stats()["spool_points"]) == (4, 0)
+
+
+async def test_torn_and_corrupt_spool_records_are_both_counted_in_the_sink_stats(
+    context: PluginContext,
+) -> None:
+    """Guards: ``spool_torn_records`` counts every spool record skipped, torn or corrupt. An
+    earlier run left 4 records of 10 points (the server was busy); the last one is torn (its
+    tail cut off, found at the next start) and the second gets a flipped bit once the spool is
+    open (found at replay by its checksum). The replay delivers records 1 and 3: 20 points;
+    skipped: 1 torn + 1 corrupt = 2 records, 10 corrupt points."""
+    busy: tuple[int, dict[str, str], bytes] = (503, {}, b'{"message":"busy"}')
+    with ScriptedServer(lambda _: busy, version="1.8.10") as server:
+        earlier = make_sink(context, server.url, drain_timeout=0.0)
+        await earlier.open()
+        for k in range(4):
+            await earlier.write(make_points(10 * k, 10))
+            await earlier.flush()
+        await earlier.aclose()
+        (segment,) = earlier.spool.directory.glob("seg-*.nrgspool")
+        with open(segment, "r+b") as f:  # the last record never fully reached the disk
+            f.truncate(segment.stat().st_size - 100)
+        sink = make_sink(context, server.url, drain_timeout=60.0, retry_max=0.05)
+        await sink.open()
+        data = segment.read_bytes()
+        at = data.index(b"n=15i")  # inside the second record's payload
+        with open(segment, "r+b") as f:
+            f.seek(at)
+            f.write(b"N")
+        server.set_script(accept)
+        await until(lambda: sink.spool.records == 0, "the replay")
+        await sink.aclose()
+    stats = sink.stats()
+    assert (stats["spool_torn_records"], stats["spool_corrupt_points"]) == (2, 10)
+    assert stats["replayed_points"] == 20
+    assert server.accepted_lines() == lines_of(context, 0, 10) + lines_of(context, 20, 10)

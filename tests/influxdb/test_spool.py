@@ -171,7 +171,18 @@ async def test_quota_drops_new_points_and_counts_them(tmp_path: Path) -> None:
     await spool.close()
 
 
+def open_segments(directory: Path) -> int:
+    """How many of ``directory``'s segment files this process holds open (deleted ones too)."""
+    fds = os.listdir("/proc/self/fd")
+    targets = [
+        os.readlink(f"/proc/self/fd/{fd}") for fd in fds if os.path.exists(f"/proc/self/fd/{fd}")
+    ]
+    return sum(t.startswith(f"{directory}/seg-") for t in targets)
+
+
 async def test_segments_roll_and_replayed_ones_are_deleted(tmp_path: Path) -> None:
+    """Guards: segments roll at ``segment_bytes``, each closed when the next one starts (only
+    the segment written to stays open, and none after close), and replayed ones are deleted."""
     spool = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=4096)
     await spool.open()
     payload = lines(0, 50)  # 970-byte records: 4 per segment
@@ -179,6 +190,7 @@ async def test_segments_roll_and_replayed_ones_are_deleted(tmp_path: Path) -> No
         spool.append_nowait(payload, 50)
     await spool.flush()
     assert [p.stat().st_size for p in segments(tmp_path)] == [8 + 4 * 970, 8 + 4 * 970, 8 + 2 * 970]
+    assert open_segments(tmp_path) == 1
     batch = await spool.read(4096)
     assert batch.records == 4
     await spool.commit(batch)
@@ -186,6 +198,7 @@ async def test_segments_roll_and_replayed_ones_are_deleted(tmp_path: Path) -> No
     await drain(spool)
     assert len(segments(tmp_path)) == 1  # the active segment stays
     await spool.close()
+    assert open_segments(tmp_path) == 0
     reopened = Spool(tmp_path, max_bytes=1 << 20)
     await reopened.open()
     assert reopened.records == 0
@@ -280,6 +293,10 @@ async def test_disk_full_drops_only_the_failed_record_and_the_spool_recovers(
         # Records larger than a page: they need new blocks, which the full disk refuses.
         assert spool.append_nowait(lines(10, 500), 500)  # queued; its write fails
         assert spool.append_nowait(lines(510, 500), 500)
+        # a replay read asked before the loop has heard of either failure: both records are
+        # skipped (the one the disk refused and the one its segment then refused), not read
+        # back as damaged
+        assert (await spool.read(1 << 30)).payload == lines(0, 10)
         await spool.flush()
         assert (spool.points, spool.failed_points, spool.failed_records) == (10, 1000, 2)
         errors = [r for r in caplog.records if "cannot write" in r.getMessage()]
