@@ -338,7 +338,7 @@ class FastDecoder:
         return Point(head[0], head[1], fields, int(stamp))
 
 
-_ESCAPED_HEAD = re.compile(r"((?:[^ \\]|\\.)+) ")
+_ESCAPED_HEAD = re.compile(r"(?=[^ ])([^ \\]*+(?:\\.[^ \\]*+)*+) ")
 """``measurement,tags`` up to the first space not escaped (a GPU's name has escaped spaces): a
 backslash escapes the character after it, as :func:`acquisition.lineproto.decode_line` reads."""
 

@@ -43,7 +43,7 @@ MIN_LINES = 16
 _STEP_MEASUREMENTS = (b"nrg_step,", b"nrg_energy,")
 """Step lines are the step columns' or text: never readings."""
 _INT64 = (-(2**63), 2**63 - 1)
-_HEAD = re.compile(rb"([A-Za-z](?:[^ \\\n]|\\.)*) ")
+_HEAD = re.compile(rb"([A-Za-z][^ \\\n]*+(?:\\.[^ \\\n]*+)*+) ")
 """A line's ``measurement,tags`` up to the first space not escaped (a GPU's ``name`` tag has
 escaped spaces)."""
 
