@@ -6,9 +6,9 @@ e.g. ``~/.local/share/nrg/``) and rotate when they would exceed ``max_bytes``; `
 the newest N (0 keeps all) and ``max_total_bytes`` bounds them all together (default: a quarter of
 the free space of the directory's filesystem when the sink opens), deleting the oldest first.
 ``compress = "gzip"`` compresses each rotated file to ``.lp.gz`` in the background. ``index``:
-a finished file holding at least ``INDEX_MIN_STEP_LINES`` training-step lines gets a step index
-beside it (:mod:`acquisition.store_index`), written by a child process at low priority, so reports
-of long distributed runs read columns instead of text.
+a finished file holding at least ``INDEX_MIN_STEP_LINES`` training-step lines or
+``INDEX_MIN_LINES`` lines in all gets a step index beside it (:mod:`acquisition.store_index`),
+written by a child process at low priority, so reports read columns instead of text.
 ``fsync``: ``"always"`` (after every batch: survives power loss), ``"interval"`` (at most every
 ``fsync_interval``), ``"never"`` (the OS decides). Files hold whole lines only: when the disk
 fills in the middle of a batch, the lines that fit stay, the torn end is cut off, and the rest of
@@ -69,7 +69,7 @@ class FileConfig:
     """always: after every batch; interval: every fsync_interval; never: leave it to the OS."""
     fsync_interval: float = duration(5.0, "with fsync = 'interval'")
     index: bool = True
-    """Write a step index beside each finished file with many training-step lines."""
+    """Write a step index beside each finished file with many lines (steps or readings)."""
 
     def validate(self) -> None:
         if self.max_bytes < 1024:
@@ -89,7 +89,9 @@ DIRECT_WRITE_MAX = 256 * 1024
 thread (a write that large may wait for the kernel to write back dirty pages)."""
 INDEX_MIN_STEP_LINES = 10_000
 """A finished file gets a step index when it holds at least this many step lines (below it,
-reading the text takes a fraction of a second)."""
+reading the text takes a fraction of a second)..."""
+INDEX_MIN_LINES = 100_000
+"""...or this many lines in all (an 8-GPU host's collectors write about 600 a second)."""
 INDEX_WAIT_S = 30.0
 """At close, how long to wait for index children before leaving them to finish alone (a
 64 MiB file takes a few seconds)."""
@@ -121,6 +123,8 @@ class FileSink:
         self._compressing: asyncio.Task[None] | None = None
         self._step_lines = 0
         """Step lines written to the current file (whether it is worth a step index)."""
+        self._lines_before = 0
+        """``lines_written`` when the current file was opened."""
         self._indexers: dict[int, Path] = {}
         """Index children not yet seen ending: pid → file."""
         self.indexes_started = 0
@@ -165,6 +169,7 @@ class FileSink:
         self.current = path
         self._size = os.fstat(fd).st_size
         self._step_lines = 0
+        self._lines_before = self.lines_written
 
     async def _rotate(self) -> None:
         await self._close_file(fsync=True)
@@ -200,7 +205,10 @@ class FileSink:
             self._compressing = None
 
     def _worth_index(self) -> bool:
-        return self.config.index and self._step_lines >= INDEX_MIN_STEP_LINES
+        lines = self.lines_written - self._lines_before
+        return self.config.index and (
+            self._step_lines >= INDEX_MIN_STEP_LINES or lines >= INDEX_MIN_LINES
+        )
 
     def _start_index(self, path: Path) -> None:
         """Index a finished file in a child process of its own session at low priority (see

@@ -70,6 +70,29 @@ async def test_finished_files_with_step_lines_get_an_index(
     assert sink.stats()["indexes_started"] == 2
 
 
+async def test_a_file_of_many_readings_gets_an_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: a finished file with no step lines but at least ``INDEX_MIN_LINES`` lines (a GPU
+    host's collectors write hundreds a second) is indexed too, its readings as columns; the
+    last file, with fewer, is not. The counting starts afresh with each file."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_LINES", 20)
+    config = FileConfig(dir=str(tmp_path), max_bytes=1500, fsync="never")
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    readings = [Point("gpu", {"gpu": "0"}, {"power_watts": 300.0}, 10 + i) for i in range(60)]
+    await sink.write(readings[:30])  # 30 lines of 39-40 bytes: file 1
+    first = sink.current
+    await sink.write(readings[30:])  # does not fit: file 1 rotates; file 2 has 30 lines too
+    await sink.write(readings[:10])  # does not fit: file 2 rotates; file 3 has 10
+    await sink.aclose()
+    assert first is not None and read_index(first) is not None
+    assert [s.n for s in read_index(first).other.series] == [30]  # type: ignore[union-attr]
+    indexed = sorted(p.name for p in tmp_path.glob("*.lp.idx"))
+    assert len(indexed) == 2 and len(list(tmp_path.glob("*.lp"))) == 3
+    assert sink.stats()["indexes_started"] == 2
+
+
 async def test_no_index_when_turned_off_and_stale_halves_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
