@@ -108,7 +108,11 @@ def _reading(
 
 def is_number(value: object) -> bool:
     """An int or float field value, not a bool."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, _NUMBERS) and not isinstance(value, bool)
+
+
+_NUMBERS = (int, float)
+"""A tuple: ``isinstance`` checks one faster than a union (a summary asks per reading)."""
 
 
 def interpolate(times: list[int], values: list[float], t: int) -> float | None:

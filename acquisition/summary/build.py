@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from acquisition.energy import energy_problems
 from acquisition.point import FieldValue, Point
 from acquisition.processors.attribution import parse_source
-from acquisition.processors.energy import parse_gpu_sample
+from acquisition.processors.energy import is_number, parse_gpu_sample
 from acquisition.summary.bounds import StepBound, sum_bound
 from acquisition.summary.carbon import run_carbon
 from acquisition.summary.columns import RankView, StepColumns, regular_views
@@ -76,9 +76,7 @@ _ROOT_MODULE = "(root)"
 
 
 def _number(value: FieldValue | None) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+    return float(value) if is_number(value) else None  # type: ignore[arg-type]
 
 
 def _kind(source: str) -> tuple[str, str]:

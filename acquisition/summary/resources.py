@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from acquisition.point import FieldValue, Point
+from acquisition.processors.energy import is_number
 from acquisition.summary.model import RAM_UNITS, TIME_UNITS, SummaryOptions
 
 __all__ = ["resources"]
@@ -31,9 +32,7 @@ _SCOPES = ("main", "descendants", "combined")
 
 
 def _num(value: FieldValue | None) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+    return float(value) if is_number(value) else None  # type: ignore[arg-type]
 
 
 def _max(values: Iterable[float | None], scale: float = 1.0) -> float | None:
