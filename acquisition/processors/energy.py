@@ -7,7 +7,7 @@ Units: times are Unix-epoch ns (int), energies J, powers W, durations s.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -115,7 +115,7 @@ _NUMBERS = (int, float)
 """A tuple: ``isinstance`` checks one faster than a union (a summary asks per reading)."""
 
 
-def interpolate(times: list[int], values: list[float], t: int) -> float | None:
+def interpolate(times: Sequence[int], values: Sequence[float], t: int) -> float | None:
     """``values`` linearly interpolated at ``t``; None outside ``[times[0], times[-1]]``.
 
     ``times`` is strictly increasing (ns).
@@ -139,7 +139,9 @@ def counter_energy(times: list[int], joules: list[float], start: int, end: int) 
     return e1 - e0
 
 
-def trapezoid_energy(times: list[int], watts: list[float], start: int, end: int) -> float | None:
+def trapezoid_energy(
+    times: Sequence[int], watts: Sequence[float], start: int, end: int
+) -> float | None:
     """Energy (J) of a power series over [start, end] by trapezoids; None unless bracketed."""
     p0 = interpolate(times, watts, start)
     p1 = interpolate(times, watts, end)
@@ -156,7 +158,7 @@ def trapezoid_energy(times: list[int], watts: list[float], start: int, end: int)
     return total / _NS
 
 
-def held_energy(times: list[int], watts: list[float], start: int, end: int) -> float:
+def held_energy(times: Sequence[int], watts: Sequence[float], start: int, end: int) -> float:
     """Energy (J) of a power series over [start, end] by trapezoids, the power held at the first
     and last samples' values outside their span (0 for no samples)."""
     if not times or end <= start:
@@ -188,7 +190,7 @@ class CounterAt(NamedTuple):
 
 
 def counter_at(
-    times: list[int], joules: list[float], st: list[int], sw: list[float], t: int
+    times: list[int], joules: list[float], st: Sequence[int], sw: Sequence[float], t: int
 ) -> CounterAt | None:
     """The counter (``times``, ``joules``) at ``t``, shaped between its samples by the power
     samples (``st``, ``sw``) where they cover the interval holding ``t`` (within
@@ -218,7 +220,7 @@ def counter_at(
 
 
 def _carried(
-    times: list[int], joules: list[float], st: list[int], sw: list[float], t: int
+    times: list[int], joules: list[float], st: Sequence[int], sw: Sequence[float], t: int
 ) -> CounterAt | None:
     """The counter after its last reading, carried on by the power samples up to ``t``."""
     last = times[-1]
@@ -229,7 +231,12 @@ def _carried(
 
 
 def shaped_energy(
-    times: list[int], joules: list[float], st: list[int], sw: list[float], start: int, end: int
+    times: list[int],
+    joules: list[float],
+    st: Sequence[int],
+    sw: Sequence[float],
+    start: int,
+    end: int,
 ) -> float | None:
     """Energy (J) a counter gained over [start, end], shaped by power samples (:func:`counter_at`);
     None unless the counter brackets it."""

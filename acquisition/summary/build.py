@@ -130,7 +130,7 @@ def _series(
             s.power.append((p.time_ns, sample.value))
     for d in columns.samples if columns is not None else ():
         key = (d.tags.get("host", ""), f"nvml:{d.tags.get('gpu', '0')}")
-        series[key].samples.extend(zip(d.time, d.watts, strict=True))
+        series[key].sample_columns.append((d.time, d.watts))
     return series
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -40,10 +42,31 @@ class Series:
     """Instantaneous power readings (``power_watts``) beside a counter, for the peak."""
     samples: list[tuple[int, float]] = field(default_factory=list)
     """The driver's power samples (``gpu_sample``): they shape a counter between readings."""
+    sample_columns: list[tuple[Sequence[int], Sequence[float]]] = field(default_factory=list)
+    """More of them, read as columns (times, watts), each part in time order."""
+    _joined: tuple[Sequence[int], Sequence[float]] | None = field(default=None, repr=False)
+
+    def driver_samples(self) -> tuple[Sequence[int], Sequence[float]]:
+        """Every driver sample in time order, as (times, watts): the columns as they are when
+        their times only grow (tens of thousands per GPU-hour: no object per sample)."""
+        if self._joined is None:
+            times, watts = array("q"), array("d")
+            for t, w in self.sample_columns:
+                times.extend(t)
+                watts.extend(w)
+            if self.samples or not _increasing(times):
+                pairs = sorted([*self.samples, *zip(times, watts, strict=True)])
+                times, watts = array("q", [t for t, _ in pairs]), array("d", [w for _, w in pairs])
+            self._joined = (times, watts)
+        return self._joined
 
     def edge_power(self) -> list[tuple[int, float]]:
         """Every power reading and sample, in time order."""
-        return sorted(self.power + self.readings + self.samples)
+        return sorted(self.power + self.readings + list(zip(*self.driver_samples(), strict=True)))
+
+
+def _increasing(times: Sequence[int]) -> bool:
+    return all(map(operator.lt, times, itertools.islice(times, 1, None)))
 
 
 def continuous(samples: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -94,7 +117,7 @@ def source_energy(
         return None
     energy = span = 0.0
     edges = [0.0, 0.0, 0.0]  # J, s and error bar (J) of the parts beyond the counter's readings
-    power = series.edge_power() if use_counter else []
+    power: list[tuple[int, float]] | None = None  # worked out when a window goes beyond them
     peaks = []
     for start, end in pieces:
         data = _clip(raw, start, end)
@@ -102,7 +125,8 @@ def source_energy(
             joules, peak = _piece(series, raw, data, (start, end), use_counter)
             energy, span = energy + joules, span + (data[-1][0] - data[0][0]) / _NS
             peaks.append(peak)
-            if use_counter:
+            if use_counter and (start < data[0][0] or data[-1][0] < end):
+                power = series.edge_power() if power is None else power
                 edges = [
                     x + y
                     for x, y in zip(edges, counter_edges(power, data, (start, end)), strict=True)
@@ -140,12 +164,12 @@ def _piece(
     inside = [w for t, w in series.readings if start <= t <= end]
     linear = data[-1][1] - data[0][1]
     peak = max([*inside, *deltas])
-    return shaped_counter(raw, series.samples, data[0][0], data[-1][0], linear), peak
+    return shaped_counter(raw, series.driver_samples(), data[0][0], data[-1][0], linear), peak
 
 
 def shaped_counter(
     counter: list[tuple[int, float]],
-    samples: list[tuple[int, float]],
+    samples: tuple[Sequence[int], Sequence[float]],
     a: int,
     b: int,
     linear: float,
@@ -153,11 +177,10 @@ def shaped_counter(
     """The counter's gain over [a, b] with an edge inside a reading interval given that
     interval's energy in proportion to the power samples' energy there, not to its time (a
     GPU going idle at the window's end); ``linear`` without samples covering it."""
-    if not samples:
+    st, sw = samples
+    if not st:
         return linear
-    samples.sort()
     times, joules = [t for t, _ in counter], [v for _, v in counter]
-    st, sw = [t for t, _ in samples], [w for _, w in samples]
     shaped = shaped_energy(times, joules, st, sw, a, b)
     return linear if shaped is None else shaped
 

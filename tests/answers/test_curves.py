@@ -5,11 +5,13 @@ exactly the energy of each span asked one by one."""
 from __future__ import annotations
 
 import itertools
+from array import array
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from acquisition.summary.series import Cumulative
+from acquisition.summary.source_energy import Series
 
 NS = 1_000_000_000
 
@@ -46,3 +48,25 @@ def test_a_worked_example() -> None:
     curve = Cumulative.counter([(0, 0.0), (NS, 100.0), (2 * NS, 300.0)])
     spans = [(NS // 2, 3 * NS // 2), (NS, 5 * NS), (3 * NS, 4 * NS)]
     assert curve.energies(spans) == [150.0, 200.0, None]
+
+
+pairs = st.lists(st.tuples(st.integers(0, 100), st.floats(0, 500)), max_size=6)
+
+
+@given(st.lists(pairs, max_size=4), pairs)
+def test_driver_samples_come_joined_in_time_order(parts: list, points: list) -> None:  # type: ignore[type-arg]
+    """Guards: a GPU's driver samples, read as columns in parts (one per file) and as points,
+    come back as one series in time order (ties by power), as sorting every (time, W) pair
+    gives: kept as they are when the parts' times only grow, sorted otherwise."""
+    columns = [(array("q", [t for t, _ in p]), array("d", [w for _, w in p])) for p in parts]
+    series = Series(samples=list(points), sample_columns=columns)
+    times, watts = series.driver_samples()
+    assert list(zip(times, watts, strict=True)) == sorted(points + [x for p in parts for x in p])
+
+
+def test_driver_samples_in_growing_parts_are_joined_as_they_are() -> None:
+    """Guards: parts whose times only grow are joined as they are: 0..2 s then 3..4 s."""
+    series = Series(sample_columns=[(array("q", [0, 1, 2]), array("d", [5.0, 1.0, 2.0]))])
+    series.sample_columns.append((array("q", [3, 4]), array("d", [0.5, 9.0])))
+    times, watts = series.driver_samples()
+    assert (list(times), list(watts)) == ([0, 1, 2, 3, 4], [5.0, 1.0, 2.0, 0.5, 9.0])
