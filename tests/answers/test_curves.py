@@ -70,3 +70,11 @@ def test_driver_samples_in_growing_parts_are_joined_as_they_are() -> None:
     series.sample_columns.append((array("q", [3, 4]), array("d", [0.5, 9.0])))
     times, watts = series.driver_samples()
     assert (list(times), list(watts)) == ([0, 1, 2, 3, 4], [5.0, 1.0, 2.0, 0.5, 9.0])
+
+
+def test_driver_samples_at_one_time_are_ordered_by_power() -> None:
+    """Guards: two samples at the same time (a re-read) come by power, as sorting the pairs
+    puts them, whichever came first."""
+    series = Series(sample_columns=[(array("q", [0, 1, 1, 2]), array("d", [3.0, 5.0, 2.0, 1.0]))])
+    times, watts = series.driver_samples()
+    assert (list(times), list(watts)) == ([0, 1, 1, 2], [3.0, 2.0, 5.0, 1.0])
