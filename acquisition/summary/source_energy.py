@@ -16,6 +16,7 @@ import operator
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from acquisition.processors.energy import shaped_energy
 from acquisition.summary.model import SourceEnergy
@@ -100,12 +101,19 @@ def _clip(series: list[tuple[int, float]], start: int, end: int) -> list[tuple[i
     a, b = max(start, series[0][0]), min(end, series[-1][0])
     if b <= a:
         return None
-    inner = [(t, v) for t, v in series if a < t < b]
-    return [(a, _at(series, a)), *inner, (b, _at(series, b))]
+    lo = bisect.bisect_right(series, (a, math.inf))  # the series is in time order
+    hi = bisect.bisect_left(series, (b, -math.inf), lo)
+    return [(a, _at(series, a)), *series[lo:hi], (b, _at(series, b))]
 
 
 def _trapezoid(series: list[tuple[int, float]]) -> float:
-    return sum((v0 + v1) / 2 * (t1 - t0) / _NS for (t0, v0), (t1, v1) in itertools.pairwise(series))
+    """Σ (v0 + v1) / 2 × (t1 − t0) / 1e9 over consecutive readings, in order (``map`` over
+    columns: a GPU's driver samples are hundreds of thousands)."""
+    times, watts = [t for t, _ in series], [v for _, v in series]
+    halves = map(operator.truediv, map(operator.add, watts, watts[1:]), repeat(2))
+    spans = map(operator.sub, times[1:], times)
+    total: float = sum(map(operator.truediv, map(operator.mul, halves, spans), repeat(_NS)))
+    return total
 
 
 def source_energy(
