@@ -31,6 +31,8 @@ __all__ = [
 ]
 
 _NS = 1e9
+Columns = tuple[Sequence[int], Sequence[float]]
+"""A series as (times, values)."""
 
 
 @dataclass
@@ -61,9 +63,14 @@ class Series:
             self._joined = (times, watts)
         return self._joined
 
-    def edge_power(self) -> list[tuple[int, float]]:
-        """Every power reading and sample, in time order."""
-        return sorted(self.power + self.readings + list(zip(*self.driver_samples(), strict=True)))
+    def edge_power(self) -> Columns:
+        """Every power reading and sample in time order, as (times, watts)."""
+        times, watts = self.driver_samples()
+        extra = self.power + self.readings
+        if not extra:
+            return times, watts
+        pairs = sorted([*extra, *zip(times, watts, strict=True)])
+        return [t for t, _ in pairs], [w for _, w in pairs]
 
 
 def _increasing(times: Sequence[int]) -> bool:
@@ -96,6 +103,29 @@ def _at(series: list[tuple[int, float]], t: int) -> float:
     return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
 
 
+def _at_columns(times: Sequence[int], watts: Sequence[float], t: int) -> float:
+    """:func:`_at` of a series as columns."""
+    i = bisect.bisect_left(times, t)
+    if i < len(times) and times[i] == t:
+        return watts[i]
+    t0, t1, v0, v1 = times[i - 1], times[i], watts[i - 1], watts[i]
+    return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+
+def _clip_columns(
+    times: Sequence[int], watts: Sequence[float], start: int, end: int
+) -> Columns | None:
+    """:func:`_clip` of a series as columns."""
+    a, b = max(start, times[0]), min(end, times[-1])
+    if b <= a:
+        return None
+    lo = bisect.bisect_right(times, a)
+    hi = bisect.bisect_left(times, b, lo)
+    inner_t, inner_w = times[lo:hi], watts[lo:hi]
+    at = _at_columns
+    return [a, *inner_t, b], [at(times, watts, a), *inner_w, at(times, watts, b)]
+
+
 def _clip(series: list[tuple[int, float]], start: int, end: int) -> list[tuple[int, float]] | None:
     """The series inside [start, end], with interpolated points at the edges it brackets."""
     a, b = max(start, series[0][0]), min(end, series[-1][0])
@@ -107,9 +137,12 @@ def _clip(series: list[tuple[int, float]], start: int, end: int) -> list[tuple[i
 
 
 def _trapezoid(series: list[tuple[int, float]]) -> float:
+    return _trapezoid_columns([t for t, _ in series], [v for _, v in series])
+
+
+def _trapezoid_columns(times: Sequence[int], watts: Sequence[float]) -> float:
     """Σ (v0 + v1) / 2 × (t1 − t0) / 1e9 over consecutive readings, in order (``map`` over
     columns: a GPU's driver samples are hundreds of thousands)."""
-    times, watts = [t for t, _ in series], [v for _, v in series]
     halves = map(operator.truediv, map(operator.add, watts, watts[1:]), repeat(2))
     spans = map(operator.sub, times[1:], times)
     total: float = sum(map(operator.truediv, map(operator.mul, halves, spans), repeat(_NS)))
@@ -125,7 +158,7 @@ def source_energy(
         return None
     energy = span = 0.0
     edges = [0.0, 0.0, 0.0]  # J, s and error bar (J) of the parts beyond the counter's readings
-    power: list[tuple[int, float]] | None = None  # worked out when a window goes beyond them
+    power: Columns | None = None  # worked out when a window goes beyond them
     peaks = []
     for start, end in pieces:
         data = _clip(raw, start, end)
@@ -194,26 +227,28 @@ def shaped_counter(
 
 
 def counter_edges(
-    power: list[tuple[int, float]], data: list[tuple[int, float]], window: tuple[int, int]
+    power: Columns, data: list[tuple[int, float]], window: tuple[int, int]
 ) -> tuple[float, float, float]:
     """The window's parts outside the counter readings' span (a counter read less often than
     power, as NVML's energy counter is): their energy from the power readings there (J), the
     seconds those cover, and an error bar (J): the readings' relative error against the counter
     over the counter's span, applied to that energy."""
-    if len(power) < 2:
+    times, watts = power
+    if len(times) < 2:
         return 0.0, 0.0, 0.0
     (first, first_j), (last, last_j) = data[0], data[-1]
     energy = covered = 0.0
     for a, b in ((window[0], first), (last, window[1])):
-        part = _clip(power, a, b) if b > a else None
+        part = _clip_columns(times, watts, a, b) if b > a else None
         if part is not None:
-            energy += _trapezoid(part)
-            covered += (part[-1][0] - part[0][0]) / _NS
+            energy += _trapezoid_columns(*part)
+            covered += (part[0][-1] - part[0][0]) / _NS
     if not covered:
         return 0.0, 0.0, 0.0
-    reference = _clip(power, first, last)
+    reference = _clip_columns(times, watts, first, last)
     counted = last_j - first_j
-    relative = abs(_trapezoid(reference) / counted - 1) if reference and counted > 0 else 1.0
+    fraction = _trapezoid_columns(*reference) / counted if reference and counted > 0 else None
+    relative = abs(fraction - 1) if fraction is not None else 1.0
     return energy, covered, relative * energy
 
 
