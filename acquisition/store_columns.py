@@ -295,11 +295,11 @@ class ColumnScanner:
     def _series(self, kind: int, head: bytes) -> Series | None:
         """A new series of step lines, or None when the query does not want it."""
         measurement = ("nrg_step", "nrg_energy")[kind]
-        tags = _head_tags(measurement, head)
-        if tags is None:
-            return None
         q = self.query
         if q.measurements is not None and measurement not in q.measurements:
+            return None  # before decoding its tags: a run's step-energy heads are thousands
+        tags = _head_tags(measurement, head)
+        if tags is None:
             return None
         if not all(tags.get(k) in vs for k, vs in q.tags.items()):
             return None
