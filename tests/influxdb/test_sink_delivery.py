@@ -21,7 +21,8 @@ def busy(_: Request) -> Answer:
 async def test_a_large_batch_written_during_a_post_arrives_once(context: PluginContext) -> None:
     """Guards: a batch of 1,201 points written while the post before it is in flight (the server
     answers after 0.2 s) is encoded in slices; every point arrives exactly once, none twice at a
-    slice boundary and none lost: 10 + 1,201 = 1,211 lines, indices 0..1210."""
+    slice boundary and none lost: 10 + 1,201 = 1,211 lines, indices 0..1210, all of them counted
+    as sent directly (none spooled or replayed)."""
     with ScriptedServer(accept) as server:
         server.set_script(accept, delay_s=0.2)
         sink = make_sink(context, server.url, drain_timeout=0.0)
@@ -31,6 +32,8 @@ async def test_a_large_batch_written_during_a_post_arrives_once(context: PluginC
         await sink.flush()
         await sink.aclose()
         lines = server.accepted_lines()
+    stats = sink.stats()
+    assert (stats["sent_points"], stats["spooled_points"], stats["replayed_points"]) == (1211, 0, 0)
     assert len(lines) == 10 + 1201
     indices = sorted(int(re.search(rb"[ ,]n=(\d+)i", line)[1]) for line in lines)  # type: ignore[index]
     assert indices == list(range(1211))
@@ -62,7 +65,8 @@ async def test_close_delivers_the_spool_an_earlier_run_left(
     """Guards: a sink started with points left in its spool (the server was busy during the
     earlier run) says so when it opens, and with a server that answers again waits at close, up
     to ``drain_timeout``, for them to be delivered: all 4 arrive before close returns, none stay
-    in the spool. Its server never failed it, so it logs no warning (no "answers again")."""
+    in the spool, counted as replayed (the earlier run's as spooled, neither as sent directly).
+    Its server never failed it, so it logs no warning (no "answers again")."""
     with ScriptedServer(busy) as server:
         earlier = make_sink(context, server.url, drain_timeout=0.0)
         await earlier.open()
@@ -82,5 +86,7 @@ async def test_close_delivers_the_spool_an_earlier_run_left(
         ]
         await sink.aclose()
         assert len(server.accepted_lines()) == 4
-        assert sink.stats()["spool_points"] == 0
+        stats = sink.stats()
+        assert (stats["spool_points"], stats["sent_points"], stats["replayed_points"]) == (0, 0, 4)
+        assert (earlier.stats()["sent_points"], earlier.stats()["spooled_points"]) == (0, 4)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
