@@ -1,17 +1,25 @@
 """What reaches the server: each point once when a large batch is encoded while another is in
-flight, a compressed body with ``gzip = true``, and the spool an earlier run left, delivered
-before close."""
+flight, a compressed body with ``gzip = true``, the spool an earlier run left, delivered before
+close, and a batch written once it has drained, posted directly."""
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 
 import pytest
 
 from acquisition.api import PluginContext
-from tests.influxdb.helpers import make_points, make_sink
+from acquisition.lineproto import LineEncoder
+from sinks.influxdb.segments import SegmentFiles
+from tests.influxdb.helpers import make_points, make_sink, until
 from tests.influxdb.scripted import Answer, Request, ScriptedServer, accept
+
+
+def lines_of(context: PluginContext, start: int, n: int) -> list[bytes]:
+    text = LineEncoder(context.tags).encode_many(make_points(start, n))
+    return [line.encode() for line in text.splitlines()]
 
 
 def busy(_: Request) -> Answer:
@@ -90,3 +98,40 @@ async def test_close_delivers_the_spool_an_earlier_run_left(
         assert (stats["spool_points"], stats["sent_points"], stats["replayed_points"]) == (0, 0, 4)
         assert (earlier.stats()["sent_points"], earlier.stats()["spooled_points"]) == (0, 4)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_a_batch_written_while_the_drained_spool_saves_its_cursor_is_posted_directly(
+    context: PluginContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: once the server has taken the last spooled record, the sink is back to posting
+    directly even while the spool still saves its cursor (a slow disk): a batch written then
+    (points 4–6) is sent at once, not spooled behind an empty spool; 4 points replayed, 3 sent,
+    none spooled by this run, and the server gets 0–6 in order."""
+    with ScriptedServer(busy) as server:
+        earlier = make_sink(context, server.url, drain_timeout=0.0)
+        await earlier.open()
+        await earlier.write(make_points(0, 4))
+        await earlier.aclose()
+        saving, release = threading.Event(), threading.Event()
+        real_commit = SegmentFiles.commit
+
+        def slow_commit(files: SegmentFiles, cursor: tuple[int, int], below: int) -> None:
+            saving.set()
+            release.wait(10)  # a hang guard
+            real_commit(files, cursor, below)
+
+        monkeypatch.setattr(SegmentFiles, "commit", slow_commit)
+        server.set_script(accept)
+        sink = make_sink(context, server.url, drain_timeout=60.0)
+        await sink.open()
+        try:
+            await until(saving.is_set, "the cursor save after the replay")
+            assert (sink.spool.records, sink.status()) == (0, "ok")
+            await sink.write(make_points(4, 3))
+            await sink.flush()
+        finally:
+            release.set()
+        await sink.aclose()
+        assert server.accepted_lines() == lines_of(context, 0, 7)
+    stats = sink.stats()
+    assert (stats["replayed_points"], stats["sent_points"], stats["spooled_points"]) == (4, 3, 0)
