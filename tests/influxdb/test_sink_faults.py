@@ -406,7 +406,7 @@ async def test_a_write_refused_by_a_full_disk_does_not_hold_back_later_batches(
 
     monkeypatch.setattr(os, "write", write)
     with ScriptedServer(lambda _: (503, {}, b'{"message":"busy"}')) as server:
-        sink = make_sink(context, server.url, drain_timeout=60.0)
+        sink = make_sink(context, server.url, drain_timeout=60.0, retry_max=0.05)
         await sink.open()
         await sink.write(make_points(0, 4))  # its post fails, and so does spooling it
         with pytest.raises(WriteError):
