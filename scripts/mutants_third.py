@@ -44,8 +44,8 @@ THIRD = [
     _M(
         "[3] clip keeps a sample on the window start twice",
         SOURCE_ENERGY_PY,
-        "inner = [(t, v) for t, v in series if a < t < b]",
-        "inner = [(t, v) for t, v in series if a <= t < b]",
+        "lo = bisect.bisect_right(series, (a, math.inf))",
+        "lo = bisect.bisect_left(series, (a, -math.inf))",
         SUMMARY,
     ),
     _M(

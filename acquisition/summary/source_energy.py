@@ -108,8 +108,8 @@ def _at_columns(times: Sequence[int], watts: Sequence[float], t: int) -> float:
     i = bisect.bisect_left(times, t)
     if i < len(times) and times[i] == t:
         return watts[i]
-    t0, t1, v0, v1 = times[i - 1], times[i], watts[i - 1], watts[i]
-    return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    t0, t1, w0, w1 = times[i - 1], times[i], watts[i - 1], watts[i]
+    return w0 + (w1 - w0) * (t - t0) / (t1 - t0)
 
 
 def _clip_columns(

@@ -243,6 +243,25 @@ def test_module_detail_is_checked() -> None:
     assert RUN["run"] == "r1"
 
 
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"history": 2.0, "grace": 2.0}, "history must be longer than grace"),
+        ({"wall_channel": 0}, "wall_channel must be >= 1"),
+        ({"max_pending_steps": 0}, "max_pending_steps must be >= 1"),
+        ({"max_pending_steps": -1}, "max_pending_steps must be >= 1"),
+    ],
+)
+def test_options_outside_their_range_are_refused(options: dict[str, object], error: str) -> None:
+    """Guards: a setting that cannot work is refused with its rule, at the edge of each range
+    (no step could ever wait with ``max_pending_steps = 0``); the smallest valid values pass."""
+    from acquisition.processors.attribution import AttributionConfig
+
+    with pytest.raises(ValueError, match=error):
+        AttributionConfig(**options).validate()  # type: ignore[arg-type]
+    AttributionConfig(history=2.001, grace=2.0, wall_channel=1, max_pending_steps=1).validate()
+
+
 def test_the_error_bar_of_a_step_comes_from_the_power_swing_at_its_edges() -> None:
     """10 W sampled every 100 ms, but the 300 ms sample read 2 ms late (counter 3.02 J): the
     intervals around the 250 ms edge read 10, 10.2 and 9.8 W, a swing of 0.4 W over 100 ms."""
@@ -259,3 +278,33 @@ def test_the_error_bar_of_a_step_comes_from_the_power_swing_at_its_edges() -> No
     assert point.fields["error_joules"] == pytest.approx(0.04 + 2 * 2.99 / 0.3 * 0.001, rel=1e-9)
     assert abs(point.fields["energy_joules"] - 3.0) <= point.fields["error_joules"]  # type: ignore[operator]
     assert all("error_joules" not in p.fields for p in h.out if p.tags["scope"] != "step")
+
+
+def test_a_gpu_step_inside_one_counter_interval_has_its_share_of_the_staleness() -> None:
+    """Guards the error bar of a GPU counter shaped by the driver's samples (300 W throughout,
+    sampled every 20 ms; the counter read at 0, 1 and 2 s: 0, 300 and 600 J; it updates every
+    100 ms, so each edge reads up to 300 W × 0.1 s = 30 J stale). Step 0, 100–400 ms, lies in
+    one counter interval: 300 W × 0.3 s = 90 J, and the staleness moves it only by its share of
+    that interval, 2 × 300 W × 0.1 s × 0.3 = 18 J (not the two edges' 30 + 30 J). Step 1,
+    800–1300 ms, spans a reading: 150 J, bar 30 + 30 = 60 J. No swing: the power is flat."""
+    gpu = {"gpu": "0", "uuid": "GPU-0", "name": "NVIDIA H100 80GB HBM3"}
+    samples = [
+        (t, Point("gpu_sample", gpu, {"power_watts": 300.0}, T0 + t * MS))
+        for t in range(0, 2001, 20)
+    ]
+    readings = [
+        (t, Point("gpu", gpu, {"energy_joules": 0.3 * t, "power_watts": 300.0}, T0 + t * MS))
+        for t in (0, 1000, 2000)
+    ]
+    h = Harness(module_detail="off")
+    h.feed(p for _, p in sorted(samples + readings, key=lambda e: e[0]))
+    h.feed([step(0, 100, 400), step(1, 800, 1300), run_event("end", 2000)])
+    got = {p.fields["step"]: p.fields for p in h.out if p.tags["scope"] == "step"}
+    assert got[0]["energy_joules"] == pytest.approx(90.0, rel=1e-12)
+    assert got[0]["error_joules"] == pytest.approx(18.0, rel=1e-12)
+    assert got[1]["energy_joules"] == pytest.approx(150.0, rel=1e-12)
+    assert got[1]["error_joules"] == pytest.approx(60.0, rel=1e-12)
+    for n in (0, 1):  # each edge alone: 30 J of staleness, for sums of adjacent steps
+        assert (got[n]["error_start_joules"], got[n]["error_end_joules"]) == pytest.approx(
+            (30.0, 30.0), rel=1e-12
+        )

@@ -91,3 +91,39 @@ def test_temperature_past_the_sensor_range_drops_the_frame(tenths: int) -> None:
     points, stats = decode(emonth_frame(500, temp_tenths=tenths))
     assert points == []
     assert stats["implausible_frames"] == 1
+
+
+RANGES = [
+    ("I1", "current1_amps", -200.0, 200.0),
+    ("P2", "power2_watts", -25_000.0, 25_000.0),
+    ("pf1", "power_factor1_ratio", -1.0, 1.0),
+    ("V1", "v1_volts", 0.0, 500.0),
+    ("T3", "temp3_celsius", -55.0, 125.0),
+]
+
+
+@pytest.mark.parametrize(("key", "field", "lowest", "highest"), RANGES)
+def test_a_text_field_is_kept_at_both_ends_of_its_range(
+    key: str, field: str, lowest: float, highest: float
+) -> None:
+    """Guards the documented range of each text key's field at both ends: a CT channel's
+    current ±200 A and power ±25 kW, a power factor ±1, a voltage input 0–500 V, a temperature
+    −55 to 125 °C; each end is a reading, kept with the rest of the frame."""
+    for value in (lowest, highest):
+        points, stats = decode(b"MSG:12,Vrms:230,%s:%r,pulse:0" % (key.encode(), value))
+        (point,) = points
+        assert (point.fields[field], point.fields["vrms_volts"]) == (value, 230.0)
+        assert stats["implausible_frames"] == 0
+
+
+@pytest.mark.parametrize(("key", "field", "lowest", "highest"), RANGES)
+def test_a_text_field_just_past_its_range_drops_the_frame(
+    key: str, field: str, lowest: float, highest: float
+) -> None:
+    """Guards: 0.1 past either end of a field's range (−200.1 A, 200.1 A, ±25,000.1 W, ±1.1,
+    −0.1 V, 500.1 V, −55.1 °C, 125.1 °C) is a damaged frame: nothing of it is emitted, each
+    one counted."""
+    for value in (lowest - 0.1, highest + 0.1):
+        points, stats = decode(b"MSG:12,Vrms:230,%s:%r,pulse:0" % (key.encode(), value))
+        assert points == [], field
+        assert stats["implausible_frames"] == 1

@@ -1,20 +1,25 @@
 """What reaches the server: each point once when a large batch is encoded while another is in
-flight, a compressed body with ``gzip = true``, and the spool an earlier run left, delivered
-before close."""
+flight, a compressed body with ``gzip = true``, the spool an earlier run left, delivered before
+close, and a batch written once it has drained, posted directly."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 import re
 import threading
 
 import pytest
 
 from acquisition.api import PluginContext
+from acquisition.lineproto import LineEncoder
+from sinks.influxdb.segments import SegmentFiles
 from tests.influxdb.helpers import make_points, make_sink, until
 from tests.influxdb.scripted import Answer, Request, ScriptedServer, accept
+
+
+def lines_of(context: PluginContext, start: int, n: int) -> list[bytes]:
+    text = LineEncoder(context.tags).encode_many(make_points(start, n))
+    return [line.encode() for line in text.splitlines()]
 
 
 def busy(_: Request) -> Answer:
@@ -24,7 +29,8 @@ def busy(_: Request) -> Answer:
 async def test_a_large_batch_written_during_a_post_arrives_once(context: PluginContext) -> None:
     """Guards: a batch of 1,201 points written while the post before it is in flight (the server
     answers after 0.2 s) is encoded in slices; every point arrives exactly once, none twice at a
-    slice boundary and none lost: 10 + 1,201 = 1,211 lines, indices 0..1210."""
+    slice boundary and none lost: 10 + 1,201 = 1,211 lines, indices 0..1210, all of them counted
+    as sent directly (none spooled or replayed)."""
     with ScriptedServer(accept) as server:
         server.set_script(accept, delay_s=0.2)
         sink = make_sink(context, server.url, drain_timeout=0.0)
@@ -34,6 +40,8 @@ async def test_a_large_batch_written_during_a_post_arrives_once(context: PluginC
         await sink.flush()
         await sink.aclose()
         lines = server.accepted_lines()
+    stats = sink.stats()
+    assert (stats["sent_points"], stats["spooled_points"], stats["replayed_points"]) == (1211, 0, 0)
     assert len(lines) == 10 + 1201
     indices = sorted(int(re.search(rb"[ ,]n=(\d+)i", line)[1]) for line in lines)  # type: ignore[index]
     assert indices == list(range(1211))
@@ -65,7 +73,8 @@ async def test_close_delivers_the_spool_an_earlier_run_left(
     """Guards: a sink started with points left in its spool (the server was busy during the
     earlier run) says so when it opens, and with a server that answers again waits at close, up
     to ``drain_timeout``, for them to be delivered: all 4 arrive before close returns, none stay
-    in the spool. Its server never failed it, so it logs no warning (no "answers again")."""
+    in the spool, counted as replayed (the earlier run's as spooled, neither as sent directly).
+    Its server never failed it, so it logs no warning (no "answers again")."""
     with ScriptedServer(busy) as server:
         earlier = make_sink(context, server.url, drain_timeout=0.0)
         await earlier.open()
@@ -85,7 +94,9 @@ async def test_close_delivers_the_spool_an_earlier_run_left(
         ]
         await sink.aclose()
         assert len(server.accepted_lines()) == 4
-        assert sink.stats()["spool_points"] == 0
+        stats = sink.stats()
+        assert (stats["spool_points"], stats["sent_points"], stats["replayed_points"]) == (0, 0, 4)
+        assert (earlier.stats()["sent_points"], earlier.stats()["spooled_points"]) == (0, 4)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
@@ -117,39 +128,38 @@ async def test_only_a_2xx_answer_counts_as_written(context: PluginContext, versi
     assert indices == list(range(10))
 
 
-async def test_a_batch_written_as_the_spool_empties_is_posted_directly(
+async def test_a_batch_written_while_the_drained_spool_saves_its_cursor_is_posted_directly(
     context: PluginContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Guards: once the server has the spool's last record the sink posts new batches directly
-    again, even while that record's commit is still saving the cursor (a slow disk). An earlier
-    run left 4 points; a batch of 6 written during the commit reaches the server straight
-    away: 4 replayed, 6 sent, none spooled by this sink; the server gets all 10, in order."""
-    with ScriptedServer(busy, version="1.8.10") as server:
+    """Guards: once the server has taken the last spooled record, the sink is back to posting
+    directly even while the spool still saves its cursor (a slow disk): a batch written then
+    (points 4–6) is sent at once, not spooled behind an empty spool; 4 points replayed, 3 sent,
+    none spooled by this run, and the server gets 0–6 in order."""
+    with ScriptedServer(busy) as server:
         earlier = make_sink(context, server.url, drain_timeout=0.0)
         await earlier.open()
         await earlier.write(make_points(0, 4))
         await earlier.aclose()
+        saving, release = threading.Event(), threading.Event()
+        real_commit = SegmentFiles.commit
+
+        def slow_commit(files: SegmentFiles, cursor: tuple[int, int], below: int) -> None:
+            saving.set()
+            release.wait(10)  # a hang guard
+            real_commit(files, cursor, below)
+
+        monkeypatch.setattr(SegmentFiles, "commit", slow_commit)
         server.set_script(accept)
-        entered, release = threading.Event(), threading.Event()
-        real_replace = os.replace
-
-        def slow_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-            if threading.current_thread().name.startswith("nrg-spool"):
-                entered.set()
-                release.wait(30)  # a hang guard
-            real_replace(src, dst)
-
-        monkeypatch.setattr(os, "replace", slow_replace)
         sink = make_sink(context, server.url, drain_timeout=60.0)
         await sink.open()
-        await until(entered.is_set, "the commit of the replayed record")
-        writing = asyncio.create_task(sink.write(make_points(4, 6)))
-        await asyncio.sleep(0)  # write() decides where the batch goes before it first waits
-        release.set()
-        await writing
-        await sink.flush()
+        try:
+            await until(saving.is_set, "the cursor save after the replay")
+            assert (sink.spool.records, sink.status()) == (0, "ok")
+            await sink.write(make_points(4, 3))
+            await sink.flush()
+        finally:
+            release.set()
         await sink.aclose()
-        lines = server.accepted_lines()
+        assert server.accepted_lines() == lines_of(context, 0, 7)
     stats = sink.stats()
-    assert (stats["replayed_points"], stats["sent_points"], stats["spooled_points"]) == (4, 6, 0)
-    assert [int(re.search(rb"[ ,]n=(\d+)i", line)[1]) for line in lines] == list(range(10))  # type: ignore[index]
+    assert (stats["replayed_points"], stats["sent_points"], stats["spooled_points"]) == (4, 3, 0)

@@ -18,6 +18,7 @@ import pytest
 
 import sinks.influxdb
 from acquisition.api import PluginContext
+from acquisition.errors import WriteError
 from acquisition.lineproto import LineEncoder
 from sinks.influxdb import InfluxDBSink
 from sinks.influxdb.http import MAX_MESSAGE, NO_ANSWER
@@ -420,3 +421,39 @@ async def test_torn_and_corrupt_spool_records_are_both_counted_in_the_sink_stats
     assert (stats["spool_torn_records"], stats["spool_corrupt_points"]) == (2, 10)
     assert stats["replayed_points"] == 20
     assert server.accepted_lines() == lines_of(context, 0, 10) + lines_of(context, 20, 10)
+
+
+async def test_a_write_refused_by_a_full_disk_does_not_hold_back_later_batches(
+    context: PluginContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards against points kept back in memory: a post fails (503) while the spool's disk is
+    full, so the next write is refused (the core keeps that batch and writes it again). Once the
+    disk has room again, the batch written again (points 4–7) and a batch spilled after it
+    (8–11) go to the spool behind the first (0–3) and reach the server before close returns:
+    12 points in order, each once, none left in the spool; all 12 went through the spool."""
+    real_write = os.write
+    full = threading.Event()
+    full.set()
+
+    def write(fd: int, data: bytes) -> int:
+        if full.is_set() and threading.current_thread().name.startswith("nrg-spool"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    with ScriptedServer(lambda _: (503, {}, b'{"message":"busy"}')) as server:
+        sink = make_sink(context, server.url, drain_timeout=60.0, retry_max=0.05)
+        await sink.open()
+        await sink.write(make_points(0, 4))  # its post fails, and so does spooling it
+        with pytest.raises(WriteError):
+            await sink.write(make_points(4, 4))  # the core keeps this batch
+        full.clear()  # the disk has room again
+        await sink.write(make_points(4, 4))  # written again by the core
+        sink.spill(make_points(8, 4))
+        server.set_script(accept)
+        await until(lambda: sink.spool.records == 0, "the spool to drain")
+        await sink.aclose()
+    assert server.accepted_lines() == lines_of(context, 0, 12)
+    stats = sink.stats()
+    assert (stats["spool_points"], stats["lost_points"]) == (0, 0)
+    assert (stats["sent_points"], stats["spooled_points"], stats["replayed_points"]) == (0, 12, 12)

@@ -96,3 +96,33 @@ async def test_a_record_after_one_the_disk_refused_is_read_before_it_is_committe
     await spool.commit(batch)
     assert (spool.records, spool.points, spool.failed_points) == (0, 0, 300)
     await spool.close()
+
+
+async def test_a_segment_cut_before_its_magic_is_counted_as_torn_and_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards the counts of a crash right after a segment was created: a segment holding only
+    the first 3 bytes of its 8-byte magic is one torn record of 3 discarded bytes, and an empty
+    segment is nothing torn (the warning says so); both files go, and the good record before
+    them (10 points) is replayed. Opened again, nothing more is torn."""
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    await spool.append(lines(0, 10), 10)
+    await spool.close()
+    (good,) = tmp_path.glob("seg-*.nrgspool")
+    cut, empty = tmp_path / f"seg-{1:020d}.nrgspool", tmp_path / f"seg-{2:020d}.nrgspool"
+    cut.write_bytes(MAGIC[:3])
+    empty.write_bytes(b"")
+
+    caplog.set_level(logging.WARNING)
+    again = Spool(tmp_path, max_bytes=1 << 20)
+    await again.open()
+    assert (again.records, again.points, again.torn_records, again.discarded_bytes) == (1, 10, 1, 3)
+    assert "skipped 1 torn record(s) (3 bytes)" in caplog.text
+    assert not cut.exists() and not empty.exists() and good.exists()
+    await again.close()
+    third = Spool(tmp_path, max_bytes=1 << 20)
+    await third.open()
+    assert (third.torn_records, third.discarded_bytes) == (0, 0)
+    assert await drain(third) == lines(0, 10)
+    await third.close()

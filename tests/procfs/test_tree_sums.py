@@ -89,7 +89,8 @@ def test_process_fields_by_hand() -> None:
 def test_a_tick_where_no_cpu_was_busy_has_no_busy_share() -> None:
     """Guards: a tick in which the machine ran 800 ticks, none of them busy (an idle machine,
     or two reads within one clock tick), gives the tree 0/800 = 0.0 of the machine and 0.0
-    cores, and no busy share (0 of 0 busy ticks has no meaning), instead of failing the tick."""
+    cores, and no busy share (0 of 0 busy ticks has no meaning), instead of failing the tick;
+    from one busy tick on, the share is there."""
     tick = TickContext(
         hz=100,
         page_size=4096,
@@ -109,3 +110,13 @@ def test_a_tick_where_no_cpu_was_busy_has_no_busy_share() -> None:
         "threads": 7,
         "process_count": 2,
     }
+    # The fewest busy ticks there can be, 1 of 800: a tree that ran it has the whole busy
+    # share, 1/1 = 1.0 (1/800 of the machine, 8/800 = 0.01 cores); one that did not, 0/1 = 0.0.
+    tick.d_busy = 1
+    f = process_fields(tick, True, 250, 1, 1000, 7, None, 2)
+    assert (f["cpu_busy_share_ratio"], f["cpu_utilization_ratio"], f["cpu_cores"]) == (
+        1.0,
+        1 / 800,
+        0.01,
+    )
+    assert process_fields(tick, True, 250, 0, 1000, 7, None, 2)["cpu_busy_share_ratio"] == 0.0

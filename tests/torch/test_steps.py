@@ -225,14 +225,20 @@ def test_step_lines_are_the_encoded_step_points() -> None:
 def test_enters_without_an_exit_counted_by_the_frames_skipped() -> None:
     """Guards: an exit that skips frames (their exits never came) counts exactly the frames
     above its own, whatever lies below it. Stack root, a, b: a's exit skips b (1); later
-    root, a, b, c: a's exit skips b and c (2); 1 + 2 = 3, no exit without an enter."""
+    root, a, b, c: a's exit skips b and c (2); 1 + 2 = 3, no exit without an enter. The exits
+    that skip frames still time their own calls: a 1–5 and 6–9, 4 + 3 = 7 ns, all its own (the
+    skipped calls never ended); root 0–10, 10 − 7 = 3 ns its own; b and c not timed."""
     c = M("c")
     agg = StepAggregator({**NAMES, c: "c"})
     agg.feed([(root, 0, FWD_PRE), (a, 1, FWD_PRE), (b, 2, FWD_PRE), (a, 5, FWD_POST)])
     assert (agg.unmatched_exits, agg.unclosed_enters) == (0, 1)
     agg.feed([(a, 6, FWD_PRE), (b, 7, FWD_PRE), (c, 8, FWD_PRE), (a, 9, FWD_POST)])
-    agg.feed([(root, 10, FWD_POST), (None, 11, STEP)])
+    (record,) = agg.feed([(root, 10, FWD_POST), (None, 11, STEP)])
     assert (agg.unmatched_exits, agg.unclosed_enters) == (0, 3)
+    assert record.modules == {
+        ("a", "forward"): ModuleTiming(2, 7, 7),
+        ("", "forward"): ModuleTiming(1, 10, 3),
+    }
 
 
 def test_a_gpu_interval_with_one_end_unknown_is_left_out_of_the_step() -> None:

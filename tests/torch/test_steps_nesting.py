@@ -115,6 +115,46 @@ def test_gpu_time_sums_every_call_of_a_module_and_leaves_children_out() -> None:
     )
 
 
+def test_gpu_time_of_three_levels_subtracts_children_not_grandchildren() -> None:
+    """Guards: GPU times nest like the host's, whichever frame first gets a child. On the GPU
+    root runs 0–100 ms, block 10–80 ms inside it and leaf 20–50 ms inside block (block's first
+    child ends while root already waits for block). Exclusive: leaf 30; block 70 − 30 = 40;
+    root 100 − 70 = 30; they tile root's 100 ms."""
+    agg = StepAggregator(NAMES)
+    (record,) = agg.feed(
+        [
+            (root, 0, FWD_PRE, Event(0.0)),
+            (block, 10, FWD_PRE, Event(10.0)),
+            (leaf, 20, FWD_PRE, Event(20.0)),
+            (leaf, 30, FWD_POST, Event(50.0)),
+            (block, 40, FWD_POST, Event(80.0)),
+            (root, 50, FWD_POST, Event(100.0)),
+            (None, 60, STEP),
+        ]
+    )
+    gpu = {k: (t.gpu_inclusive_ms, t.gpu_exclusive_ms) for k, t in record.modules.items()}
+    assert gpu == {
+        ("block.leaf", "forward"): (30.0, 30.0),
+        ("block", "forward"): (70.0, 40.0),
+        ("", "forward"): (100.0, 30.0),
+    }
+    assert record.modules[("", "forward")].exclusive_ns == 50 - 30  # the host's, as before
+
+
+def test_a_retime_restarts_only_the_call_it_names() -> None:
+    """Guards: a retime restarts the call at the top of the stack it names, not a frame below
+    it. block's call (from 5) is still open below root's; root's retime at 60 makes root's call
+    60–70 = 10 ns; block's call stays 5–90 = 85 ns, 85 − 10 = 75 ns its own. A retime of a
+    module not on top (leaf at 65) changes no call, nor the step's start once it has calls."""
+    agg = StepAggregator(NAMES)
+    agg.feed([(leaf, 1, FWD_PRE), (leaf, 2, FWD_POST), (block, 5, FWD_PRE), (root, 50, FWD_PRE)])
+    agg.feed([(root, 60, RETIME), (leaf, 65, RETIME), (root, 70, FWD_POST)])
+    (record,) = agg.feed([(block, 90, FWD_POST), (None, 95, STEP)])
+    assert record.modules[("", "forward")] == ModuleTiming(1, 10, 10)
+    assert record.modules[("block", "forward")] == ModuleTiming(1, 85, 75)
+    assert (record.start_ns, record.end_ns) == (1, 95)
+
+
 class Boundary(Event):
     """A step boundary's CUDA event: ``query()`` says whether the GPU has reached it."""
 
