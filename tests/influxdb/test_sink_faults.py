@@ -420,3 +420,28 @@ async def test_torn_and_corrupt_spool_records_are_both_counted_in_the_sink_stats
     assert (stats["spool_torn_records"], stats["spool_corrupt_points"]) == (2, 10)
     assert stats["replayed_points"] == 20
     assert server.accepted_lines() == lines_of(context, 0, 10) + lines_of(context, 20, 10)
+
+
+@pytest.mark.parametrize(
+    ("length", "shown"),
+    [
+        (80, "HTTP 503: " + "x" * 70),  # 10 + 70 = 80 characters: whole, the longest kept so
+        (81, "HTTP 503: " + "x" * 69 + "…"),  # 10 + 71 = 81: the first 79 and "…", 80 in all
+    ],
+)
+async def test_the_status_shows_a_failure_reason_of_up_to_80_characters(
+    context: PluginContext, length: int, shown: str
+) -> None:
+    """Guards: the status line shows why the sink retries in at most 80 characters: a reason
+    of 80 or fewer whole, a longer one as its first 79 and "…". The server answers 503 with a
+    message of ``length - 10`` characters after the 10 of "HTTP 503: "."""
+    body = ('{"message":"' + "x" * (length - 10) + '"}').encode()
+    with ScriptedServer(lambda _: (503, {}, body), version="1.8.10") as server:
+        sink = make_sink(context, server.url, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 2))
+        await sink.flush()
+        status = sink.status()
+        await sink.aclose()
+    assert status == f"retrying ({shown}); spooling 2 points"
+    assert len(shown) == min(length, 80)
