@@ -10,7 +10,7 @@ import itertools
 import math
 from fractions import Fraction
 
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from acquisition.processors.energy import (
@@ -131,6 +131,26 @@ def test_a_counter_without_power_samples_gains_its_straight_line_difference(
     start, end = sorted(times[0] + span * x // 10**6 for x in (a, b))
     got = shaped_energy(times, [float(j) for j in joules], [], [], start, end)
     assert close(got, value_at(times, joules, end) - value_at(times, joules, start))
+
+
+@settings(max_examples=20)  # the example below is the case that matters; keep it fast
+@given(curves(), st.integers(0, 10**6), st.integers(0, 10**6))
+@example(([5 * NS, 5 * NS + 10**7], [10, 90]), 0, 500_000)  # an interval of 0.5 J: 0.15 J
+def test_a_counter_shaped_by_its_power_samples_gains_their_integral(
+    curve: tuple[list[int], list[int]], a: int, b: int
+) -> None:
+    """Guards: a counter read at each power sample's time, each reading the integral of the
+    samples' curve so far, gains over any window inside its readings (``a`` and ``b`` in
+    millionths of their span) exactly that integral: between two readings the samples shape
+    it, however little energy the interval holds (10 W to 90 W over 10 ms is 0.5 J; its first
+    5 ms, from 10 W to 50 W, (10 + 50) / 2 × 0.005 = 0.15 J, not half of 0.5 J)."""
+    times, watts = curve
+    joules = [float(1000 + integral(times, watts, times[0], t)) for t in times]
+    span = times[-1] - times[0]
+    start, end = sorted(times[0] + span * x // 10**6 for x in (a, b))
+    floats = [float(w) for w in watts]
+    got = shaped_energy(times, joules, times, floats, start, end)
+    assert close(got, integral(times, watts, start, end))
 
 
 @given(curves(), st.integers(0, 30 * NS))

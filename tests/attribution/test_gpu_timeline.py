@@ -174,15 +174,16 @@ def test_steps_after_the_last_counter_reading_are_carried_by_the_samples_at_shut
         assert gpu[n].fields["error_joules"] >= 0.0  # type: ignore[operator]
 
 
-def shutdown_step(gpu_end_ms: int) -> Harness:
+def shutdown_step(gpu_end_ms: int, gpu_start_ms: int = 2930) -> Harness:
     """The agent stops at 2.94 s, its last driver sample (600 W); the counter was last read at
-    2 s. One step ran on the GPU from 2.93 s to ``gpu_end_ms``, launched 30 ms earlier."""
+    2 s. One step ran on the GPU from ``gpu_start_ms`` to ``gpu_end_ms``, launched 30 ms
+    earlier."""
     h = Harness(module_detail="off")
     fields = {
         "step": 0,
-        "start_time_ns": T0 + (2930 - QUEUE_MS) * MS,
+        "start_time_ns": T0 + (gpu_start_ms - QUEUE_MS) * MS,
         "end_time_ns": T0 + (gpu_end_ms - QUEUE_MS) * MS,
-        "gpu_start_time_ns": T0 + 2930 * MS,
+        "gpu_start_time_ns": T0 + gpu_start_ms * MS,
         "gpu_end_time_ns": T0 + gpu_end_ms * MS,
     }
     step = Point("nrg_step", {**RUN, "epoch": "0"}, fields, T0 + (gpu_end_ms - QUEUE_MS) * MS)
@@ -203,6 +204,23 @@ def test_a_step_ending_up_to_100_ms_after_the_last_sample_is_carried_at_its_powe
     late = shutdown_step(3041)
     assert step_points(late, "nvml:0") == {}
     assert late.proc.stats()["steps_missing:nvml:0"] == 1
+
+
+def test_the_error_bar_of_a_step_across_the_last_counter_reading() -> None:
+    """Guards: a step on the GPU from 1.99 s to 2.03 s, across the counter's last reading
+    (2 s) at shutdown, gets its energy from the counter up to 2 s and from the driver's samples
+    after it, and an error bar with the counter's staleness at both edges: the power is flat
+    at 600 W there (no swing), so each edge adds its power × the counter's 0.1 s update
+    period: at its start the counter's last interval's, 597 J over 1 to 2 s (the ramp from
+    300 W in its first 20 ms, (300 + 600) / 2 × 0.02 = 9 J, then 600 W × 0.98 s = 588 J),
+    597 W × 0.1 s = 59.7 J; at its end the samples' that carry it, 600 W × 0.1 s = 60 J:
+    119.7 J. A step wholly after the last reading (2.93 to 3.04 s) has no counter edge to be
+    stale: 0 J."""
+    across = step_points(shutdown_step(2030, gpu_start_ms=1990), "nvml:0")[0].fields
+    assert across["energy_joules"] == pytest.approx(600.0 * 0.04, rel=1e-9)  # 24 J
+    assert across["error_joules"] == pytest.approx(597.0 * 0.1 + 600.0 * 0.1, rel=1e-9)
+    after = step_points(shutdown_step(3040), "nvml:0")[0].fields
+    assert after["error_joules"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_a_late_driver_sample_is_skipped_and_counted() -> None:

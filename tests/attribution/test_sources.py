@@ -243,23 +243,24 @@ def test_module_detail_is_checked() -> None:
     assert RUN["run"] == "r1"
 
 
-@pytest.mark.parametrize(
-    ("options", "error"),
-    [
-        ({"history": 2.0, "grace": 2.0}, "history must be longer than grace"),
-        ({"wall_channel": 0}, "wall_channel must be >= 1"),
-        ({"max_pending_steps": 0}, "max_pending_steps must be >= 1"),
-        ({"max_pending_steps": -1}, "max_pending_steps must be >= 1"),
-    ],
-)
-def test_options_outside_their_range_are_refused(options: dict[str, object], error: str) -> None:
-    """Guards: a setting that cannot work is refused with its rule, at the edge of each range
-    (no step could ever wait with ``max_pending_steps = 0``); the smallest valid values pass."""
+def test_settings_are_checked_at_their_limits() -> None:
+    """Guards: the attribution's settings are refused just past their limits and taken at them:
+    ``history`` must exceed ``grace`` (2 s and 2 s refused, 2.001 s taken), the wall meter's CT
+    channel counts from 1 (0 refused: there is no ``power0_watts``), at least one step may wait
+    (0 refused), and each of the four module details is taken."""
     from acquisition.processors.attribution import AttributionConfig
 
-    with pytest.raises(ValueError, match=error):
-        AttributionConfig(**options).validate()  # type: ignore[arg-type]
-    AttributionConfig(history=2.001, grace=2.0, wall_channel=1, max_pending_steps=1).validate()
+    refused = {
+        "history must be longer than grace": {"grace": 2.0, "history": 2.0},
+        "wall_channel must be >= 1": {"wall_channel": 0},
+        "max_pending_steps must be >= 1": {"max_pending_steps": 0},
+    }
+    for message, settings in refused.items():
+        with pytest.raises(ValueError, match=message):
+            AttributionConfig(**settings).validate()  # type: ignore[arg-type]
+    AttributionConfig(grace=2.0, history=2.001, wall_channel=1, max_pending_steps=1).validate()
+    for detail in ("auto", "step", "epoch", "off"):
+        AttributionConfig(module_detail=detail).validate()  # type: ignore[arg-type]
 
 
 def test_the_error_bar_of_a_step_comes_from_the_power_swing_at_its_edges() -> None:

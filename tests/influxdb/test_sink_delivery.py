@@ -53,15 +53,22 @@ async def test_gzip_sends_a_compressed_body(
 ) -> None:
     """Guards: with ``gzip = true`` the body on the wire is compressed, to InfluxDB 2 and 1.x
     alike: 1,000 points of one series (about 70 bytes a line, 70 kB) take a small fraction of
-    that (under a fifth), and decompress to every line."""
+    that (under a fifth), and decompress to every line. The writes name the configured bucket
+    and org (InfluxDB 2), or the database the bucket names (1.x)."""
     with ScriptedServer(accept, version=version) as server:
-        sink = make_sink(context, server.url, gzip=True, drain_timeout=0.0)
+        sink = make_sink(
+            context, server.url, gzip=True, drain_timeout=0.0, org="lab", bucket="energy"
+        )
         await sink.open()
         await sink.write(make_points(0, 1000))
         await sink.flush()
         await sink.aclose()
         (req,) = server.accepted
     assert req.path == path
+    where = ("bucket", "org") if path == "/api/v2/write" else ("db", "precision")
+    assert tuple(req.query[k] for k in where) == (
+        ("energy", "lab") if version == "" else ("energy", "ns")
+    )
     assert req.headers["Content-Encoding"] == "gzip"
     assert len(req.body.splitlines()) == 1000
     assert int(req.headers["Content-Length"]) < len(req.body) / 5
@@ -105,7 +112,9 @@ async def test_only_a_2xx_answer_counts_as_written(context: PluginContext, versi
     """Guards: a batch counts as written only when the server answers 2xx, to InfluxDB 2 and
     1.x alike. 299, the last 2xx, takes the first 5 points; 300 (Multiple Choices, as a proxy
     may answer; not a redirect to follow) does not: its 5 points stay in the spool, not counted
-    as sent, and arrive once the server takes them: 5 + 5 = 10 lines, each once."""
+    as sent, and arrive once the server takes them: 5 + 5 = 10 lines, each once. Without an
+    org, InfluxDB 2 writes name the org ``-`` (what InfluxDB 1.8's v2 endpoint expects), not
+    an empty one."""
     answers = iter([299, 300])
 
     def script(_: Request) -> Answer:
@@ -126,6 +135,8 @@ async def test_only_a_2xx_answer_counts_as_written(context: PluginContext, versi
         lines = server.accepted_lines()
     indices = sorted(int(re.search(rb"[ ,]n=(\d+)i", line)[1]) for line in lines)  # type: ignore[index]
     assert indices == list(range(10))
+    if version == "":
+        assert {(r.query["bucket"], r.query["org"]) for r in server.writes} == {("nrg", "-")}
 
 
 async def test_a_batch_written_while_the_drained_spool_saves_its_cursor_is_posted_directly(

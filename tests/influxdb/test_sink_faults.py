@@ -457,3 +457,28 @@ async def test_a_write_refused_by_a_full_disk_does_not_hold_back_later_batches(
     stats = sink.stats()
     assert (stats["spool_points"], stats["lost_points"]) == (0, 0)
     assert (stats["sent_points"], stats["spooled_points"], stats["replayed_points"]) == (0, 12, 12)
+
+
+@pytest.mark.parametrize(
+    ("length", "shown"),
+    [
+        (80, "HTTP 503: " + "x" * 70),  # 10 + 70 = 80 characters: whole, the longest kept so
+        (81, "HTTP 503: " + "x" * 69 + "…"),  # 10 + 71 = 81: the first 79 and "…", 80 in all
+    ],
+)
+async def test_the_status_shows_a_failure_reason_of_up_to_80_characters(
+    context: PluginContext, length: int, shown: str
+) -> None:
+    """Guards: the status line shows why the sink retries in at most 80 characters: a reason
+    of 80 or fewer whole, a longer one as its first 79 and "…". The server answers 503 with a
+    message of ``length - 10`` characters after the 10 of "HTTP 503: "."""
+    body = ('{"message":"' + "x" * (length - 10) + '"}').encode()
+    with ScriptedServer(lambda _: (503, {}, body), version="1.8.10") as server:
+        sink = make_sink(context, server.url, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 2))
+        await sink.flush()
+        status = sink.status()
+        await sink.aclose()
+    assert status == f"retrying ({shown}); spooling 2 points"
+    assert len(shown) == min(length, 80)

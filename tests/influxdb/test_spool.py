@@ -441,7 +441,9 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
 ) -> None:
     """Spy on os.fsync and os.replace: "always" syncs every append and the cursor before its
     rename; a duration syncs the segment once its timer fires, and the cursor before its rename;
-    "never" syncs nothing.
+    "never" syncs nothing. With a policy that syncs, a new segment file's directory is synced
+    as the file is created (its name survives a power cut), and the directory's descriptor is
+    closed again: after close the process holds the files it held before the spool opened.
 
     The interval's timer is the event loop's: the test moves the loop's clock past it (an hour
     in no time) and waits for the sync itself, so no real time has to pass and none decides."""
@@ -466,6 +468,7 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     monkeypatch.setattr(loop, "time", lambda: real_time() + ahead_s[0])
+    open_before = len(os.listdir("/proc/self/fd"))
     spool = Spool(tmp_path, max_bytes=1 << 20, fsync=parse_fsync_policy(policy))
     await spool.open()
     events.clear()
@@ -483,11 +486,14 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
     await spool.commit(await spool.read(1 << 20))
     committed = list(events)
     await spool.close()
+    assert len(os.listdir("/proc/self/fd")) == open_before
     synced_segment = f"fsync {seg_name}"
     if policy == "always":
+        assert appended[0] == f"fsync {tmp_path.name}"  # the directory, as the file is created
         assert synced_segment in appended and timed == []
         assert committed[:2] == ["fsync cursor.tmp", "rename cursor.tmp"]
     elif policy == "60m":
+        assert appended == [f"fsync {tmp_path.name}"]
         assert synced_segment not in appended and timed == [synced_segment]
         assert committed[:2] == ["fsync cursor.tmp", "rename cursor.tmp"]
     else:

@@ -115,30 +115,28 @@ def test_gpu_time_sums_every_call_of_a_module_and_leaves_children_out() -> None:
     )
 
 
-def test_gpu_time_of_three_levels_subtracts_children_not_grandchildren() -> None:
-    """Guards: GPU times nest like the host's, whichever frame first gets a child. On the GPU
-    root runs 0–100 ms, block 10–80 ms inside it and leaf 20–50 ms inside block (block's first
-    child ends while root already waits for block). Exclusive: leaf 30; block 70 − 30 = 40;
-    root 100 − 70 = 30; they tile root's 100 ms."""
+def test_gpu_exclusive_time_subtracts_children_not_grandchildren() -> None:
+    """Guards: with three levels on the GPU each call's exclusive GPU time leaves out only its
+    own children: root 0–10 ms holds block 1–8 ms, which holds leaf 2–5 ms, then root calls
+    leaf again directly at 8.5–9.5 ms. Leaf 3 + 1 = 4 ms; block 7 − 3 = 4 ms; root
+    10 − 7 − 1 = 2 ms (the first leaf is inside the block, not subtracted from root again):
+    the exclusive times tile root's 10 ms."""
     agg = StepAggregator(NAMES)
     (record,) = agg.feed(
         [
             (root, 0, FWD_PRE, Event(0.0)),
-            (block, 10, FWD_PRE, Event(10.0)),
-            (leaf, 20, FWD_PRE, Event(20.0)),
-            (leaf, 30, FWD_POST, Event(50.0)),
-            (block, 40, FWD_POST, Event(80.0)),
-            (root, 50, FWD_POST, Event(100.0)),
-            (None, 60, STEP),
+            (block, 10, FWD_PRE, Event(1.0)),
+            (leaf, 20, FWD_PRE, Event(2.0)),
+            (leaf, 30, FWD_POST, Event(5.0)),
+            (block, 40, FWD_POST, Event(8.0)),
+            (leaf, 50, FWD_PRE, Event(8.5)),
+            (leaf, 60, FWD_POST, Event(9.5)),
+            (root, 70, FWD_POST, Event(10.0)),
+            (None, 80, STEP),
         ]
     )
-    gpu = {k: (t.gpu_inclusive_ms, t.gpu_exclusive_ms) for k, t in record.modules.items()}
-    assert gpu == {
-        ("block.leaf", "forward"): (30.0, 30.0),
-        ("block", "forward"): (70.0, 40.0),
-        ("", "forward"): (100.0, 30.0),
-    }
-    assert record.modules[("", "forward")].exclusive_ns == 50 - 30  # the host's, as before
+    gpu = {k[0]: (t.gpu_inclusive_ms, t.gpu_exclusive_ms) for k, t in record.modules.items()}
+    assert gpu == {"block.leaf": (4.0, 4.0), "block": (7.0, 4.0), "": (10.0, 2.0)}
 
 
 def test_a_retime_restarts_only_the_call_it_names() -> None:
