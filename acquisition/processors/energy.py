@@ -16,6 +16,7 @@ from acquisition.point import FieldValue, Point
 __all__ = [
     "CounterAt",
     "Source",
+    "SourceFields",
     "SourceSample",
     "counter_at",
     "counter_energy",
@@ -25,6 +26,7 @@ __all__ = [
     "parse_gpu_sample",
     "parse_source",
     "shaped_energy",
+    "source_fields",
     "split_energy",
     "trapezoid_energy",
 ]
@@ -56,26 +58,48 @@ class SourceSample:
     value: float
 
 
-def parse_source(
-    point: Point, wall_channel: int = 1, wall_counter: bool = False
-) -> SourceSample | None:
-    """The power-source reading ``point`` carries, or None when it carries none."""
-    tags, fields = point.tags, point.fields
-    m = point.measurement
-    if m == "rapl":
+class SourceFields(NamedTuple):
+    """What a source's points are, from their measurement and tags alone."""
+
+    source: str
+    kind: str
+    domain: str
+    counter: str | None
+    """The field of its cumulative energy counter (J), if it has one."""
+    power: str | None
+    """The field of its power (W) where it has no counter reading."""
+
+
+def source_fields(
+    measurement: str, tags: Mapping[str, str], wall_channel: int = 1, wall_counter: bool = False
+) -> SourceFields | None:
+    """The power source the points of ``measurement`` and ``tags`` read, None for none."""
+    if measurement == "rapl":
         domain = tags.get("domain", "")
         name = f"rapl:{domain}-{tags.get('socket', '0')}"
         if tags.get("die"):
             name += f"-die-{tags['die']}"
-        return _reading(name, "rapl", domain, fields, "energy_joules", None)
-    if m == "gpu":
-        name = f"nvml:{tags.get('gpu', '0')}"
-        return _reading(name, "gpu", "", fields, "energy_joules", "power_watts")
-    if m == "emonpi":
+        return SourceFields(name, "rapl", domain, "energy_joules", None)
+    if measurement == "gpu":
+        return SourceFields(
+            f"nvml:{tags.get('gpu', '0')}", "gpu", "", "energy_joules", "power_watts"
+        )
+    if measurement == "emonpi":
         name = f"emonpi:{tags.get('node', '0')}"
         counter = f"energy{wall_channel}_joules" if wall_counter else None
-        return _reading(name, "wall", "", fields, counter, f"power{wall_channel}_watts")
+        return SourceFields(name, "wall", "", counter, f"power{wall_channel}_watts")
     return None
+
+
+def parse_source(
+    point: Point, wall_channel: int = 1, wall_counter: bool = False
+) -> SourceSample | None:
+    """The power-source reading ``point`` carries, or None when it carries none."""
+    found = source_fields(point.measurement, point.tags, wall_channel, wall_counter)
+    if found is None:
+        return None
+    name, kind, domain, counter, power = found
+    return _reading(name, kind, domain, point.fields, counter, power)
 
 
 def parse_gpu_sample(point: Point) -> tuple[str, float] | None:

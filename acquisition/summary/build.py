@@ -28,8 +28,7 @@ from datetime import UTC, datetime
 
 from acquisition.energy import energy_problems
 from acquisition.point import FieldValue, Point
-from acquisition.processors.attribution import parse_source
-from acquisition.processors.energy import is_number, parse_gpu_sample
+from acquisition.processors.energy import is_number
 from acquisition.summary.bounds import StepBound, sum_bound
 from acquisition.summary.carbon import run_carbon
 from acquisition.summary.columns import RankView, StepColumns, regular_views
@@ -48,7 +47,13 @@ from acquisition.summary.ranks import GlobalSteps, global_steps, gpu_owners, hos
 from acquisition.summary.ranks_columns import global_steps_columns
 from acquisition.summary.resources import resources
 from acquisition.summary.series import Cumulative
-from acquisition.summary.source_energy import Series, continuous, pieces, source_energy
+from acquisition.summary.source_energy import (
+    Series,
+    continuous,
+    pieces,
+    readings_by_source,
+    source_energy,
+)
 
 __all__ = [
     "NO_ENERGY",
@@ -111,27 +116,8 @@ def _series(
     points: list[Point], options: SummaryOptions, columns: StepColumns | None = None
 ) -> dict[tuple[str, str], Series]:
     """Each (host, source)'s readings (and the driver samples ``columns`` holds)."""
-    series: dict[tuple[str, str], Series] = defaultdict(Series)
-    for p in points:
-        if p.measurement == "gpu_sample" and (found := parse_gpu_sample(p)) is not None:
-            series[(p.tags.get("host", ""), found[0])].samples.append((p.time_ns, found[1]))
-        if p.measurement not in ("rapl", "gpu", "emonpi"):
-            continue
-        sample = parse_source(p, options.wall_channel)
-        if sample is None:
-            continue
-        s = series[(p.tags.get("host", ""), sample.source)]
-        if sample.counter:
-            s.counter.append((p.time_ns, sample.value))
-            reading = _number(p.fields.get("power_watts"))
-            if reading is not None:
-                s.readings.append((p.time_ns, reading))
-        else:
-            s.power.append((p.time_ns, sample.value))
-    for d in columns.samples if columns is not None else ():
-        key = (d.tags.get("host", ""), f"nvml:{d.tags.get('gpu', '0')}")
-        series[key].sample_columns.append((d.time, d.watts))
-    return series
+    samples = columns.samples if columns is not None else []
+    return readings_by_source(points, options.wall_channel, samples)
 
 
 def _curves(series: Mapping[tuple[str, str], Series]) -> dict[tuple[str, str], Cumulative]:

@@ -14,11 +14,14 @@ import itertools
 import math
 import operator
 from array import array
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from acquisition.processors.energy import shaped_energy
+from acquisition.point import Point
+from acquisition.processors.energy import is_number, shaped_energy, source_fields
+from acquisition.summary.columns import DriverSamples
 from acquisition.summary.model import SourceEnergy
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "continuous",
     "counter_edges",
     "pieces",
+    "readings_by_source",
     "shaped_counter",
     "source_energy",
 ]
@@ -71,6 +75,62 @@ class Series:
             return times, watts
         pairs = sorted([*extra, *zip(times, watts, strict=True)])
         return [t for t, _ in pairs], [w for _, w in pairs]
+
+
+def readings_by_source(
+    points: Iterable[Point], wall_channel: int, samples: Iterable[DriverSamples] = ()
+) -> dict[tuple[str, str], Series]:
+    """Each (host, source)'s readings from ``points`` (and the driver ``samples`` read as
+    columns). Points are taken series by series (the points of a stored series share one tags
+    mapping, whose source is worked out once); every consumer sorts a source's readings."""
+    series: dict[tuple[str, str], Series] = defaultdict(Series)
+    groups: dict[tuple[str, int], tuple[Mapping[str, str], list[Point]]] = {}
+    for p in points:
+        if p.measurement in _READINGS:
+            of = (p.measurement, id(p.tags))  # the points keep their tags alive meanwhile
+            if (group := groups.get(of)) is None:
+                group = groups[of] = (p.tags, [])
+            group[1].append(p)
+    for (measurement, _), (tags, pts) in groups.items():
+        host = tags.get("host", "")
+        if measurement == "gpu_sample":
+            power = [(p.time_ns, p.fields.get("power_watts")) for p in pts]
+            if found := [(t, float(w)) for t, w in power if is_number(w)]:  # type: ignore[arg-type]
+                series[(host, f"nvml:{tags.get('gpu', '0')}")].samples.extend(found)
+        elif source := source_fields(measurement, tags, wall_channel):
+            _readings(series, (host, source.source), pts, source.counter, source.power)
+    for d in samples:
+        key = (d.tags.get("host", ""), f"nvml:{d.tags.get('gpu', '0')}")
+        series[key].sample_columns.append((d.time, d.watts))
+    return series
+
+
+_READINGS = frozenset(("rapl", "gpu", "emonpi", "gpu_sample"))
+
+
+def _readings(
+    series: dict[tuple[str, str], Series],
+    key: tuple[str, str],
+    points: list[Point],
+    counter: str | None,
+    power: str | None,
+) -> None:
+    """One series' points into its source's counter readings (with the power beside them) or,
+    without a counter reading, its power readings."""
+    counted, readings, powers = [], [], []
+    for p in points:
+        fields, t = p.fields, p.time_ns
+        if counter is not None and is_number(joules := fields.get(counter)):
+            counted.append((t, float(joules)))  # type: ignore[arg-type]
+            if is_number(reading := fields.get("power_watts")):
+                readings.append((t, float(reading)))  # type: ignore[arg-type]
+        elif power is not None and is_number(watts := fields.get(power)):
+            powers.append((t, float(watts)))  # type: ignore[arg-type]
+    if counted or powers:
+        s = series[key]
+        s.counter += counted
+        s.readings += readings
+        s.power += powers
 
 
 def _increasing(times: Sequence[int]) -> bool:
