@@ -72,15 +72,30 @@ class Cumulative:
         times = self._times
         if len(times) < 2:
             return [None] * len(spans)
-        first, last, at = times[0], times[-1], self._at
+        first, last, at, cum, power = times[0], times[-1], self._at, self._cum, self._power
         out: list[float | None] = []
         known_t, known = None, 0.0  # the last span's end: most spans start there
+        i, top = 0, len(times) - 1  # times[i] <= the span's end: ends mostly grow, so i walks
         for start, end in spans:
             a, b = max(start, first), min(end, last)
             if b <= a:
                 out.append(None)
                 continue
             begin = known if a == known_t else at(a)
-            known_t, known = b, at(b)
+            if times[i] > b:
+                i = bisect.bisect_right(times, b) - 1
+            while i < top and times[i + 1] <= b:
+                i += 1
+            if i == top:  # :meth:`_at` inlined from here: the same figure, without a call
+                known = cum[-1]
+            else:
+                t0 = times[i]
+                frac = (b - t0) / (times[i + 1] - t0)
+                if power is None:
+                    known = cum[i] + (cum[i + 1] - cum[i]) * frac
+                else:
+                    w0 = power[i]
+                    known = cum[i] + (w0 + (w0 + (power[i + 1] - w0) * frac)) / 2 * (b - t0) / _NS
+            known_t = b
             out.append(known - begin)
         return out
