@@ -311,6 +311,7 @@ class ColumnScanner:
             if pending is _SKIP or not pending.rows:
                 continue
             series, rows = pending.series, pending.rows
+            series.bounds = None  # times read from text: worked out when asked
             cols = list(zip(*rows, strict=True))
             series.order.extend(pending.order)
             if series.measurement == "nrg_step":
@@ -354,6 +355,15 @@ def _head_tags(measurement: str, head: bytes) -> Mapping[str, str] | None:
 
 def _extend(series: Series, indexed: IndexedSeries, base: int) -> None:
     step, time, order, *values = indexed.arrays
+    if not len(series):  # the index's arrays themselves, not a copy
+        n_ints = len(series.ints)
+        series.step, series.time = step, time
+        series.order = array("q", map(base.__add__, order)) if base else order
+        series.ints, series.floats = values[:n_ints], values[n_ints:]
+        series.bounds = indexed.bounds
+        return
+    known, new = series.bounds, indexed.bounds
+    series.bounds = (min(known[0], new[0]), max(known[1], new[1])) if known and new else None
     series.step.extend(step)
     series.time.extend(time)
     series.order.extend(array("q", map(base.__add__, order)) if base else order)

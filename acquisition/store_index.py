@@ -72,6 +72,8 @@ class IndexedSeries:
     kind: int
     head: bytes
     arrays: list[array[Any]] = field(default_factory=list)
+    bounds: tuple[int, int] | None = None
+    """Its earliest and latest time (recorded by the writer: no pass over them to read)."""
 
     def __len__(self) -> int:
         return len(self.arrays[0]) if self.arrays else 0
@@ -130,7 +132,13 @@ def write_index(data: Path, index: FileIndex) -> Path:
         "byteorder": sys.byteorder,
         "torn": index.torn,
         "series": [
-            {"kind": s.kind, "head": s.head.decode("utf-8"), "n": len(s), "absent": gone}
+            {
+                "kind": s.kind,
+                "head": s.head.decode("utf-8"),
+                "n": len(s),
+                "absent": gone,
+                **({"lo": min(s.arrays[1]), "hi": max(s.arrays[1])} if len(s) else {}),
+            }
             for s, gone in zip(index.series, absent, strict=True)
         ],
         "readings": [
@@ -205,6 +213,7 @@ class _Entry:
     head: bytes
     n: int
     absent: list[int]
+    bounds: tuple[int, int] | None
 
 
 @dataclass
@@ -250,7 +259,8 @@ def _header(path: str, ino: int, size: int, mtime_ns: int) -> _Header:
 
 def _entry(e: dict[str, Any]) -> _Entry:
     absent = [int(k) for k in e.get("absent", [])]
-    entry = _Entry(int(e["kind"]), str(e["head"]).encode("utf-8"), int(e["n"]), absent)
+    bounds = (int(e["lo"]), int(e["hi"])) if "lo" in e and "hi" in e else None
+    entry = _Entry(int(e["kind"]), str(e["head"]).encode("utf-8"), int(e["n"]), absent, bounds)
     if entry.kind not in (0, 1) or entry.n < 0:
         raise ValueError(f"bad series entry {e!r}")
     return entry
@@ -273,7 +283,7 @@ def _body(mm: mmap.mmap, header: _Header, wanted: Any, readings: Any) -> FileInd
         if wanted is not None and not wanted(s.kind, s.head):  # left unread: an empty series
             series.append(IndexedSeries(s.kind, s.head))
         else:
-            series.append(IndexedSeries(s.kind, s.head, _arrays(s, mm, pos)))
+            series.append(IndexedSeries(s.kind, s.head, _arrays(s, mm, pos), s.bounds))
         pos += stored
     other, pos = _readings(mm, header, pos, readings)
     other.text = zlib.decompress(mm[pos:])

@@ -67,6 +67,9 @@ class Series:
     """``nrg_step``: samples (NONE_INT when absent), start_time_ns, end_time_ns."""
     floats: list[array[float]] = field(default_factory=list)
     """``nrg_step``: duration_seconds; ``nrg_energy``: energy_joules, then ENERGY_OPTIONAL."""
+    bounds: tuple[int, int] | None = None
+    """The earliest and latest time, when known without a pass over them (a step index
+    records them)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -168,11 +171,10 @@ class StepColumns:
         added: a report asks several times)."""
         shape = (len(self.series), self.lines)
         if self._range_of != shape:
-            times = [s.time for s in self.series if len(s)] + [
-                d.time for d in self.samples if d.time
-            ]
-            lows = [min(t) for t in times]
-            highs = [max(t) for t in times]
+            spans = [s.bounds or (min(s.time), max(s.time)) for s in self.series if len(s)]
+            spans += [(min(d.time), max(d.time)) for d in self.samples if d.time]
+            lows = [lo for lo, _ in spans]
+            highs = [hi for _, hi in spans]
             self._range = (min(lows), max(highs)) if lows else None
             self._range_of = shape
         return self._range
@@ -245,6 +247,14 @@ def _increasing(steps: array[int]) -> bool:
     return all(map(operator.lt, steps, itertools.islice(steps, 1, None)))
 
 
+_NAN = array("d", [math.nan]).tobytes()
+
+
+def _no_value(column: array[float]) -> bool:
+    """Whether a float column holds no value at all (all absent, NaN as read), at C speed."""
+    return column.tobytes() == _NAN * len(column)
+
+
 def _joined(parts: list[Series], column: int) -> list[float]:
     out = array("d")
     for s in parts:
@@ -285,6 +295,8 @@ def _view(
         if steps != numbers:
             return None
         view.energy[source] = _joined(ordered, 0)
+        if all(_no_value(s.floats[3]) for s in ordered):
+            continue  # no error bounds (most writers): nothing to join
         errors = [_joined(ordered, k) for k in (3, 4, 5)]
         missing = list(map(math.isnan, errors[0]))
         if not all(missing):

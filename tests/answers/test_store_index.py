@@ -177,3 +177,26 @@ def test_columns_without_any_value_are_left_out_and_come_back(tmp_path: Path) ->
     energy = [s for s in header["series"] if s["kind"] == 1]
     assert energy and all(s["absent"] == [4, 5, 6, 7, 8] for s in energy)
     assert report(tmp_path, use_index=True) == text
+
+
+def test_the_step_time_range_from_indexes_and_text_alike(tmp_path: Path) -> None:
+    """Guards: the run's step-time range (its window when no event ends it) is the same from
+    indexes (which record each series' earliest and latest time) as from the text, with the
+    run split over two files: both indexed, the first only (a series then continues in text
+    after its indexed part), or neither."""
+    run = ClusterRun(epochs=1, steps=10)  # one epoch: each rank's series in both files
+    points = sorted(run.points(), key=lambda p: p.time_ns)
+    half = len(points) // 2
+    first, second = write(tmp_path, points[:half], extra=[]), tmp_path / "nrg-2.lp"
+    second.write_text(LineEncoder().encode_many(points[half:]), encoding="utf-8")
+
+    def time_range(use_index: bool) -> tuple[int, int] | None:
+        return read_columns(Store(tmp_path, use_index=use_index), Query())[1].time_range()
+
+    text = time_range(False)
+    steps = [p.time_ns for p in points if p.measurement in ("nrg_step", "nrg_energy")]
+    assert text == (min(steps), max(steps))
+    index_files([first])
+    assert time_range(True) == text  # the first file indexed, the second read as text
+    index_files([second])
+    assert time_range(True) == text
