@@ -200,6 +200,16 @@ def _trapezoid(series: list[tuple[int, float]]) -> float:
     return _trapezoid_columns([t for t, _ in series], [v for _, v in series])
 
 
+def _rough_integral(times: Sequence[int], watts: Sequence[float]) -> float:
+    """:func:`_trapezoid_columns` summed as Σ (v0 + v1) × (t1 − t0), halved and scaled once at
+    the end (fewer passes; rounding differs in the last bits): for an error estimate over all
+    of a run's driver samples, never for an energy figure."""
+    total: float = sum(
+        map(operator.mul, map(operator.add, watts, watts[1:]), map(operator.sub, times[1:], times))
+    )
+    return total / 2 / _NS
+
+
 def _trapezoid_columns(times: Sequence[int], watts: Sequence[float]) -> float:
     """Σ (v0 + v1) / 2 × (t1 − t0) / 1e9 over consecutive readings, in order (``map`` over
     columns: a GPU's driver samples are hundreds of thousands)."""
@@ -307,7 +317,7 @@ def counter_edges(
         return 0.0, 0.0, 0.0
     reference = _clip_columns(times, watts, first, last)
     counted = last_j - first_j
-    fraction = _trapezoid_columns(*reference) / counted if reference and counted > 0 else None
+    fraction = _rough_integral(*reference) / counted if reference and counted > 0 else None
     relative = abs(fraction - 1) if fraction is not None else 1.0
     return energy, covered, relative * energy
 
