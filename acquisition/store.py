@@ -93,6 +93,15 @@ class Query:
         }
         return Query(wanted, start_ns, end_ns, norm)
 
+    def wants_series(self, measurement: str, tags: Mapping[str, str]) -> bool:
+        """Whether the lines of a series (measurement and tags) may match, times aside."""
+        if self.measurements is not None and measurement not in self.measurements:
+            return False
+        for k, vs in self.tags.items():  # noqa: SIM110 (a loop, as in matches)
+            if tags.get(k) not in vs:
+                return False
+        return True
+
     def matches(self, point: Point) -> bool:
         if self.measurements is not None and point.measurement not in self.measurements:
             return False
@@ -247,16 +256,7 @@ class Scanner:
     def wants_reading(self, head: bytes) -> bool:
         """Whether the query may want lines of a reading series (:mod:`acquisition.store_readings`)."""
         found = series_tags(head)
-        if found is None:
-            return False
-        measurement, tags = found
-        q = self.query
-        if q.measurements is not None and measurement not in q.measurements:
-            return False
-        for k, vs in q.tags.items():  # noqa: SIM110 (as Query.matches)
-            if tags.get(k) not in vs:
-                return False
-        return True
+        return found is not None and self.query.wants_series(*found)
 
     def wanted(self, lines: Iterable[bytes]) -> Iterator[Point]:
         """The points of ``lines`` that the query wants."""

@@ -299,9 +299,7 @@ class ColumnScanner:
         if q.measurements is not None and measurement not in q.measurements:
             return None  # before decoding its tags: a run's step-energy heads are thousands
         tags = _head_tags(measurement, head)
-        if tags is None:
-            return None
-        if not all(tags.get(k) in vs for k, vs in q.tags.items()):
+        if tags is None or not q.wants_series(measurement, tags):
             return None
         return self.columns.add(step_series(measurement, tags))
 

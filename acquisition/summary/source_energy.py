@@ -96,13 +96,17 @@ def readings_by_source(
         if measurement == "gpu_sample":
             power = [(p.time_ns, p.fields.get("power_watts")) for p in pts]
             if found := [(t, float(w)) for t, w in power if is_number(w)]:  # type: ignore[arg-type]
-                series[(host, f"nvml:{tags.get('gpu', '0')}")].samples.extend(found)
+                series[(host, _gpu(tags))].samples.extend(found)
         elif source := source_fields(measurement, tags, wall_channel):
             _readings(series, (host, source.source), pts, source.counter, source.power)
     for d in samples:
-        key = (d.tags.get("host", ""), f"nvml:{d.tags.get('gpu', '0')}")
-        series[key].sample_columns.append((d.time, d.watts))
+        series[(d.tags.get("host", ""), _gpu(d.tags))].sample_columns.append((d.time, d.watts))
     return series
+
+
+def _gpu(tags: Mapping[str, str]) -> str:
+    """The source a GPU's driver samples shape: its ``gpu`` points' (``nvml:<index>``)."""
+    return source_fields("gpu", tags).source  # type: ignore[union-attr]
 
 
 _READINGS = frozenset(("rapl", "gpu", "emonpi", "gpu_sample"))
