@@ -384,8 +384,8 @@ def epoch_energy(setup: Setup, interval: str | None) -> None:
 
 
 def epoch_energies(setup: Setup) -> None:
-    epoch_energy(setup, None)
-    epoch_energy(setup, "100ms")
+    for interval in ("100ms",) if setup.smoke else (None, "100ms"):  # smoke: one covers the code
+        epoch_energy(setup, interval)
 
 
 # --- 4. profiler trace export ------------------------------------------------------------------
@@ -506,7 +506,7 @@ def agent_cpu(setup: Setup) -> None:
             cmd += ["--", sys.executable, "-c", f"import time; time.sleep({setup.agent_s + 2.0})"]
             env = dict(os.environ, NRG_DATA_DIR=str(tmp / label), NRG_RUNTIME_DIR=str(tmp / "r"))
             agent = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
-            time.sleep(2.0)
+            time.sleep(1.0 if setup.smoke else 2.0)  # start-up
             try:
                 before = _cpu_seconds(agent.pid)
                 time.sleep(setup.agent_s)
