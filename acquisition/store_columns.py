@@ -160,7 +160,7 @@ class _Samples:
             return False
         k = s.keys.index("power_watts")
         watts = s.values[k] if s.kinds[k] == "d" else array("d", map(float, s.values[k]))
-        self.columns.add_samples(DriverSamples(tags, s.time, watts))
+        self.columns.add_samples(DriverSamples(tags, s.time, watts, s.bounds, s.increasing))
         return True
 
     def points(self, points: Iterable[Point]) -> Iterator[Point]:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from acquisition.store_readings import Readings, ReadingSeries
+from acquisition.summary.columns import strictly_increasing
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -141,10 +142,7 @@ def write_index(data: Path, index: FileIndex) -> Path:
             }
             for s, gone in zip(index.series, absent, strict=True)
         ],
-        "readings": [
-            {"head": r.head.decode("utf-8"), "keys": r.keys, "kinds": r.kinds, "n": r.n}
-            for r in other.series
-        ],
+        "readings": [_reading_entry(r) for r in other.series],
         "other_lines": other.lines,
         "blocks": len(other.blocks) // 3,
     }
@@ -266,11 +264,24 @@ def _entry(e: dict[str, Any]) -> _Entry:
     return entry
 
 
+def _reading_entry(r: ReadingSeries) -> dict[str, Any]:
+    """A reading series' header entry: with its earliest and latest time and whether its times
+    only grow, so that a reader knows them without a pass."""
+    entry = {"head": r.head.decode("utf-8"), "keys": r.keys, "kinds": r.kinds, "n": r.n}
+    if len(r.time):
+        entry |= {"lo": min(r.time), "hi": max(r.time), "up": strictly_increasing(r.time)}
+    return entry
+
+
 def _reading(r: dict[str, Any]) -> ReadingSeries:
     keys, kinds = tuple(str(k) for k in r["keys"]), str(r["kinds"])
     if len(keys) != len(kinds) or set(kinds) - {"q", "d"} or int(r["n"]) < 0:
         raise ValueError(f"bad reading series {r!r}")
-    return ReadingSeries(str(r["head"]).encode("utf-8"), keys, kinds, int(r["n"]))
+    series = ReadingSeries(str(r["head"]).encode("utf-8"), keys, kinds, int(r["n"]))
+    if "lo" in r and "hi" in r:
+        series.bounds = (int(r["lo"]), int(r["hi"]))
+    series.increasing = r.get("up") is True
+    return series
 
 
 def _body(mm: mmap.mmap, header: _Header, wanted: Any, readings: Any) -> FileIndex:
@@ -300,7 +311,7 @@ def _readings(mm: mmap.mmap, header: _Header, pos: int, wanted: Any) -> tuple[Re
         stored = (2 + len(r.kinds)) * r.n * 8
         if pos + stored > len(mm):
             raise ValueError("cut short")
-        s = ReadingSeries(r.head, r.keys, r.kinds, r.n)
+        s = ReadingSeries(r.head, r.keys, r.kinds, r.n, bounds=r.bounds, increasing=r.increasing)
         if wanted is None or wanted(r.head):
             s.time, s.place, *s.values = (
                 _column(mm, pos + k * r.n * 8, r.n, kind) for k, kind in enumerate("qq" + r.kinds)

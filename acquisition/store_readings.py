@@ -61,6 +61,10 @@ class ReadingSeries:
     place: array[int] = field(default_factory=lambda: array("q"))
     """Each line's place among the file's other lines (text and readings), from 0."""
     values: list[array[Any]] = field(default_factory=list)
+    bounds: tuple[int, int] | None = None
+    """Its earliest and latest time, as its index records them."""
+    increasing: bool = False
+    """Whether its times only grow, as its index records it (False: not known)."""
 
 
 @dataclass

@@ -17,7 +17,7 @@ import itertools
 import math
 import operator
 from array import array
-from collections.abc import Mapping, MutableSequence
+from collections.abc import Mapping, MutableSequence, Sequence
 from dataclasses import dataclass, field
 
 from acquisition.point import FieldValue, Point
@@ -30,6 +30,7 @@ __all__ = [
     "Series",
     "StepColumns",
     "regular_views",
+    "strictly_increasing",
 ]
 
 NONE_INT = -(2**63)
@@ -137,6 +138,10 @@ class DriverSamples:
     tags: Mapping[str, str]
     time: MutableSequence[int]
     watts: MutableSequence[float]
+    bounds: tuple[int, int] | None = None
+    """The earliest and latest time, when known without a pass (an index records them)."""
+    increasing: bool = False
+    """Whether the times are known to only grow (an index records it); False: not known."""
 
 
 @dataclass
@@ -172,7 +177,7 @@ class StepColumns:
         shape = (len(self.series), self.lines)
         if self._range_of != shape:
             spans = [s.bounds or (min(s.time), max(s.time)) for s in self.series if len(s)]
-            spans += [(min(d.time), max(d.time)) for d in self.samples if d.time]
+            spans += [d.bounds or (min(d.time), max(d.time)) for d in self.samples if d.time]
             lows = [lo for lo, _ in spans]
             highs = [hi for _, hi in spans]
             self._range = (min(lows), max(highs)) if lows else None
@@ -243,8 +248,9 @@ def _concat(parts: list[Series]) -> tuple[array[int], list[Series]]:
     return steps, ordered
 
 
-def _increasing(steps: array[int]) -> bool:
-    return all(map(operator.lt, steps, itertools.islice(steps, 1, None)))
+def strictly_increasing(values: Sequence[int]) -> bool:
+    """Whether each value is greater than the one before (one pass at C speed)."""
+    return all(map(operator.lt, values, itertools.islice(values, 1, None)))
 
 
 _NAN = array("d", [math.nan]).tobytes()
@@ -273,7 +279,7 @@ def _view(
     key: tuple[str, str], step_parts: list[Series], energy_parts: Mapping[str, list[Series]]
 ) -> RankView | None:
     numbers, parts = _concat(step_parts)
-    if not _increasing(numbers):
+    if not strictly_increasing(numbers):
         return None
     epochs: list[str | None] = []
     for s in parts:

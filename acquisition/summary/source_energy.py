@@ -21,7 +21,7 @@ from itertools import repeat
 
 from acquisition.point import Point
 from acquisition.processors.energy import is_number, shaped_energy, source_fields
-from acquisition.summary.columns import DriverSamples
+from acquisition.summary.columns import DriverSamples, strictly_increasing
 from acquisition.summary.model import SourceEnergy
 
 __all__ = [
@@ -49,8 +49,8 @@ class Series:
     """Instantaneous power readings (``power_watts``) beside a counter, for the peak."""
     samples: list[tuple[int, float]] = field(default_factory=list)
     """The driver's power samples (``gpu_sample``): they shape a counter between readings."""
-    sample_columns: list[tuple[Sequence[int], Sequence[float]]] = field(default_factory=list)
-    """More of them, read as columns (times, watts), each part in time order."""
+    sample_columns: list[DriverSamples] = field(default_factory=list)
+    """More of them, read as columns."""
     _joined: tuple[Sequence[int], Sequence[float]] | None = field(default=None, repr=False)
 
     def driver_samples(self) -> tuple[Sequence[int], Sequence[float]]:
@@ -58,10 +58,10 @@ class Series:
         their times only grow (tens of thousands per GPU-hour: no object per sample)."""
         if self._joined is None:
             times, watts = array("q"), array("d")
-            for t, w in self.sample_columns:
-                times.extend(t)
-                watts.extend(w)
-            if self.samples or not _increasing(times):
+            for part in self.sample_columns:
+                times.extend(part.time)
+                watts.extend(part.watts)
+            if self.samples or not _increasing(self.sample_columns, times):
                 pairs = sorted([*self.samples, *zip(times, watts, strict=True)])
                 times, watts = array("q", [t for t, _ in pairs]), array("d", [w for _, w in pairs])
             self._joined = (times, watts)
@@ -100,7 +100,7 @@ def readings_by_source(
         elif source := source_fields(measurement, tags, wall_channel):
             _readings(series, (host, source.source), pts, source.counter, source.power)
     for d in samples:
-        series[(d.tags.get("host", ""), _gpu(d.tags))].sample_columns.append((d.time, d.watts))
+        series[(d.tags.get("host", ""), _gpu(d.tags))].sample_columns.append(d)
     return series
 
 
@@ -137,8 +137,13 @@ def _readings(
         s.power += powers
 
 
-def _increasing(times: Sequence[int]) -> bool:
-    return all(map(operator.lt, times, itertools.islice(times, 1, None)))
+def _increasing(parts: Sequence[DriverSamples], times: Sequence[int]) -> bool:
+    """Whether ``times`` (the parts' joined) only grow: at the parts' joins alone when each part
+    is known to (an index records it), else by a pass."""
+    if not all(p.increasing for p in parts):
+        return strictly_increasing(times)
+    ends = [(p.time[0], p.time[-1]) for p in parts if len(p.time)]
+    return all(end < start for (_, end), (start, _) in itertools.pairwise(ends))
 
 
 def continuous(samples: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -205,13 +210,16 @@ def _trapezoid(series: list[tuple[int, float]]) -> float:
 
 
 def _rough_integral(times: Sequence[int], watts: Sequence[float]) -> float:
-    """:func:`_trapezoid_columns` summed as Σ (v0 + v1) × (t1 − t0), halved and scaled once at
-    the end (fewer passes; rounding differs in the last bits): for an error estimate over all
-    of a run's driver samples, never for an energy figure."""
-    total: float = sum(
-        map(operator.mul, map(operator.add, watts, watts[1:]), map(operator.sub, times[1:], times))
-    )
-    return total / 2 / _NS
+    """:func:`_trapezoid_columns` summed as Σ v_i × (t_i+1 − t_i−1) (each reading times the
+    span of its two neighbours; the ends with their one), halved and scaled once at the end:
+    two passes instead of five, its rounding differs in the last bits. For an error estimate
+    over all of a run's driver samples, never for an energy figure."""
+    n = len(times)
+    if n < 2:
+        return 0.0
+    inner: float = sum(map(operator.mul, watts[1:-1], map(operator.sub, times[2:], times)))
+    ends = watts[0] * (times[1] - times[0]) + watts[-1] * (times[-1] - times[-2])
+    return (inner + ends) / 2 / _NS
 
 
 def _trapezoid_columns(times: Sequence[int], watts: Sequence[float]) -> float:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import itertools
 from array import array
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from acquisition.summary.columns import DriverSamples
 from acquisition.summary.series import Cumulative
-from acquisition.summary.source_energy import Series
+from acquisition.summary.source_energy import Series, _rough_integral
 
 NS = 1_000_000_000
 
@@ -58,7 +60,10 @@ def test_driver_samples_come_joined_in_time_order(parts: list, points: list) -> 
     """Guards: a GPU's driver samples, read as columns in parts (one per file) and as points,
     come back as one series in time order (ties by power), as sorting every (time, W) pair
     gives: kept as they are when the parts' times only grow, sorted otherwise."""
-    columns = [(array("q", [t for t, _ in p]), array("d", [w for _, w in p])) for p in parts]
+    columns = [
+        DriverSamples({}, array("q", [t for t, _ in p]), array("d", [w for _, w in p]))
+        for p in parts
+    ]
     series = Series(samples=list(points), sample_columns=columns)
     times, watts = series.driver_samples()
     assert list(zip(times, watts, strict=True)) == sorted(points + [x for p in parts for x in p])
@@ -66,8 +71,10 @@ def test_driver_samples_come_joined_in_time_order(parts: list, points: list) -> 
 
 def test_driver_samples_in_growing_parts_are_joined_as_they_are() -> None:
     """Guards: parts whose times only grow are joined as they are: 0..2 s then 3..4 s."""
-    series = Series(sample_columns=[(array("q", [0, 1, 2]), array("d", [5.0, 1.0, 2.0]))])
-    series.sample_columns.append((array("q", [3, 4]), array("d", [0.5, 9.0])))
+    series = Series(
+        sample_columns=[DriverSamples({}, array("q", [0, 1, 2]), array("d", [5, 1, 2]))]
+    )
+    series.sample_columns.append(DriverSamples({}, array("q", [3, 4]), array("d", [0.5, 9.0])))
     times, watts = series.driver_samples()
     assert (list(times), list(watts)) == ([0, 1, 2, 3, 4], [5.0, 1.0, 2.0, 0.5, 9.0])
 
@@ -75,6 +82,33 @@ def test_driver_samples_in_growing_parts_are_joined_as_they_are() -> None:
 def test_driver_samples_at_one_time_are_ordered_by_power() -> None:
     """Guards: two samples at the same time (a re-read) come by power, as sorting the pairs
     puts them, whichever came first."""
-    series = Series(sample_columns=[(array("q", [0, 1, 1, 2]), array("d", [3.0, 5.0, 2.0, 1.0]))])
+    series = Series(
+        sample_columns=[DriverSamples({}, array("q", [0, 1, 1, 2]), array("d", [3, 5, 2, 1]))]
+    )
     times, watts = series.driver_samples()
     assert (list(times), list(watts)) == ([0, 1, 1, 2], [3.0, 2.0, 5.0, 1.0])
+
+
+def test_parts_known_to_grow_are_still_sorted_where_they_meet_out_of_order() -> None:
+    """Guards: parts an index records as growing (each alone) are trusted inside, not at their
+    joins: 0..3 s then 2..4 s (an agent restarted with its clock set back) come sorted; a join
+    at the same time (3 s after 3 s) is out of order too."""
+    for second in ([2, 4], [3, 4]):
+        first = DriverSamples({}, array("q", [0, 1, 3]), array("d", [5, 1, 2]), increasing=True)
+        later = DriverSamples({}, array("q", second), array("d", [0.5, 9.0]), increasing=True)
+        times, watts = Series(sample_columns=[first, later]).driver_samples()
+        pairs = sorted([(0, 5.0), (1, 1.0), (3, 2.0), (second[0], 0.5), (second[1], 9.0)])
+        assert list(zip(times, watts, strict=True)) == pairs
+
+
+@given(st.lists(st.tuples(st.integers(1, 10**9), st.floats(0, 700)), min_size=2, max_size=30))
+def test_the_rough_integral_of_driver_samples_is_the_trapezoids(gaps: list) -> None:  # type: ignore[type-arg]
+    """Guards: the error estimate's integral of many samples (each reading times its two
+    neighbours' span) is the trapezoids' sum, ends included, within rounding."""
+    times = list(itertools.accumulate(g for g, _ in gaps))
+    watts = [w for _, w in gaps]
+    by_hand = sum(
+        (w0 + w1) / 2 * (t1 - t0) / NS
+        for (t0, w0), (t1, w1) in itertools.pairwise(zip(times, watts, strict=True))
+    )
+    assert _rough_integral(times, watts) == pytest.approx(by_hand, rel=1e-12, abs=1e-12)

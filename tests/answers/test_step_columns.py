@@ -161,3 +161,31 @@ def test_driver_samples_as_columns_give_the_summary_of_their_points(tmp_path: Pa
     columns.samples.clear()
     without = summarize(points, columns=columns)
     assert summaries_json([without]) != old
+
+
+def test_driver_samples_that_go_back_in_time_are_sorted_from_an_index(tmp_path: Path) -> None:
+    """Guards: a step index records, per series of driver samples, its earliest and latest time
+    and whether its times only grow; a GPU whose samples go back once in the file (two swapped:
+    a clock set back) is sorted as its points are, and the summary from the index is the
+    summary of the points."""
+    run = ClusterRun(gpus=2)
+    samples = driver_samples(run, every_s=0.05)
+    first = [k for k, p in enumerate(samples) if p.tags["host"] == run.hosts[0]]
+    first = [k for k in first if samples[k].tags["gpu"] == "0"]
+    a, b = first[10], first[11]  # h0's GPU 0: its 11th and 12th samples in the other order
+    samples[a], samples[b] = samples[b], samples[a]
+    run = dataclasses.replace(run, extra=samples)
+    store = write(tmp_path, run.points())
+    old, new, _ = both(store)
+    assert new == old
+    index_files([tmp_path])
+    (tmp_path / "nrg.lp").write_bytes(b" " * ((tmp_path / "nrg.lp").stat().st_size - 1) + b"\n")
+    indexed = Store(tmp_path)
+    (info,) = find_runs(indexed)
+    points, columns = load_run_columns(indexed, info)
+    assert columns is not None
+    growing = {(d.tags["host"], d.tags["gpu"]): d.increasing for d in columns.samples}
+    assert growing == {(h, g): (h, g) != (run.hosts[0], "0") for h in run.hosts for g in "01"}
+    for d in columns.samples:
+        assert d.bounds == (min(d.time), max(d.time))
+    assert summaries_json([summarize(points, columns=columns)]) == old
