@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from acquisition.point import Point
 from acquisition.summary.columns import DriverSamples
 from acquisition.summary.series import Cumulative
-from acquisition.summary.source_energy import Series, _rough_integral
+from acquisition.summary.source_energy import Series, _rough_integral, readings_by_source
 
 NS = 1_000_000_000
 
@@ -112,3 +113,38 @@ def test_the_rough_integral_of_driver_samples_is_the_trapezoids(gaps: list) -> N
         for (t0, w0), (t1, w1) in itertools.pairwise(zip(times, watts, strict=True))
     )
     assert _rough_integral(times, watts) == pytest.approx(by_hand, rel=1e-12, abs=1e-12)
+
+
+class Watts(float):
+    """A float subclass (as numpy's float64 is): a number, not a plain float."""
+
+
+def test_a_sources_readings_are_taken_whatever_the_fields_types() -> None:
+    """Guards: a GPU's counter readings and the power beside them are taken in order, each
+    as a float, whether every point has plain numbers (a collector's series, taken column by
+    column) or not: a reading without a power, a power of a float subclass, a bool that is
+    no number, a point without its counter (its power then counts as a power reading)."""
+    tags = {"host": "h", "gpu": "0", "uuid": "GPU-1"}
+    plain = [
+        Point("gpu", tags, {"energy_joules": 10 * k, "power_watts": 5.0 * k}, k) for k in (1, 2)
+    ]
+    got = readings_by_source(plain, wall_channel=1)[("h", "nvml:0")]
+    assert (got.counter, got.readings, got.power) == (
+        [(1, 10.0), (2, 20.0)],
+        [(1, 5.0), (2, 10.0)],
+        [],
+    )
+    assert all(type(v) is float for _, v in got.counter)
+    a, b = dict(tags), dict(tags)  # two stored series of one GPU (each its own mapping)
+    mixed = [
+        Point("gpu", a, {"energy_joules": 10, "power_watts": Watts(5.5)}, 1),
+        Point("gpu", a, {"energy_joules": 20.0}, 2),
+        Point("gpu", a, {"energy_joules": 30, "power_watts": True}, 3),
+        Point("gpu", b, {"energy_joules": Watts(40.0), "power_watts": 6}, 4),
+        Point("gpu", b, {"power_watts": 7.0}, 5),
+    ]
+    got = readings_by_source(mixed, wall_channel=1)[("h", "nvml:0")]
+    assert got.counter == [(1, 10.0), (2, 20.0), (3, 30.0), (4, 40.0)]
+    assert got.readings == [(1, 5.5), (4, 6.0)]
+    assert got.power == [(5, 7.0)]
+    assert {type(v) for _, v in got.counter + got.readings + got.power} == {float}
