@@ -314,21 +314,26 @@ def test_a_counter_read_less_often_than_power_is_extended_by_the_power_readings(
     assert gpu.error_j == pytest.approx(0.0, abs=1e-6)
 
 
-def test_a_counter_extended_by_only_two_power_readings() -> None:
-    """Guards: two power readings, the fewest that bracket a time, still give the window's parts
-    beyond a GPU's counter readings their energy (not left out, 400 J lost) and its error bar."""
+@pytest.mark.parametrize("tenths", [60, 4, 1], ids=["two readings", "every 0.4 s", "every 0.1 s"])
+def test_a_counter_extended_by_power_readings_on_a_ramp(tenths: int) -> None:
+    """Guards: the window's parts beyond a GPU's counter readings get their energy, and its
+    error bar, from the power readings there: two readings (the fewest that bracket a time),
+    or readings every 0.4 s or 0.1 s, some inside those parts (each reading paired with its own
+    time, none dropped at a part's end)."""
     t0 = 1_700_000_000 * NS
     tags = {"gpu": "0", "host": "h1"}
-    # The counter at 0, 1, 2, 3, 4 s, 300 W; power read only at -1 s (200 W) and 5 s (500 W).
+    # The counter at 0, 1, 2, 3, 4 s, 300 W; power read from -1 s (200 W) to 5 s (500 W) on a
+    # ramp of 50 W a second, every `tenths` tenths of a second (trapezoids exact on a line).
     points = [Point("gpu", tags, {"energy_joules": 300.0 * k}, t0 + k * NS) for k in range(5)]
-    points.append(Point("gpu", tags, {"power_watts": 200.0}, t0 - NS))
-    points.append(Point("gpu", tags, {"power_watts": 500.0}, t0 + 5 * NS))
+    for k in range(-10, 51, tenths):
+        watts = 250.0 + 5.0 * k  # 250 W at 0 s, +50 W a second
+        points.append(Point("gpu", tags, {"power_watts": watts}, t0 + k * NS // 10))
     window = (t0 - 3 * NS // 10, t0 + 47 * NS // 10)  # 0.3 s before the first, 0.7 s after
     gpu = by_source(summarize(points, window_ns=window))["nvml:0"]
-    # By hand, power rising 50 W a second: 235 W at -0.3 s, 250 W at 0 s, 450 W at 4 s, 485 W
-    # at 4.7 s. Edges: (235 + 250) / 2 × 0.3 = 72.75 J and (450 + 485) / 2 × 0.7 = 327.25 J:
-    # 400 J. Counter: 1200 J. Total 1600 J over 5 s: 320 W. Over the counter's span the readings
-    # say (250 + 450) / 2 × 4 = 1400 J for its 1200 J: 1/6 too high, so the edges' bar is 400 / 6.
+    # By hand, 235 W at -0.3 s, 250 W at 0 s, 450 W at 4 s, 485 W at 4.7 s. Edges:
+    # (235 + 250) / 2 × 0.3 = 72.75 J and (450 + 485) / 2 × 0.7 = 327.25 J: 400 J. Counter:
+    # 1200 J. Total 1600 J over 5 s: 320 W. Over the counter's span the readings say
+    # (250 + 450) / 2 × 4 = 1400 J for its 1200 J: 1/6 too high, so the edges' bar is 400 / 6.
     assert gpu.energy_j == pytest.approx(1600.0, rel=1e-9)
     assert gpu.mean_w == pytest.approx(320.0, rel=1e-9)
     assert gpu.error_j == pytest.approx(400.0 / 6, rel=1e-9)
@@ -430,3 +435,25 @@ def test_the_run_host_and_experiment_are_the_names_on_most_points() -> None:
     pts += [Point("memory", {"host": "b", "run": "r2"}, {"used_bytes": 1}, k * NS) for k in (3, 4)]
     s = summarize(pts)
     assert (s.host, s.run, s.experiment) == ("a", "r1", "e")
+
+
+def test_excluded_intervals_count_in_neither_the_duration_nor_the_energy() -> None:
+    """Guards: the tracker's own waits inside its span (``exclude_ns``) are taken out of the
+    summary's duration and energy, not added to them. A RAPL counter at 25 W read every second
+    over [0, 10] s, the waits [2, 4] s and [6, 7] s left out: 10 − 2 − 1 = 7 s, 25 W × 7 s =
+    175 J, 175 J / 7 s = 25 W. With nothing left out: 10 s, 250 J."""
+    t0 = 1_700_000_000 * NS
+    rapl = {"host": "h1", "socket": "0", "domain": "package"}
+    counter = [
+        Point("rapl", rapl, {"energy_joules": 25.0 * sec}, t0 + sec * NS) for sec in range(11)
+    ]
+    window = (t0, t0 + 10 * NS)
+    waits = [(t0 + 2 * NS, t0 + 4 * NS), (t0 + 6 * NS, t0 + 7 * NS)]
+    s = summarize(counter, window_ns=window, exclude_ns=waits)
+    assert s.duration_s == pytest.approx(7.0, rel=1e-9)
+    assert by_source(s)["rapl:package-0"].energy_j == pytest.approx(175.0, rel=1e-9)
+    assert s.energy.total_j == pytest.approx(175.0, rel=1e-9)
+    assert s.energy.mean_w == pytest.approx(25.0, rel=1e-9)
+    whole = summarize(counter, window_ns=window)
+    assert whole.duration_s == pytest.approx(10.0, rel=1e-9)
+    assert whole.energy.total_j == pytest.approx(250.0, rel=1e-9)

@@ -161,3 +161,31 @@ def test_energy_outside_steps_only_with_both_steps_and_sources() -> None:
     # Steps with energy (1 + 2 + 6 J) but no source reading stored: none (not 0 − 9 = −9 J).
     s = summarize(points())
     assert (s.energy.total_j, s.energy.outside_steps_j) == (0.0, None)
+
+
+@pytest.mark.parametrize(
+    ("fields", "source"),
+    [
+        ({"energy_joules": 100.0}, "rapl:package-0"),  # no step
+        ({"step": 1.0, "energy_joules": 100.0}, "rapl:package-0"),  # a step that is no integer
+        ({"step": 1}, "rapl:package-0"),  # no energy
+        ({"step": 1, "energy_joules": "n/a"}, "rapl:package-0"),  # an energy that is no number
+        ({"step": 1, "energy_joules": 100.0}, ""),  # no source
+    ],
+    ids=["no step", "float step", "no energy", "text energy", "no source"],
+)
+def test_an_incomplete_energy_point_is_left_out(fields: dict[str, object], source: str) -> None:
+    """Guards: a step's energy point without its step number, its energy or its source (a line
+    written by hand or by another tool) is left out: the three steps stay 1, 2 and 6 J (mean
+    3 J, p50 2 J, 9 J in all), not a fourth step or a 100 J one."""
+    tags = {**TAGS, "epoch": "0", "scope": "step"}
+    if source:
+        tags["source"] = source
+    stray = Point("nrg_energy", tags, fields, T0 + 2 * S)  # type: ignore[arg-type]
+    s = summarize([*points(), stray])
+    assert s.steps.count == 3
+    assert s.steps.energy_j is not None
+    assert s.steps.energy_j["mean"] == pytest.approx(3.0, rel=1e-12)
+    assert s.steps.energy_j["p50"] == pytest.approx(2.0, rel=1e-12)
+    (epoch,) = s.epochs
+    assert epoch.energy_j == pytest.approx(9.0, rel=1e-12)

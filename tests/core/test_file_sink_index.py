@@ -205,3 +205,63 @@ async def test_abort_stops_waiting_for_index_children(
         assert _still_running(pid)
     finally:
         _stop(pid)
+
+
+class _FakeSleep:
+    """The file sink's ``asyncio`` with a fake ``sleep``: it adds the seconds asked for and
+    only yields to the loop, so a wait of seconds takes none."""
+
+    def __init__(self) -> None:
+        self.slept = 0.0
+        self._real = asyncio.sleep
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(asyncio, name)
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept += seconds
+        await self._real(0)
+
+
+async def test_closing_waits_for_an_index_child_at_most_30_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: closing waits for an index child that does not end (here one that would take a
+    minute) for 30 s and one 50 ms look at most, by the loop's clock, then leaves it to finish
+    alone; a child that has ended is not waited for at all."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\nexec sleep 60\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(slow))
+    clock = _FakeSleep()
+    monkeypatch.setattr(file_sink, "asyncio", clock)
+    sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))
+    await sink.aclose()
+    (pid,) = sink._indexers
+    try:
+        assert _still_running(pid)
+    finally:
+        _stop(pid)
+    assert 30.0 <= clock.slept <= 30.05 + 1e-6
+    clock.slept = 0.0
+    await sink._wait_indexers()  # the child has ended since: nothing to wait for
+    assert (clock.slept, sink._indexers) == (0.0, {})
+
+
+@pytest.mark.parametrize(("n", "indexed"), [(9_999, 0), (10_000, 1)])
+async def test_a_file_of_10_000_step_lines_is_indexed_and_one_fewer_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int, indexed: int
+) -> None:
+    """Guards: the documented threshold: a finished file holding 10,000 step lines gets an
+    index child, 9,999 do not (here ``true`` stands in for the child)."""
+    true = shutil.which("true")
+    assert true is not None
+    monkeypatch.setattr(sys, "executable", true)
+    sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, n))
+    await sink.aclose()
+    assert sink.stats()["indexes_started"] == indexed

@@ -171,6 +171,25 @@ def test_a_message_is_redacted_before_it_is_cut(where: str) -> None:
     assert len(message) <= 1000
 
 
+@pytest.mark.parametrize("where", ["header", "body", "json", "reason"])
+def test_a_message_of_1000_characters_is_kept_whole_and_a_longer_one_cut_to_1000(
+    where: str,
+) -> None:
+    """Guards: the server's words are kept whole up to 1,000 characters, that length included;
+    1,001 become their first 999 and "…" (1,000 in all), from each place they are read."""
+
+    def said(n: int) -> str:
+        headers = {"X-Influxdb-Error": "e" * n} if where == "header" else {}
+        body = {"body": ("e" * n).encode(), "json": json.dumps({"message": "e" * n}).encode()}
+        reason = "e" * n if where == "reason" else "Unauthorized"
+        return server_message(headers, body.get(where, b""), reason, Redactor(TOKEN).redact)
+
+    assert said(999) == "e" * 999
+    assert said(1000) == "e" * 1000
+    assert said(1001) == "e" * 999 + "…"
+    assert said(5000) == "e" * 999 + "…"
+
+
 def test_a_secret_escaped_in_a_json_body_is_redacted_once_decoded() -> None:
     """Guards: a password with a quote or backslash comes back JSON-escaped in a body; the
     decoded ``message`` is redacted too."""

@@ -25,6 +25,7 @@ __all__ = [
     "lines",
     "make_points",
     "make_sink",
+    "open_segments",
     "small_disk",
     "until",
 ]
@@ -122,3 +123,12 @@ def fill(directory: Path) -> Path:
     finally:
         os.close(fd)
     return filler
+
+
+def open_segments(directory: Path) -> int:
+    """How many of ``directory``'s segment files this process holds open (deleted ones too)."""
+    fds = os.listdir("/proc/self/fd")
+    targets = [
+        os.readlink(f"/proc/self/fd/{fd}") for fd in fds if os.path.exists(f"/proc/self/fd/{fd}")
+    ]
+    return sum(t.startswith(f"{directory}/seg-") for t in targets)

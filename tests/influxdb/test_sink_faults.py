@@ -23,7 +23,7 @@ from acquisition.lineproto import LineEncoder
 from sinks.influxdb import InfluxDBSink
 from sinks.influxdb.http import MAX_MESSAGE, NO_ANSWER
 from sinks.influxdb.state import SinkState
-from tests.influxdb.helpers import drain, make_points, make_sink, until
+from tests.influxdb.helpers import drain, make_points, make_sink, open_segments, until
 from tests.influxdb.scripted import (
     Request,
     ScriptedServer,
@@ -340,18 +340,23 @@ async def test_closing_with_points_the_server_did_not_take_says_how_many_stay_an
     """Guards: a sink closed while the server refuses its token (401: a setting to fix) keeps
     the 30 points written in its spool and says so in one warning, with their number and the
     spool's directory, so that the user knows they are not lost and where they wait; the next
-    start finds the 30."""
+    start finds the 30. The spool is closed with the sink: none of its segment files stays
+    open, nor its writer thread."""
 
     def refuse(_: Request) -> tuple[int, dict[str, str], bytes]:
         return 401, {}, b'{"message":"unauthorized access"}'
 
     caplog.set_level(logging.WARNING, logger="sinks.influxdb")
+    threads = set(threading.enumerate())
     with ScriptedServer(refuse) as server:
         sink = make_sink(context, server.url)
         await sink.open()
         await sink.write(make_points(0, 30))
         await sink.flush()
+        assert open_segments(sink.spool.directory) == 1  # the segment written to
         await sink.aclose()
+        assert open_segments(sink.spool.directory) == 0
+    assert set(threading.enumerate()) <= threads
     stay = [r.getMessage() for r in caplog.records if "stay in the spool" in r.getMessage()]
     assert stay == [
         f"influxdb {server.url} bucket nrg: 30 point(s) stay in the spool "
@@ -482,3 +487,44 @@ async def test_the_status_shows_a_failure_reason_of_up_to_80_characters(
         await sink.aclose()
     assert status == f"retrying ({shown}); spooling 2 points"
     assert len(shown) == min(length, 80)
+
+
+async def test_an_unexpected_error_of_a_direct_post_is_said_and_its_batch_kept(
+    context: PluginContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: a post that fails in a way the sink does not expect (a bug, not the server's
+    answer) turns the sink to retrying with the error's type and words in its status line and
+    its log, and keeps the batch (spooled, then replayed); a replayed batch whose cursor cannot
+    be saved (``cursor.tmp`` a directory) is said with the reason. The next batch follows in
+    order: 0–4 then 5–9, each once, none lost."""
+
+    def cursor_errors() -> list[str]:
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        return [e for e in errors if "cannot save the cursor" in e]
+
+    with ScriptedServer(accept) as server:
+        sink = make_sink(context, server.url, retry_initial=0.01, retry_max=0.02)
+        await sink.open()
+        post, calls = sink._post, [0]
+
+        async def fail_once(body: bytes) -> None:
+            calls[0] += 1
+            if calls[0] == 1:
+                raise RuntimeError("boom")
+            await post(body)
+
+        sink._post = fail_once  # type: ignore[method-assign]
+        blocker = sink.spool.directory / "cursor.tmp"
+        blocker.mkdir(parents=True)
+        await sink.write(make_points(0, 5))
+        await sink.flush()
+        assert sink.status() == "retrying (RuntimeError: boom); spooling 5 points"
+        await until(lambda: bool(cursor_errors()), "the replayed batch's cursor to fail")
+        assert all("cursor.tmp" in e for e in cursor_errors())
+        blocker.rmdir()
+        await sink.write(make_points(5, 5))
+        await until(lambda: len(server.accepted_lines()) == 10, "the 10 points")
+        await sink.aclose()
+    assert server.accepted_lines() == lines_of(context, 0, 10)
+    assert sink.stats()["lost_points"] == 0
+    assert "write failed" in caplog.text and "RuntimeError: boom" in caplog.text

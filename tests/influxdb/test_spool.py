@@ -22,7 +22,14 @@ from sinks.influxdb.spool import (
     parse_fsync_policy,
     parse_segment,
 )
-from tests.influxdb.helpers import appends_after_the_cut, drain, fill, lines, small_disk
+from tests.influxdb.helpers import (
+    appends_after_the_cut,
+    drain,
+    fill,
+    lines,
+    open_segments,
+    small_disk,
+)
 
 
 def segments(directory: Path) -> list[Path]:
@@ -59,11 +66,23 @@ def test_parse_segment_stops_at_a_torn_tail() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "interval"),
-    [("always", 0.0), ("never", None), ("1s", 1.0), ("250ms", 0.25), ("2m", 120.0), (0.5, 0.5)],
+    ("text", "interval", "said"),
+    [
+        ("always", 0.0, "always"),
+        ("batch", 0.0, "always"),
+        (0, 0.0, "always"),
+        ("0ms", 0.0, "always"),
+        ("never", None, "never"),
+        ("1s", 1.0, "every 1s"),
+        ("250ms", 0.25, "every 0.25s"),
+        ("2m", 120.0, "every 120s"),
+        (0.5, 0.5, "every 0.5s"),
+    ],
 )
-def test_parse_fsync_policy(text: str | float, interval: float | None) -> None:
+def test_parse_fsync_policy(text: str | float, interval: float | None, said: str) -> None:
+    """Guards: each way of writing the policy, and the words the sink's log gives it."""
     assert parse_fsync_policy(text) == FsyncPolicy(interval)
+    assert parse_fsync_policy(text).describe() == said
 
 
 @pytest.mark.parametrize("text", ["sometimes", "-1s", "1h", ""])
@@ -169,15 +188,6 @@ async def test_quota_drops_new_points_and_counts_them(tmp_path: Path) -> None:
     assert spool.dropped_points == 20
     assert await drain(spool) == lines(10, 20) + lines(50, 10)
     await spool.close()
-
-
-def open_segments(directory: Path) -> int:
-    """How many of ``directory``'s segment files this process holds open (deleted ones too)."""
-    fds = os.listdir("/proc/self/fd")
-    targets = [
-        os.readlink(f"/proc/self/fd/{fd}") for fd in fds if os.path.exists(f"/proc/self/fd/{fd}")
-    ]
-    return sum(t.startswith(f"{directory}/seg-") for t in targets)
 
 
 async def test_segments_roll_and_replayed_ones_are_deleted(tmp_path: Path) -> None:
