@@ -51,6 +51,20 @@ DRIVER_HZ = 0
 """``--driver-hz``: the driver's power samples per GPU-second (``gpu_sample``, as the nvml
 collector writes them: the GPU's name tag with escaped spaces). A real driver gives about 50."""
 NAME = "NVIDIA H100 80GB HBM3"
+TICK: dict[str, FieldValue] = {
+    "power_average_watts": GPU_W,
+    "power_watts": GPU_W,
+    "utilization_ratio": 1.0,
+    "memory_utilization_ratio": 0.5,
+    "memory_reserved_bytes": 0,
+    "memory_used_bytes": 40 * 2**30,
+    "memory_total_bytes": 80 * 2**30,
+    "temperature_celsius": 60,
+    "sm_clock_hertz": 1_980_000_000,
+    "memory_clock_hertz": 2_619_000_000,
+    "power_limit_watts": 700.0,
+}
+"""With driver samples, a GPU's point each second carries the nvml collector's other fields."""
 
 
 def _host_sources(host: str, steps: int) -> list[Point]:
@@ -69,8 +83,12 @@ def _host_sources(host: str, steps: int) -> list[Point]:
             )
         for g in range(GPUS):
             gtags = {**tags, "gpu": str(g), "uuid": f"GPU-{host}-{g:04d}"}
-            out.append(Point("gpu", gtags, {"energy_joules": GPU_W * s}, t))
-            out += _driver_samples({**gtags, "name": NAME}, t)
+            if DRIVER_HZ:  # an agent's: what the nvml collector writes each tick
+                gtags["name"] = NAME
+                out.append(Point("gpu", gtags, {**TICK, "energy_joules": GPU_W * s}, t))
+                out += _driver_samples(gtags, t)
+            else:
+                out.append(Point("gpu", gtags, {"energy_joules": GPU_W * s}, t))
     return out
 
 

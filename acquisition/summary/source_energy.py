@@ -71,10 +71,27 @@ class Series:
         """Every power reading and sample in time order, as (times, watts)."""
         times, watts = self.driver_samples()
         extra = self.power + self.readings
-        if not extra:
-            return times, watts
-        pairs = sorted([*extra, *zip(times, watts, strict=True)])
-        return array("q", [t for t, _ in pairs]), array("d", [w for _, w in pairs])
+        return _merged_in(times, watts, sorted(extra)) if extra else (times, watts)
+
+
+def _merged_in(times: array[int], watts: array[float], extra: list[tuple[int, float]]) -> Columns:
+    """``times``/``watts`` (in (time, watts) order) with the ``extra`` readings (sorted) in their
+    places, as sorting all the pairs puts them: the runs of samples between two readings are
+    copied whole (a GPU's readings are a second apart, its driver samples 20 ms)."""
+    out_t, out_w = array("q"), array("d")
+    at = 0
+    for t, w in extra:
+        k = bisect.bisect_left(times, t, at)
+        while k < len(times) and times[k] == t and watts[k] < w:
+            k += 1  # at one time, by power
+        out_t += times[at:k]
+        out_w += watts[at:k]
+        out_t.append(t)
+        out_w.append(w)
+        at = k
+    out_t += times[at:]
+    out_w += watts[at:]
+    return out_t, out_w
 
 
 def readings_by_source(

@@ -148,3 +148,18 @@ def test_a_sources_readings_are_taken_whatever_the_fields_types() -> None:
     assert got.readings == [(1, 5.5), (4, 6.0)]
     assert got.power == [(5, 7.0)]
     assert {type(v) for _, v in got.counter + got.readings + got.power} == {float}
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.sampled_from([1.0, 2.0, 3.0])), max_size=30),
+    st.lists(st.tuples(st.integers(-5, 45), st.sampled_from([1.5, 2.0, 3.5])), max_size=12),
+)
+def test_power_readings_go_among_the_driver_samples_as_sorting_puts_them(
+    samples: list[tuple[int, float]], readings: list[tuple[int, float]]
+) -> None:
+    """Guards: a GPU's power readings (a second apart) put among its driver samples give the
+    series sorting every pair would: in time order, at one time by power, before the first
+    sample and after the last too, none lost."""
+    series = Series(samples=list(samples), readings=list(readings))
+    times, watts = series.edge_power()
+    assert list(zip(times, watts, strict=True)) == sorted(samples + readings)
