@@ -276,7 +276,9 @@ def global_steps_columns(
     durations = []
     for v, r in zip(views, ranks, strict=True):
         r.steps += n
-        durations.append([(e - s) / _NS for s, e in zip(v.start, v.end, strict=True)])
+        durations.append(
+            list(map(operator.truediv, map(operator.sub, v.end, v.start), repeat(_NS)))
+        )
         r.time_s = functools.reduce(operator.add, durations[-1], r.time_s)
     energies = [_host_energy(plan, spans, curves, n) for plan in plans]
     parts = []

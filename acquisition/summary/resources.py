@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from acquisition.point import FieldValue, Point
-from acquisition.processors.energy import is_number
+from acquisition.processors.energy import all_numbers, is_number
 from acquisition.summary.model import RAM_UNITS, TIME_UNITS, SummaryOptions
 
 __all__ = ["resources"]
@@ -33,6 +33,13 @@ _SCOPES = ("main", "descendants", "combined")
 
 def _num(value: FieldValue | None) -> float | None:
     return float(value) if is_number(value) else None  # type: ignore[arg-type]
+
+
+def _field(points: list[Point], name: str) -> list[float | None]:
+    """Each point's ``name`` field as :func:`_num` gives it (a collector's series, every value
+    a plain number: converted at C speed)."""
+    values = [p.fields.get(name) for p in points]
+    return list(map(float, values)) if all_numbers(values) else list(map(_num, values))  # type: ignore[arg-type]
 
 
 def _max(values: Iterable[float | None], scale: float = 1.0) -> float | None:
@@ -92,17 +99,17 @@ def _gpu(
     capacity: dict[str, float] = {}
     used_at: dict[int, float] = defaultdict(float)
     util_at: dict[int, float] = defaultdict(float)
-    for p in gpus:
-        gpu = p.tags.get("gpu", "")
-        total = _num(p.fields.get("memory_total_bytes"))
+    times = [p.time_ns for p in gpus]
+    names = [p.tags.get("gpu", "") for p in gpus]
+    for gpu, total in zip(names, _field(gpus, "memory_total_bytes"), strict=True):
         if total is not None:
             capacity[gpu] = max(capacity.get(gpu, 0.0), total)
-        used = _num(p.fields.get("memory_used_bytes"))
+    for t, used in zip(times, _field(gpus, "memory_used_bytes"), strict=True):
         if used is not None:
-            used_at[p.time_ns] += used
-        ratio = _num(p.fields.get("utilization_ratio"))
+            used_at[t] += used
+    for t, ratio in zip(times, _field(gpus, "utilization_ratio"), strict=True):
         if ratio is not None:
-            util_at[p.time_ns] += ratio * 100
+            util_at[t] += ratio * 100
     procs = [p for p in points if p.measurement == "gpu_process" and p.tags.get("tree") == tree]
     ram: dict[str, Any] = {
         "system_capacity": sum(capacity.values()) / unit if capacity else None,

@@ -457,3 +457,53 @@ def test_excluded_intervals_count_in_neither_the_duration_nor_the_energy() -> No
     whole = summarize(counter, window_ns=window)
     assert whole.duration_s == pytest.approx(10.0, rel=1e-9)
     assert whole.energy.total_j == pytest.approx(250.0, rel=1e-9)
+
+
+class _Bytes(float):
+    """A float subclass (as numpy's float64 is): a number the summary must still read."""
+
+
+def test_gpu_memory_and_use_of_the_system_from_gpu_points() -> None:
+    """Guards: the GPUs' memory capacity (each GPU's largest, added), the system's peak GPU
+    memory (the GPUs' use added at each tick, then the largest) and utilisation (percent added
+    at each tick; hardware percent per GPU), from plain numbers and from others (a float
+    subclass, a missing field, a bool that is no number).
+
+    By hand, in megabytes: GPU 0 of 1000 and GPU 1 of 2000: capacity 3000. Used at tick 1:
+    100 + 400 = 500; at tick 2: 300 + 150 = 450 (GPU 1's second reading a subclass); at tick 3
+    only GPU 0's 50 (GPU 1's missing): peak 500. Utilisation at tick 1: 50 + 30 = 80 %, tick 2:
+    70 + 90 = 160 %, tick 3: 20 % (GPU 1's a bool): max 160, mean 260 / 3; per GPU of 2: max
+    80, mean 130 / 3."""
+    mb = 1e6
+    rows = [  # tick, gpu, total, used, util
+        (1, "0", 1000 * mb, 100 * mb, 0.5),
+        (1, "1", 2000 * mb, 400 * mb, 0.3),
+        (2, "0", 1000 * mb, 300 * mb, 0.7),
+        (2, "1", 2000 * mb, _Bytes(150 * mb), 0.9),
+        (3, "0", 1000 * mb, 50 * mb, 0.2),
+        (3, "1", 2000 * mb, None, True),
+    ]
+    for plain in (True, False):
+        pts = []
+        for tick, gpu, total, used, util in rows:
+            if plain and (type(used) is not float or type(util) is not float):
+                continue
+            fields = {"memory_total_bytes": int(total), "utilization_ratio": util}
+            if used is not None:
+                fields["memory_used_bytes"] = used
+            pts.append(Point("gpu", {"host": "h1", "gpu": gpu}, fields, tick * NS))
+        r = summarize(pts, SummaryOptions(gpu_ram_unit="megabytes")).resources
+        ram, util = r["max_gpu_ram"], r["gpu_utilization"]
+        assert ram["system_capacity"] == pytest.approx(3000.0)
+        assert ram["system"] == pytest.approx(500.0)
+        assert util["system_gpu_count"] == 2
+        shares = util["gpu_percentages"]
+        if plain:  # GPU 1's tick 2 and 3 left out: 80, 70 and 20 %
+            assert (shares["max_sum_percent"], shares["mean_sum_percent"]) == pytest.approx(
+                (80.0, 170.0 / 3)
+            )
+            continue
+        assert shares["max_sum_percent"] == pytest.approx(160.0)
+        assert shares["mean_sum_percent"] == pytest.approx(260.0 / 3)
+        assert shares["max_hardware_percent"] == pytest.approx(80.0)
+        assert shares["mean_hardware_percent"] == pytest.approx(130.0 / 3)
