@@ -339,6 +339,36 @@ def test_a_counter_extended_by_power_readings_on_a_ramp(tenths: int) -> None:
     assert gpu.error_j == pytest.approx(400.0 / 6, rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("last_w", "energy_j", "error_j"),
+    [(500.0, 1600.0, 400.0 / 6), (500.6, 1600.4, 400.4 * 201.2 / 1200)],
+)
+def test_a_counter_extended_by_two_power_readings_to_a_fraction_of_a_joule(
+    last_w: float, energy_j: float, error_j: float
+) -> None:
+    """Guards: two power readings, the fewest that bracket a time, still give the window's parts
+    beyond a GPU's counter readings their energy (not left out, 400 J lost) and its error bar,
+    the readings' relative error against the counter to a fraction of a joule."""
+    t0 = 1_700_000_000 * NS
+    tags = {"gpu": "0", "host": "h1"}
+    # The counter at 0, 1, 2, 3, 4 s, 300 W; power read only at -1 s (200 W) and 5 s (last_w).
+    points = [Point("gpu", tags, {"energy_joules": 300.0 * k}, t0 + k * NS) for k in range(5)]
+    points.append(Point("gpu", tags, {"power_watts": 200.0}, t0 - NS))
+    points.append(Point("gpu", tags, {"power_watts": last_w}, t0 + 5 * NS))
+    window = (t0 - 3 * NS // 10, t0 + 47 * NS // 10)  # 0.3 s before the first, 0.7 s after
+    gpu = by_source(summarize(points, window_ns=window))["nvml:0"]
+    # By hand, power rising 50 W a second: 235 W at -0.3 s, 250 W at 0 s, 450 W at 4 s, 485 W
+    # at 4.7 s. Edges: (235 + 250) / 2 × 0.3 = 72.75 J and (450 + 485) / 2 × 0.7 = 327.25 J:
+    # 400 J. Counter: 1200 J. Total 1600 J over 5 s: 320 W. Over the counter's span the readings
+    # say (250 + 450) / 2 × 4 = 1400 J for its 1200 J: 1/6 too high, so the edges' bar is 400 / 6.
+    # With 500.6 W at 5 s, 50.1 W a second: 235.07, 250.1, 450.5 and 485.57 W; edges 72.7755 +
+    # 327.6245 = 400.4 J; the readings say (250.1 + 450.5) / 2 × 4 = 1401.2 J for 1200 J, 201.2 J
+    # too high: the bar 400.4 × 201.2 / 1200 J (67.13 J; 67.07 J were 1401.2 J taken as 1401 J).
+    assert gpu.energy_j == pytest.approx(energy_j, rel=1e-9)
+    assert gpu.mean_w == pytest.approx(energy_j / 5.0, rel=1e-9)
+    assert gpu.error_j == pytest.approx(error_j, rel=1e-9)
+
+
 def test_a_window_ending_inside_a_counter_interval_is_shaped_by_the_gpu_samples() -> None:
     """The GPU goes idle halfway through the counter's last interval and the window ends there:
     the driver's power samples give that part the interval's energy in proportion to their own
@@ -507,3 +537,15 @@ def test_gpu_memory_and_use_of_the_system_from_gpu_points() -> None:
         assert shares["mean_sum_percent"] == pytest.approx(260.0 / 3)
         assert shares["max_hardware_percent"] == pytest.approx(80.0)
         assert shares["mean_hardware_percent"] == pytest.approx(130.0 / 3)
+
+
+def test_a_window_without_points_is_summarised_and_no_window_is_an_error() -> None:
+    """Guards: a time window in which nothing was recorded still gets its summary (its
+    duration, no energy, the sentence saying why), less the intervals left out: 5 to 15 s less
+    7 to 9 s = 8 s; without points and without a window there is nothing to summarise."""
+    s = summarize([], window_ns=(5 * NS, 15 * NS), exclude_ns=[(7 * NS, 9 * NS)])
+    assert (s.start_ns, s.end_ns, s.duration_s) == (5 * NS, 15 * NS, 8.0)
+    assert (s.energy.total_j, s.energy.sources, s.steps.count) == (0, [], 0)
+    assert s.no_energy_reason is not None and s.no_energy_reason.startswith("No energy was")
+    with pytest.raises(ValueError, match="no points to summarise"):
+        summarize([])

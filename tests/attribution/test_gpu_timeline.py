@@ -240,3 +240,31 @@ def test_a_late_driver_sample_is_skipped_and_counted() -> None:
         # after the ramp (1.02 s) the GPU draws 600 W: 600 W × 37 ms = 22.2 J per step
         assert gpu[n].fields["energy_joules"] == pytest.approx(600.0 * 0.037, rel=1e-9), n
         assert joules(end + QUEUE_MS) - joules(start + QUEUE_MS) == pytest.approx(22.2), n
+
+
+@pytest.mark.parametrize(
+    ("gpu_start_ms", "expected_j"),
+    [(995, 17.7), (900, 46.2), (899, 41.436)],
+)
+def test_driver_samples_that_begin_just_after_a_step_starts_still_give_its_energy(
+    gpu_start_ms: int, expected_j: float
+) -> None:
+    """Guards: a GPU without an energy counter whose driver samples begin after a step started,
+    within the 100 ms slack, takes the step's energy from the samples, the first one's power held
+    back to the step's start. Samples from 1000 ms only (300 W there, the ramp to 600 W at
+    1020 ms); the step on the GPU ends at 1032 ms. From 995 ms: 300 W × 0.005 s + (300 + 600) /
+    2 × 0.02 s + 600 W × 0.012 s = 1.5 + 9 + 7.2 = 17.7 J. From 900 ms (the first sample exactly
+    100 ms later): 30 + 9 + 7.2 = 46.2 J. From 899 ms (101 ms: beyond the slack) the 100 ms
+    readings: 300 W × 0.101 s, then 300 W at 1000 ms to 396 W at 1032 ms (on the way to 600 W
+    at 1100 ms): 30.3 + (300 + 396) / 2 × 0.032 = 30.3 + 11.136 = 41.436 J."""
+    cpu = (gpu_start_ms - QUEUE_MS + 0.0, 1032.0 - QUEUE_MS)
+    h = Harness(module_detail="off")
+    late = [
+        p
+        for p in without_counter(bus(3000, [cpu]))
+        if p.measurement != "gpu_sample" or p.time_ns >= T0 + 1000 * MS
+    ]
+    h.feed(late)
+    h.feed([run_event("end", 3000)])
+    (point,) = step_points(h, "nvml:0").values()
+    assert point.fields["energy_joules"] == pytest.approx(expected_j, rel=1e-9)

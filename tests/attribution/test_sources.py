@@ -309,3 +309,19 @@ def test_a_gpu_step_inside_one_counter_interval_has_its_share_of_the_staleness()
         assert (got[n]["error_start_joules"], got[n]["error_end_joules"]) == pytest.approx(
             (30.0, 30.0), rel=1e-12
         )
+
+
+def test_a_reading_that_arrives_again_is_not_an_interval_of_its_source() -> None:
+    """Guards: a reading that arrives again with the same time (a batch sent again) is no new
+    sample interval: a wall meter read every 5 s whose readings each arrive 9 times is still
+    waited for up to 3 × 5 s = 15 s, so each 500 ms step gets its wall energy (80 steps over
+    40 s, none missing). Taken as 8 intervals of 0 s, the meter would look silent 2 s (the
+    grace) after each reading and the steps up to its next reading be written without it."""
+    h = Harness()
+    events = timeline(5000, 40_000)
+    h.feed(q for p in events for q in ([p] * 9 if p.measurement == "emonpi" else [p]))
+    h.feed([run_event("end", 40_000)])
+    walls = by_step(h, "emonpi:5", "step")
+    assert sorted(walls) == list(range(80))
+    assert walls[79] == pytest.approx(wall_energy(39_500, 40_000), rel=1e-12)
+    assert "steps_missing:emonpi:5" not in h.proc.stats()

@@ -265,3 +265,33 @@ async def test_a_file_of_10_000_step_lines_is_indexed_and_one_fewer_is_not(
     await sink.write(steps(0, n))
     await sink.aclose()
     assert sink.stats()["indexes_started"] == indexed
+
+
+async def test_close_hears_of_an_index_child_that_fails_while_it_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: closing keeps looking at the index children it waits for, not only once before
+    waiting: a child still running at that first look that then fails (here a script that
+    exits 1 once told to) is counted in ``index_failures`` and said, and close returns once it
+    has ended (not after ``INDEX_WAIT_S``, having never heard of it)."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    go = tmp_path / "go"
+    late = tmp_path / "late-python"
+    late.write_text(f"#!/bin/sh\nwhile [ ! -e {go} ]; do sleep 0.01; done\nexit 1\n")
+    late.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(late))
+    sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))
+    path = sink.current
+    closing = asyncio.create_task(sink.aclose())
+    for _ in range(1000):  # until it is started and looked at once: it waits for `go`
+        if sink._indexers:
+            break
+        await asyncio.sleep(0)
+    assert sink._indexers
+    go.touch()
+    await asyncio.wait_for(closing, 120)  # a hang guard
+    assert (sink.stats()["indexes_started"], sink.stats()["index_failures"]) == (1, 1)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [f"indexing {path} failed (exit 1); reports read it as text"]

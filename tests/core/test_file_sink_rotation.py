@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from acquisition.api import PluginContext
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
@@ -69,3 +71,28 @@ async def test_the_sink_counts_its_rotations_and_deleted_files(tmp_path: Path) -
     await sink.aclose()
     assert sink.stats() == {"file_bytes": size, "rotations": 4, "deleted_files": 2, **idle}
     assert len(list(tmp_path.glob("nrg-*.lp"))) == 3
+
+
+@pytest.mark.parametrize(("max_total", "deleted"), [(5524, 1), (5523, 2), (7024, 0)])
+async def test_the_total_size_counts_each_file_with_its_index(
+    tmp_path: Path, max_total: int, deleted: int
+) -> None:
+    """Guards: ``max_total_bytes`` bounds the files and their step indexes together. An earlier
+    run left four 1,000-byte files, each with a 500-byte index; the new file counts as full
+    (``max_bytes`` 1,024). Total at open: 4 × 1,500 + 1,024 = 7,024 bytes: a limit of 7,024
+    keeps all; 5,524 deletes the oldest file and its index (7,024 − 1,500 = 5,524, exactly the
+    limit); 5,523 deletes the two oldest (4,024). Counting the files alone (5,024) would delete
+    none."""
+    for i in range(4):
+        data = tmp_path / f"nrg-20250101T00000{i}Z.lp"
+        data.write_bytes(b"m v=1i 1\n".ljust(1000, b"#"))
+        data.with_name(data.name + ".idx").write_bytes(b"i" * 500)
+        os.utime(data, (1000 + i, 1000 + i))
+    config = FileConfig(dir=str(tmp_path), max_bytes=1024, max_total_bytes=max_total)
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    await sink.aclose()
+    left = sorted(p.name for p in tmp_path.glob("nrg-2025*"))
+    kept = [f"nrg-20250101T00000{i}Z.lp" for i in range(deleted, 4)]
+    assert left == sorted([*kept, *(name + ".idx" for name in kept)])
+    assert sink.stats()["deleted_files"] == deleted

@@ -94,11 +94,16 @@ def test_v1_credentials_split_a_user_password_token() -> None:
 
 def test_short_secrets_are_redacted_too() -> None:
     """Guards: a password of 3 to 7 characters is still redacted (only 1 or 2 characters are
-    left alone: they would blank out ordinary letters)."""
+    left alone: they would blank out ordinary letters), as a token, a password or either half
+    of a ``user:password`` token."""
     for secret in ("abc", "s3cr", "pa55w", "hunter7"):
         r = Redactor(password=secret)
         assert r.redact(f"[{secret}]") == f"[{REDACTED}]", secret
-    assert Redactor(password="e").redact("the energy") == "the energy"
+    assert Redactor("ene").redact("the energy") == f"the {REDACTED}rgy"
+    for short in ("e", "en"):
+        assert Redactor(password=short).redact("the energy") == "the energy", short
+        assert Redactor(short).redact("the energy") == "the energy", short
+        assert Redactor(f"user:{short}").redact("the energy") == "the energy", short
 
 
 # Secrets drawn from letters that "<token>" does not contain, so a replacement can never

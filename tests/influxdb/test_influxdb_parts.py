@@ -330,3 +330,34 @@ def test_silencing_the_client_drops_only_its_own_records() -> None:
     finally:
         root.removeHandler(handler)
     assert seen == ["a plugin's warning"]
+
+
+async def test_the_clients_own_warnings_are_printed_nowhere(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Guards: influxdb-client sets its loggers to WARNING whenever a client is made, and they do
+    not propagate: without a handler of their own, Python's last-resort handler would print
+    their warnings (which may echo a token) on the agent's stderr. After silencing, a client
+    made and a warning and an error logged on each of its loggers print nothing. (pytest hangs
+    its capture handlers on loggers that do not propagate; the agent has none: they are taken
+    off while the client logs, and put back.)"""
+    from influxdb_client.client._base import LOGGERS_NAMES
+    from influxdb_client.client.influxdb_client_async import InfluxDBClientAsync
+
+    silence_client_logs()
+    lib = logging.getLogger("influxdb_client")
+    pytests = [h for h in lib.handlers if type(h).__module__.startswith("_pytest")]
+    client = InfluxDBClientAsync(url="http://127.0.0.1:9", token="s3cret-token", org="-")
+    for handler in pytests:
+        lib.removeHandler(handler)
+    try:
+        for name in LOGGERS_NAMES:
+            logger = logging.getLogger(name)
+            logger.warning("Authorization: Token s3cret-token")
+            logger.error("Authorization: Token s3cret-token")
+    finally:
+        for handler in pytests:
+            lib.addHandler(handler)
+        await client.close()
+    out, err = capfd.readouterr()
+    assert "s3cret" not in out + err

@@ -10,8 +10,9 @@ import pytest
 
 from acquisition.api import PluginContext
 from sinks.influxdb import InfluxDBSink
+from sinks.influxdb.spool import Spool
 from sinks.influxdb.state import SinkState
-from tests.influxdb.helpers import make_points, make_sink, until
+from tests.influxdb.helpers import lines, make_points, make_sink, until
 from tests.influxdb.scripted import Answer, Request, ScriptedServer
 
 
@@ -141,3 +142,37 @@ async def test_a_spool_record_that_cannot_be_read_is_given_up_after_five_tries(
     assert [m.split("(")[1].split(")")[0] for m in failed] == [f"{k} of 5" for k in range(1, 6)]
     assert len(server.accepted) == 1
     assert server.accepted[0].body.decode().count("\n") == 3
+
+
+@pytest.mark.parametrize("status", [401, 503])
+async def test_a_replay_the_server_refuses_is_noted_and_backed_off(
+    context: PluginContext, status: int
+) -> None:
+    """Guards: a replay of the spool an earlier run left (the sink starts "replaying", a healthy
+    state) that the server refuses is noted like a refused write, so the next try waits: a 401
+    (a token to fix) puts the sink in its settings state, the status says why and the retry
+    waits ``retry_max`` (30 ms); a 503 with ``Retry-After: 0.02`` puts it in "retrying", and the
+    next try waits the 20 ms asked for (the backoff itself at most 1 ms·2¹ = 2 ms here), then
+    delivers the 4 points. Not noted, the sink would stay "replaying" and post again at once."""
+    refusals = iter([(status, {"Retry-After": "0.02"}, b'{"message":"no"}')])
+    script = refuse(401) if status == 401 else lambda _: next(refusals, (204, {}, b""))
+    with ScriptedServer(script) as server:  # type: ignore[arg-type]
+        sink = make_sink(context, server.url, retry_initial=0.001, retry_max=0.03)
+        earlier = Spool(sink.spool.directory, max_bytes=1 << 20)  # an earlier run's 4 points
+        await earlier.open()
+        await earlier.append(lines(0, 4), 4)
+        await earlier.close()
+        await sink.open()
+        if status == 401:
+            await until(lambda: len(server.writes) >= 2, "a second try")
+            assert sink.machine.state is SinkState.SETTINGS
+            assert sink.status().startswith("error: the token was rejected: set [[sinks")
+            assert sink.status().endswith("; spooling 4 points")
+            assert sink.last_backoff_s == 0.03
+            sink.abort()
+        else:
+            await until(lambda: sink.spool.records == 0, "the spool to drain")
+            assert sink.last_backoff_s == 0.02
+            assert len(server.writes) == 2 and sink.replayed_points == 4
+        await sink.aclose()
+    assert sink.stats()["replay_failures"] >= 1 and sink.stats()["lost_points"] == 0
