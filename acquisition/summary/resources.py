@@ -13,6 +13,10 @@ Sources (one host, one process tree):
 
 Maxima are over samples; means are over samples (equally spaced ticks). The tree is the one the
 options name, else the job's (the ``pid`` of its ``nrg_run`` start), else the busiest one.
+
+A run on several hosts (distributed training): the GPU figures cover every host's GPUs (each
+GPU is its host's and its index), and as the hosts tick apart their peaks and means are each
+host's added (the peak an upper bound). The CPU and RAM figures are those of one host.
 """
 
 from __future__ import annotations
@@ -96,24 +100,26 @@ def _gpu(
     points: list[Point], tree: str | None, unit: float
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     gpus = [p for p in points if p.measurement == "gpu"]
-    capacity: dict[str, float] = {}
-    used_at: dict[int, float] = defaultdict(float)
-    util_at: dict[int, float] = defaultdict(float)
-    times = [p.time_ns for p in gpus]
-    names = [p.tags.get("gpu", "") for p in gpus]
+    capacity: dict[tuple[str, str], float] = {}
+    used_at: dict[tuple[str, int], float] = defaultdict(float)
+    util_at: dict[tuple[str, int], float] = defaultdict(float)
+    hosts = [p.tags.get("host", "") for p in gpus]
+    times = list(zip(hosts, [p.time_ns for p in gpus], strict=True))
+    names = list(zip(hosts, [p.tags.get("gpu", "") for p in gpus], strict=True))
     for gpu, total in zip(names, _field(gpus, "memory_total_bytes"), strict=True):
         if total is not None:
             capacity[gpu] = max(capacity.get(gpu, 0.0), total)
-    for t, used in zip(times, _field(gpus, "memory_used_bytes"), strict=True):
+    for at, used in zip(times, _field(gpus, "memory_used_bytes"), strict=True):
         if used is not None:
-            used_at[t] += used
-    for t, ratio in zip(times, _field(gpus, "utilization_ratio"), strict=True):
+            used_at[at] += used
+    for at, ratio in zip(times, _field(gpus, "utilization_ratio"), strict=True):
         if ratio is not None:
-            util_at[t] += ratio * 100
+            util_at[at] += ratio * 100
     procs = [p for p in points if p.measurement == "gpu_process" and p.tags.get("tree") == tree]
+    peaks = [m for m in map(_max, _per_host(used_at).values()) if m is not None]
     ram: dict[str, Any] = {
         "system_capacity": sum(capacity.values()) / unit if capacity else None,
-        "system": _max(used_at.values(), unit),
+        "system": sum(peaks) / unit if peaks else None,
     }
     for scope in _SCOPES:
         ram[scope] = _max(
@@ -124,13 +130,36 @@ def _gpu(
             ),
             unit,
         )
-    n = len(capacity) or len({p.tags.get("gpu") for p in gpus})
-    sums = list(util_at.values())
+    n = len(capacity) or len(set(names))
     util: dict[str, Any] = {
         "system_gpu_count": n,
-        "gpu_percentages": _percent(list(sums), [s / n if n else None for s in sums]),
+        "gpu_percentages": _hosts_percent(list(_per_host(util_at).values()), n),
     }
     return ram, util
+
+
+def _per_host(at: dict[tuple[str, int], float]) -> dict[str, list[float]]:
+    """Figures per (host, time) as each host's list, in time order of arrival."""
+    out: dict[str, list[float]] = {}
+    for (host, _), value in at.items():
+        out.setdefault(host, []).append(value)
+    return out
+
+
+def _hosts_percent(sums: list[list[float]], n: int) -> dict[str, float | None]:
+    """:func:`_percent` of ``n`` GPUs' use summed at each tick of each host. Hosts tick apart,
+    so over several the hosts' figures are added: the peak an upper bound, the mean exact."""
+    if len(sums) <= 1:
+        one = sums[0] if sums else []
+        return _percent(list(one), [s / n if n else None for s in one])
+    peak = sum(max(s) for s in sums)
+    mean = sum(statistics.fmean(s) for s in sums)
+    return {
+        "max_sum_percent": peak,
+        "max_hardware_percent": peak / n if n else None,
+        "mean_sum_percent": mean,
+        "mean_hardware_percent": mean / n if n else None,
+    }
 
 
 def resources(points: list[Point], options: SummaryOptions, duration_s: float) -> dict[str, Any]:

@@ -549,3 +549,41 @@ def test_a_window_without_points_is_summarised_and_no_window_is_an_error() -> No
     assert s.no_energy_reason is not None and s.no_energy_reason.startswith("No energy was")
     with pytest.raises(ValueError, match="no points to summarise"):
         summarize([])
+
+
+def test_gpu_memory_and_use_over_two_hosts() -> None:
+    """Guards: a run on two hosts with GPUs of the same indexes counts each host's GPUs (4, not
+    2), their capacity added, and, as the hosts tick apart, each host's peak and mean added.
+
+    By hand, in megabytes, each GPU of 1000: capacity 4000. Host a (ticks at 1 and 3 s) uses
+    100 + 200 = 300, then 500 + 100 = 600: peak 600; host b (ticks at 2 and 4 s) 50 + 50 = 100,
+    then 250 + 150 = 400: peak 400. System peak 600 + 400 = 1000. Use: a 40 + 60 = 100 % then
+    20 %; b 10 % then 90 %: peak 100 + 90 = 190 %, mean 60 + 50 = 110 %; of 4 GPUs 47.5 and
+    27.5 %."""
+    mb = 1e6
+    rows = [  # host, tick, gpu, used, util
+        ("a", 1, "0", 100, 0.4), ("a", 1, "1", 200, 0.6), ("a", 3, "0", 500, 0.1),
+        ("a", 3, "1", 100, 0.1), ("b", 2, "0", 50, 0.05), ("b", 2, "1", 50, 0.05),
+        ("b", 4, "0", 250, 0.5), ("b", 4, "1", 150, 0.4),
+    ]  # fmt: skip
+    pts = [
+        Point(
+            "gpu",
+            {"host": host, "gpu": gpu},
+            {
+                "memory_total_bytes": int(1000 * mb),
+                "memory_used_bytes": int(used * mb),
+                "utilization_ratio": util,
+            },
+            tick * NS,
+        )
+        for host, tick, gpu, used, util in rows
+    ]
+    r = summarize(pts, SummaryOptions(gpu_ram_unit="megabytes")).resources
+    ram, util = r["max_gpu_ram"], r["gpu_utilization"]
+    assert (ram["system_capacity"], ram["system"]) == pytest.approx((4000.0, 1000.0))
+    assert util["system_gpu_count"] == 4
+    shares = util["gpu_percentages"]
+    assert (shares["max_sum_percent"], shares["mean_sum_percent"]) == pytest.approx((190.0, 110.0))
+    assert shares["max_hardware_percent"] == pytest.approx(47.5)
+    assert shares["mean_hardware_percent"] == pytest.approx(27.5)
