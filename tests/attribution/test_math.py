@@ -89,10 +89,13 @@ def test_an_edge_error_spans_the_power_swing_of_both_neighbouring_intervals() ->
     assert edge_error(c_times, joules, S // 2, counter=True) == 0.0
     # An edge on the last sample (4 s; the counter's 5 s) lies in the interval ending there,
     # [3, 4] s, beside [2, 3] s: 10, 50, 10 W (rates 50, 10 W): 40 J; one past it has none: 0.
-    assert edge_error(times, watts, 4 * S, counter=False) == pytest.approx(40.0)
-    assert edge_error(c_times, joules, 5 * S, counter=True) == pytest.approx(40.0)
-    assert edge_error(times, watts, 9 * S // 2, counter=False) == 0.0
-    assert edge_error(c_times, joules, 11 * S // 2, counter=True) == 0.0
+    # The same with every sample by default, or up to an index at or past the last one (a
+    # step that ends after the newest sample).
+    for last in (None, len(times), len(c_times), 99):
+        assert edge_error(times, watts, 4 * S, False, last) == pytest.approx(40.0)
+        assert edge_error(c_times, joules, 5 * S, True, last) == pytest.approx(40.0)
+        assert edge_error(times, watts, 9 * S // 2, False, last) == 0.0
+        assert edge_error(c_times, joules, 11 * S // 2, True, last) == 0.0
 
 
 def test_trapezoid_energy() -> None:
