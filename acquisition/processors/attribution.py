@@ -366,8 +366,9 @@ class EnergyAttribution:
             # A restarted run counts its steps from 0 again: finish the old incarnation first.
             # (A start older than steps already seen is the same run's start arriving late, e.g.
             # from an ingested fallback file, and changes nothing.)
-            self._mark_complete(run, lambda n: True)
-            self._flush(emit)
+            # Its steps still waiting (for a slow meter) are written now, as at shutdown: a step
+            # of the new incarnation with the same number must not be taken for one of them.
+            self._flush(emit, finish=run)
             self._emit_sums(run, emit)
             self._ended.discard(run)
             self._last_step.pop(run, None)
@@ -402,19 +403,22 @@ class EnergyAttribution:
                     due = wait
         return due
 
-    def _flush(self, emit: Emit, force: bool = False) -> None:
+    def _flush(self, emit: Emit, force: bool = False, finish: RunKey | None = None) -> None:
+        """Write the steps that are due (all with ``force``; all of run ``finish``, whose
+        incarnation is over: what never ended is dropped, the rest written as it stands)."""
         next_due = _FAR
         self._blocking.clear()
         for key, entry in list(self._steps.items()):
+            over = entry.run == finish
             if entry.start_ns is None or entry.end_ns is None:
                 due = entry.seen_ns + self._history_ns
-                if self._clock >= due:
+                if over or self._clock >= due:
                     del self._steps[key]  # modules whose step never came
                     self._counts["steps_dropped"] += 1
                 else:
                     next_due = min(next_due, due)
                 continue
-            wait = None if force else self._due(entry)
+            wait = None if force or over else self._due(entry)
             if wait is None:
                 del self._steps[key]
                 self._done.setdefault(entry.run, DoneSteps()).add(entry.step)

@@ -9,6 +9,7 @@ import pytest
 
 from acquisition.point import Point
 from acquisition.summary import SummaryOptions, summarize
+from acquisition.summary.build import step_energies
 from acquisition.summary.ranks import gpu_owners, normalize_uuid
 from tests.answers.cluster import ClusterRun
 from tests.answers.runs import NS, T0
@@ -197,6 +198,8 @@ def test_a_wall_meter_read_twice_gives_each_global_step_its_span() -> None:
     assert s.steps.energy_j is not None
     assert s.steps.energy_j["mean"] == pytest.approx((98 + 94 + 90) / 3, rel=REL)
     assert s.steps.energy_j["p50"] == pytest.approx(94.0, rel=REL)
+    # each step's energy as the HTML report plots it: no options, the default channel 1
+    assert step_energies(run.points()) == pytest.approx([98.0, 94.0, 90.0], rel=REL)
     assert [e.energy_j for e in s.epochs] == pytest.approx([98 + 94 + 90], rel=REL)
 
 

@@ -312,3 +312,29 @@ def test_compare_json_carries_every_figure(
     assert (a["value"], a["error"], a["n"], a["diff"]) == (pytest.approx(117.0), 0.0, 1, None)
     assert (b["value"], b["diff"]) == (pytest.approx(195.0), pytest.approx(78.0))
     assert (b["diff_ratio"], b["significant"]) == (pytest.approx(2 / 3), True)
+
+
+def test_compare_experiments_where_only_some_runs_have_a_meter() -> None:
+    """Guards: an experiment whose runs do not all have a figure (a wall meter plugged in for
+    one of its two runs) shows that run's value with n = 1 and no error bar (one value has no
+    standard deviation: no crash), beside an experiment whose two runs both have it (mean, sd,
+    2·sd/√n). Each run: one epoch, 0.8 s of steps and 0.5 s of evaluation, 1.3 s.
+    A: 200 W × 1.3 s = 260 J (one run; the other has no meter). B: 200 W and 220 W: 260 and
+    286 J, mean 273 J, sd = 26/√2 J, error 2 × (26/√2)/√2 = 26 J; 13 J more than A, and no
+    significance without A's error bar."""
+    a = [
+        summarize(KnownRun(run="a0", epochs=1, wall_w=200.0).points()),
+        summarize(KnownRun(run="a1", epochs=1).points()),
+    ]
+    b = [
+        summarize(KnownRun(run=f"b{i}", epochs=1, wall_w=w).points())
+        for i, w in enumerate((200.0, 220.0))
+    ]
+    fig = {f.name: f for f in compare(["A", "B"], [a, b]).figures}
+    wall_a, wall_b = fig["energy emonpi:5"].values
+    assert (wall_a.value, wall_a.n) == (pytest.approx(260.0), 1)
+    assert (wall_a.sd, wall_a.error) == (None, None)
+    assert (wall_b.value, wall_b.n) == (pytest.approx(273.0), 2)
+    assert wall_b.sd == pytest.approx(26.0 / 2**0.5)
+    assert wall_b.error == pytest.approx(26.0)
+    assert wall_b.diff == pytest.approx(13.0) and wall_b.significant is None

@@ -78,7 +78,7 @@ def test_an_edge_error_spans_the_power_swing_of_both_neighbouring_intervals() ->
     Samples each second, power 10, 10, 10, 50, 10 W (a counter: 0, 10, 20, 30, 80, 90 J, rates
     10, 10, 10, 50, 10 W). An edge at 1.5 s lies in [1, 2] s; with its neighbours [0, 1] and
     [2, 3] the power runs from 10 to 50 W: (50 − 10) W × 1 s = 40 J. At 0.5 s the interval
-    [0, 1] has one neighbour, [1, 2], all at 10 W: 0 J."""
+    [0, 1] has one neighbour, [1, 2], all at 10 W: 0 J. The default: every sample."""
     times = [k * S for k in range(5)]
     watts = [10.0, 10.0, 10.0, 50.0, 10.0]
     assert edge_error(times, watts, 3 * S // 2, counter=False) == pytest.approx(40.0)
@@ -87,6 +87,15 @@ def test_an_edge_error_spans_the_power_swing_of_both_neighbouring_intervals() ->
     joules = [0.0, 10.0, 20.0, 30.0, 80.0, 90.0]
     assert edge_error(c_times, joules, 5 * S // 2, counter=True) == pytest.approx(40.0)
     assert edge_error(c_times, joules, S // 2, counter=True) == 0.0
+    # An edge on the last sample (4 s; the counter's 5 s) lies in the interval ending there,
+    # [3, 4] s, beside [2, 3] s: 10, 50, 10 W (rates 50, 10 W): 40 J; one past it has none: 0.
+    # The same with every sample by default, or up to an index at or past the last one (a
+    # step that ends after the newest sample).
+    for last in (None, len(times), len(c_times), 99):
+        assert edge_error(times, watts, 4 * S, False, last) == pytest.approx(40.0)
+        assert edge_error(c_times, joules, 5 * S, True, last) == pytest.approx(40.0)
+        assert edge_error(times, watts, 9 * S // 2, False, last) == 0.0
+        assert edge_error(c_times, joules, 11 * S // 2, True, last) == 0.0
 
 
 def test_trapezoid_energy() -> None:

@@ -473,3 +473,50 @@ def test_a_source_missing_steps_is_told_once_at_its_first_missed_step(
         "attribution: source rapl:package-0 has no samples around a step; such steps get no "
         "energy from it (counted in steps_missing:rapl:package-0)"
     ]
+
+
+def test_a_restart_writes_the_old_steps_still_waiting_and_keeps_the_new_ones() -> None:
+    """Guards: a run restarted (its job died and came back) while its last step still waits
+    for a slow meter: that step is written at the restart with what brackets it (RAPL), the
+    meter counted missing for it, and the new incarnation's step of the same number is a step
+    of its own, not a duplicate of the old one (lost). RAPL 10 W read every 100 ms, a wall
+    meter at 300 W read every 2 s (0, 2, 4 s). Old steps 0: [0, 1] s, 1: [1, 2.5] s; the restart
+    at 2.6 s; new steps 0: [2.6, 2.8] s, 1: [2.8, 3] s. Old step 0: RAPL 10 J, wall 300 J; old
+    step 1 (the wall's last reading, 2 s, is before its end): RAPL 10 × 1.5 = 15 J, no wall;
+    new steps: RAPL 10 × 0.2 = 2 J and wall 300 × 0.2 = 60 J each. The old step 2, whose
+    modules came but not its end (the job died in it), can never end: dropped at the restart."""
+    h = Harness()
+    rapl = counter("package", 10.0, 0, 4000)
+    walls = [
+        Point("emonpi", {"node": "5"}, {"power1_watts": 300.0}, T0 + t * MS)
+        for t in (0, 2000, 4000)
+    ]
+    jobs = [
+        run_event("start", 0),
+        step(0, 0, 1000),
+        step(1, 1000, 2500),
+        module(2, "fc1", "forward", 0.05, 2550),  # the job died inside step 2
+        run_event("start", 2600),
+        step(0, 2600, 2800),
+        step(1, 2800, 3000),
+        run_event("end", 3000),
+    ]
+    h.feed(sorted([*rapl, *walls, *jobs], key=lambda p: p.time_ns))
+    got = [
+        (p.fields["step"], p.tags["source"], pytest.approx(p.fields["energy_joules"]))
+        for p in h.out
+        if p.tags["scope"] == "step"
+    ]
+    assert got == [
+        (0, "rapl:package-0", 10.0),
+        (0, "emonpi:5", 300.0),
+        (1, "rapl:package-0", 15.0),
+        (0, "rapl:package-0", 2.0),
+        (0, "emonpi:5", 60.0),
+        (1, "rapl:package-0", 2.0),
+        (1, "emonpi:5", 60.0),
+    ]
+    stats = h.proc.stats()
+    assert (stats["steps_attributed"], stats["steps_duplicate"]) == (4, 0)
+    assert stats["steps_missing:emonpi:5"] == 1
+    assert (stats["steps_dropped"], stats["steps_pending"]) == (1, 0)  # the old step 2

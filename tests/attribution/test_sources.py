@@ -89,7 +89,8 @@ def test_a_wall_meter_at_emonpi_cadence_covers_every_step_it_brackets(wall_every
 
 def test_a_wall_meter_is_not_waited_for_past_its_own_silence() -> None:
     """The meter stops at 10 s: steps after its last sample are written without it once it has
-    been silent for 3 of its intervals, and each is counted against it."""
+    been silent for 3 of its intervals (10 + 3 × 5 = 25 s, that instant included), and each is
+    counted against it."""
     h = Harness()
     events = [
         p
@@ -100,7 +101,11 @@ def test_a_wall_meter_is_not_waited_for_past_its_own_silence() -> None:
     h.feed(p for p in events if p.time_ns < cut)
     written = by_step(h, "rapl:package-0", "step")
     assert sorted(written) == list(range(20))  # steps 0..19 end by 10 s: the meter covers them
-    h.feed(p for p in events if p.time_ns >= cut)
+    # Exactly at 25 s (the points stamped then) the meter is overdue: steps 20..48 (ending at
+    # 10.5 .. 24.5 s) are written without it; step 49, ending at 25 s, waits for its grace.
+    h.feed(p for p in events if p.time_ns == cut)
+    assert sorted(by_step(h, "rapl:package-0", "step")) == list(range(49))
+    h.feed(p for p in events if p.time_ns > cut)
     h.feed([run_event("end", 40_000)])
     assert sorted(by_step(h, "rapl:package-0", "step")) == list(range(80))
     assert sorted(by_step(h, "emonpi:5", "step")) == list(range(20))

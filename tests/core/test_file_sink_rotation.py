@@ -96,3 +96,52 @@ async def test_the_total_size_counts_each_file_with_its_index(
     kept = [f"nrg-20250101T00000{i}Z.lp" for i in range(deleted, 4)]
     assert left == sorted([*kept, *(name + ".idx" for name in kept)])
     assert sink.stats()["deleted_files"] == deleted
+
+
+async def test_files_take_the_permissions_the_umask_leaves(tmp_path: Path) -> None:
+    """Guards: the sink creates its files readable and writable as any file the user creates
+    (0o666 less the umask), never executable: 0o666 & ~0o022 = 0o644 (rw-r--r--) under umask
+    022, 0o666 & ~0o002 = 0o664 under umask 002; the first file and one made at rotation."""
+    batch = [Point("m", {"k": "v"}, {"n": i}, 1_000 + i) for i in range(10)]
+    size = len(LineEncoder({"host": "h1"}).encode_many(batch).encode())
+    for umask, mode in ((0o022, 0o644), (0o002, 0o664)):
+        d = tmp_path / f"u{umask:o}"
+        config = FileConfig(dir=str(d), max_bytes=size, fsync="never")
+        old = os.umask(umask)
+        try:
+            sink = FileSink(config, ctx(tmp_path))
+            await sink.open()
+            await sink.write(batch)
+            await sink.write(batch)  # the second file, at rotation
+            await sink.aclose()
+        finally:
+            os.umask(old)
+        files = sorted(d.glob("nrg-*.lp"))
+        assert len(files) == 2
+        assert [f.stat().st_mode & 0o777 for f in files] == [mode, mode]
+
+
+async def test_a_file_gone_while_the_files_are_listed_does_not_stop_pruning(
+    tmp_path: Path,
+) -> None:
+    """Guards: a finished file that disappears between the sink listing its files and reading
+    their times (removed by hand; here a link to nothing, whose time cannot be read) counts as
+    the oldest and pruning goes on. Two files of an earlier run (``a`` older than ``b``) and the
+    gone one; with ``max_files = 3``, the first rotation keeps 3 files: the new one, the one it
+    rotated and ``b``; the gone one and ``a`` are deleted (2)."""
+    batch = [Point("m", {"k": "v"}, {"n": i}, 1_000 + i) for i in range(10)]
+    size = len(LineEncoder({"host": "h1"}).encode_many(batch).encode())
+    for name, mtime in (("nrg-a.lp", 1_000_000), ("nrg-b.lp", 2_000_000)):
+        (tmp_path / name).write_text("m n=1i 1\n")
+        os.utime(tmp_path / name, (mtime, mtime))
+    (tmp_path / "nrg-gone.lp").symlink_to(tmp_path / "nowhere")
+    config = FileConfig(dir=str(tmp_path), max_bytes=size, max_files=3, fsync="never")
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    await sink.write(batch)
+    await sink.write(batch)  # rotates: 4 finished files, 2 to delete
+    await sink.aclose()
+    left = sorted(p.name for p in tmp_path.glob("nrg-*.lp"))
+    assert len(left) == 3 and "nrg-b.lp" in left
+    assert "nrg-a.lp" not in left and not (tmp_path / "nrg-gone.lp").is_symlink()
+    assert sink.stats()["deleted_files"] == 2

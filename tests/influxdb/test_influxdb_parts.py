@@ -22,10 +22,12 @@ from sinks.influxdb import (
     InfluxDBSink,
     backoff_delay,
     classify_status,
+    http,
     parse_retry_after,
     settings_hint,
 )
-from sinks.influxdb.http import silence_client_logs
+from sinks.influxdb.config import Secrets
+from sinks.influxdb.http import V2Writer, describe_exception, silence_client_logs
 
 
 @pytest.mark.parametrize(
@@ -361,3 +363,63 @@ async def test_the_clients_own_warnings_are_printed_nowhere(
         await client.close()
     out, err = capfd.readouterr()
     assert "s3cret" not in out + err
+
+
+def test_a_network_failure_is_told_in_words() -> None:
+    """Guards: the reason a write failed, as the status line and the log say it: a timeout as
+    the seconds waited and the URL, a closed connection as such, an exception without text by
+    its name and the URL (never an empty reason), any other by its name and text."""
+    url = "http://db:8086"
+
+    class ServerDisconnectedError(Exception):  # aiohttp's, by name
+        pass
+
+    assert describe_exception(TimeoutError(), url, 2.5) == "no answer within 2.5 s from " + url
+    assert describe_exception(ServerDisconnectedError("x"), url, 2.5) == (
+        "http://db:8086 closed the connection without answering"
+    )
+    assert describe_exception(OSError(), url, 2.5) == (
+        "OSError while writing to http://db:8086 (no details given)"
+    )
+    assert describe_exception(ConnectionResetError("  "), url, 2.5) == (
+        "ConnectionResetError while writing to http://db:8086 (no details given)"
+    )
+    assert describe_exception(ConnectionRefusedError(111, "refused"), url, 2.5) == (
+        "ConnectionRefusedError: [Errno 111] refused"
+    )
+
+
+async def test_the_influxdb2_writer_silences_the_client_logs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Guards: an InfluxDB 2 sink keeps influxdb-client's records (which may echo the token)
+    out of the logs from the moment its writer exists, whatever ran before in the process: a
+    critical record of the client's own logger and one the client logs on the root logger
+    reach no handler of the root logger; another module's record still does."""
+    lib, root = logging.getLogger("influxdb_client"), logging.getLogger()
+    saved = (lib.level, lib.propagate, list(lib.handlers), list(root.filters))
+    monkeypatch.setattr(http, "_silenced", False)  # as in a process that has not written yet
+    lib.setLevel(logging.NOTSET)
+    lib.propagate = True
+    lib.handlers = []
+    root.filters = []
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep(logging.DEBUG)
+    root.addHandler(handler)
+    try:
+        config = InfluxDBConfig(token="s3cret-token")
+        await V2Writer(config, Secrets(config)).close()
+        logging.getLogger("influxdb_client.rest").critical("Authorization: Token s3cret")
+        path = "/venv/site-packages/influxdb_client/rest.py"
+        root.handle(root.makeRecord("root", logging.WARNING, path, 1, "body", (), None))
+        logging.getLogger("nrg.other").warning("kept")
+    finally:
+        root.removeHandler(handler)
+        lib.setLevel(saved[0])
+        lib.propagate, lib.handlers, root.filters = saved[1], saved[2], saved[3]
+    assert seen == ["kept"]

@@ -451,9 +451,10 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
 ) -> None:
     """Spy on os.fsync and os.replace: "always" syncs every append and the cursor before its
     rename; a duration syncs the segment once its timer fires, and the cursor before its rename;
-    "never" syncs nothing. With a policy that syncs, a new segment file's directory is synced
-    as the file is created (its name survives a power cut), and the directory's descriptor is
-    closed again: after close the process holds the files it held before the spool opened.
+    "never" syncs nothing, at close neither. With a policy that syncs, a new segment file's
+    directory is synced as the file is created (its name survives a power cut), and the
+    directory's descriptor is closed again: after close the process holds the files it held
+    before the spool opened.
 
     The interval's timer is the event loop's: the test moves the loop's clock past it (an hour
     in no time) and waits for the sync itself, so no real time has to pass and none decides."""
@@ -495,8 +496,12 @@ async def test_fsync_per_policy_on_segments_and_cursor_before_rename(
     events.clear()
     await spool.commit(await spool.read(1 << 20))
     committed = list(events)
+    events.clear()
     await spool.close()
+    closed = list(events)
     assert len(os.listdir("/proc/self/fd")) == open_before
+    # at close the segment is synced already (always, the timer) or never to be (never)
+    assert not [e for e in closed if e.startswith("fsync")]
     synced_segment = f"fsync {seg_name}"
     if policy == "always":
         assert appended[0] == f"fsync {tmp_path.name}"  # the directory, as the file is created
