@@ -308,6 +308,17 @@ async def test_a_write_the_server_never_answers_ends_at_the_configured_timeout(
         await sink.aclose()
 
 
+class _Kept(logging.Handler):
+    """A handler that keeps the message of every record it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(record.getMessage())
+
+
 def test_silencing_the_client_drops_only_its_own_records() -> None:
     """Guards: keeping influxdb-client's records (which may echo a token) out of the logs drops
     only those: a record logged on the root logger by other code (a plugin's
@@ -315,13 +326,8 @@ def test_silencing_the_client_drops_only_its_own_records() -> None:
     influxdb-client's own files does not."""
     silence_client_logs()
     root = logging.getLogger()
-    seen: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            seen.append(record.getMessage())
-
-    handler = Keep(logging.DEBUG)
+    handler = _Kept()
+    seen = handler.seen
     root.addHandler(handler)
     try:
         for path, message in (
@@ -403,13 +409,8 @@ async def test_the_influxdb2_writer_silences_the_client_logs(
     lib.propagate = True
     lib.handlers = []
     root.filters = []
-    seen: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            seen.append(record.getMessage())
-
-    handler = Keep(logging.DEBUG)
+    handler = _Kept()
+    seen = handler.seen
     root.addHandler(handler)
     try:
         config = InfluxDBConfig(token="s3cret-token")
