@@ -96,3 +96,30 @@ async def test_the_total_size_counts_each_file_with_its_index(
     kept = [f"nrg-20250101T00000{i}Z.lp" for i in range(deleted, 4)]
     assert left == sorted([*kept, *(name + ".idx" for name in kept)])
     assert sink.stats()["deleted_files"] == deleted
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"max_bytes": 1024}, None),  # the smallest file size taken
+        ({"max_bytes": 1023}, "max_bytes must be at least 1024"),
+        ({"max_files": 0}, None),  # keep no rotated file
+        ({"max_files": -1}, "max_files must be >= 0"),
+        ({"max_total_bytes": 0}, None),  # no total limit
+        ({"max_total_bytes": -1}, "max_total_bytes must be >= 0"),
+        ({"max_bytes": 2048, "max_total_bytes": 2048}, None),  # room for one whole file
+        ({"max_bytes": 2048, "max_total_bytes": 2047}, "max_total_bytes must be 0 or at least"),
+        ({"max_bytes": 2048, "max_total_bytes": 1}, "max_total_bytes must be 0 or at least"),
+    ],
+)
+def test_size_settings_are_refused_just_past_their_limits(
+    tmp_path: Path, settings: dict[str, int], error: str | None
+) -> None:
+    """Guards: each size setting of the file sink is taken at its limit and refused one past
+    it, with the message that names it."""
+    config = FileConfig(dir=str(tmp_path), **settings)  # type: ignore[arg-type]
+    if error is None:
+        config.validate()
+    else:
+        with pytest.raises(ValueError, match=error):
+            config.validate()
