@@ -3,6 +3,7 @@ or closed file is closed; its counts of rotations and deleted files."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -123,3 +124,42 @@ def test_size_settings_are_refused_just_past_their_limits(
     else:
         with pytest.raises(ValueError, match=error):
             config.validate()
+
+
+async def test_gzipped_files_are_compressed_one_after_another(tmp_path: Path) -> None:
+    """Guards: with ``compress = "gzip"`` a rotation waits for the compression of the file
+    rotated before it, so one file is compressed at a time and close waits for each: three
+    files rotated, the first one's compression held until the second rotation has begun; the
+    order is start 1, end 1, start 2, end 2, and both rotated files end up ``.lp.gz``."""
+    batch = [Point("m", {"k": "v"}, {"n": i}, 1_000 + i) for i in range(10)]
+    size = len(LineEncoder({"host": "h1"}).encode_many(batch).encode())
+    config = FileConfig(dir=str(tmp_path), max_bytes=max(size, 1024), compress="gzip")
+    sink = FileSink(config, ctx(tmp_path))
+    events: list[str] = []
+    held = asyncio.Event()
+    compress, open_file = sink._compress, sink._open_file
+
+    async def compressing(path: Path, worth_index: bool) -> None:
+        n = sum(e.startswith("start") for e in events) + 1
+        events.append(f"start {n}")
+        if n == 1:
+            await held.wait()
+        await compress(path, worth_index)
+        events.append(f"end {n}")
+
+    async def opening() -> None:
+        if sink.rotations >= 2:  # the second rotation has begun
+            held.set()
+        await open_file()
+
+    sink._compress = compressing  # type: ignore[method-assign]
+    sink._open_file = opening  # type: ignore[method-assign]
+    await sink.open()
+    per_file = max(1, 1024 // size)
+    for _ in range(3):
+        for _ in range(per_file):
+            await sink.write(batch)
+    await sink.aclose()
+    assert sink.rotations == 2
+    assert events == ["start 1", "end 1", "start 2", "end 2"]
+    assert len(list(tmp_path.glob("*.lp.gz"))) == 2
