@@ -280,3 +280,39 @@ def test_rest_of_system_error_bar_adds_every_part() -> None:
     assert errors[REST_OF_SYSTEM] == pytest.approx(660.0, rel=REL)
     assert src[REST_OF_SYSTEM].energy_j == pytest.approx(70.0 * 4.9, rel=REL)  # type: ignore[attr-defined]
     assert not src[REST_OF_SYSTEM].counted  # type: ignore[attr-defined]
+
+
+def test_a_host_without_steps_has_no_step_energy() -> None:
+    """Guards: the per-host figures of a host that measured energy but ran no step (a second
+    host's package counter, 25 W): its energy 25 W × 3.9 s = 97.5 J, 0 J in steps and no ranks;
+    the first host keeps its wall's 200 W × 3.9 s = 780 J, 200 W × 12 × 0.2 s = 480 J in steps."""
+    pts = mixed().points()
+    h2 = [
+        Point(p.measurement, {**p.tags, "host": "h2"}, p.fields, p.time_ns)
+        for p in pts
+        if p.measurement == "rapl" and p.tags["domain"] == "package"
+    ]
+    s = summarize(pts + h2)
+    rows = {row["host"]: row for row in s.per_host}
+    assert sorted(rows) == ["h1", "h2"]
+    assert rows["h2"]["energy_j"] == pytest.approx(25.0 * 3.9, rel=REL)
+    assert rows["h2"]["steps_energy_j"] == 0.0
+    assert rows["h2"]["ranks"] == []
+    assert rows["h1"]["energy_j"] == pytest.approx(200.0 * 3.9, rel=REL)
+    assert rows["h1"]["steps_energy_j"] == pytest.approx(200.0 * 12 * 0.2, rel=REL)
+
+
+def test_mean_power_of_short_windows() -> None:
+    """Guards: the mean power of a window of a second or less (a short run, or a short slice of
+    one) is its energy over its duration: the wall's 200 W over 0.5 s (100 J) and over 1 s
+    (200 J); a window of no length has no mean power (0 J over 0 s)."""
+    run = mixed()
+    pts = run.points()
+    for seconds in (0.5, 1.0):
+        start = run.t0 + NS
+        s = summarize(pts, window_ns=(start, start + round(seconds * NS)))
+        assert s.duration_s == pytest.approx(seconds)
+        assert s.energy.total_j == pytest.approx(200.0 * seconds, rel=REL)
+        assert s.energy.mean_w == pytest.approx(200.0, rel=REL)
+    empty = summarize(pts, window_ns=(run.t0 + NS, run.t0 + NS))
+    assert (empty.duration_s, empty.energy.total_j, empty.energy.mean_w) == (0.0, 0.0, None)

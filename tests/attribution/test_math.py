@@ -98,6 +98,27 @@ def test_an_edge_error_spans_the_power_swing_of_both_neighbouring_intervals() ->
         assert edge_error(c_times, joules, 11 * S // 2, True, last) == 0.0
 
 
+def test_an_edge_error_outside_the_samples_used_is_zero() -> None:
+    """Guards: an edge with no sample interval around it has no swing to bound: before the
+    first sample, after the last, and after the last of the samples used (``last``); an edge
+    exactly on the last sample takes the interval that ends there.
+
+    The same power samples as above (10, 10, 10, 50, 10 W each second): at 4.5 s and −0.5 s,
+    0 J; with samples up to index 3 used (3 s), at 3.5 s 0 J although the sample at 4 s
+    exists; at 4 s, the interval [3, 4] s and its neighbour [2, 3] s, 10 to 50 W: 40 J. The
+    counter (0, 10, 20, 30, 80, 90 J) at 5.5 s and, used up to 4 s, at 4.5 s: 0 J."""
+    times = [k * S for k in range(5)]
+    watts = [10.0, 10.0, 10.0, 50.0, 10.0]
+    assert edge_error(times, watts, 9 * S // 2, counter=False) == 0.0
+    assert edge_error(times, watts, -S // 2, counter=False) == 0.0
+    assert edge_error(times, watts, 7 * S // 2, counter=False, last=3) == 0.0
+    assert edge_error(times, watts, 4 * S, counter=False) == pytest.approx(40.0)
+    c_times = [k * S for k in range(6)]
+    joules = [0.0, 10.0, 20.0, 30.0, 80.0, 90.0]
+    assert edge_error(c_times, joules, 11 * S // 2, counter=True) == 0.0
+    assert edge_error(c_times, joules, 9 * S // 2, counter=True, last=4) == 0.0
+
+
 def test_trapezoid_energy() -> None:
     # Power ramps 0 → 100 W over 1 s: exact integral from 0.2 s to 0.8 s is 50·(0.64 − 0.04) = 30 J;
     # trapezoids are exact on a linear ramp, whatever the sample grid.

@@ -465,14 +465,20 @@ def test_a_source_missing_steps_is_told_once_at_its_first_missed_step(
     counted."""
     h = Harness()
     h.feed(counter("package", 10.0, 0, 600))
-    h.feed([step(0, 100, 200), step(1, 800, 900), step(2, 1000, 1100)])
-    h.proc.flush(h.out.append)
-    assert h.proc.stats()["steps_missing:rapl:package-0"] == 2
-    said = [r.getMessage() for r in caplog.records if "no samples around" in r.getMessage()]
-    assert said == [
+    told = [
         "attribution: source rapl:package-0 has no samples around a step; such steps get no "
         "energy from it (counted in steps_missing:rapl:package-0)"
     ]
+    h.feed([step(0, 100, 200), step(1, 800, 900)])
+    h.proc.flush(h.out.append)
+    assert h.proc.stats()["steps_missing:rapl:package-0"] == 1  # the first missed: told now
+    said = [r.getMessage() for r in caplog.records if "no samples around" in r.getMessage()]
+    assert said == told
+    h.feed([step(2, 1000, 1100)])
+    h.proc.flush(h.out.append)
+    assert h.proc.stats()["steps_missing:rapl:package-0"] == 2
+    said = [r.getMessage() for r in caplog.records if "no samples around" in r.getMessage()]
+    assert said == told
 
 
 def test_a_restart_writes_the_old_steps_still_waiting_and_keeps_the_new_ones() -> None:

@@ -157,6 +157,26 @@ async def test_an_index_child_that_fails_is_counted_and_said(
     assert said == [f"indexing {path} failed (exit 1); reports read it as text"]
 
 
+async def test_an_index_child_that_fails_writes_nothing_to_the_agents_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Guards: what a failing index child prints (a Python traceback on its stderr, here a
+    script that writes a line to each of stdout and stderr and exits 2) reaches neither the
+    agent's stdout nor its stderr: the child's three standard streams are ``/dev/null``. The
+    failure is still counted."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    child = tmp_path / "child.sh"
+    child.write_text("#!/bin/sh\necho out\necho err >&2\nexit 2\n")
+    child.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(child))
+    sink = FileSink(FileConfig(dir=str(tmp_path / "out"), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))  # the last file, worth an index at close
+    await sink.aclose()
+    assert (sink.stats()["indexes_started"], sink.stats()["index_failures"]) == (1, 1)
+    assert capfd.readouterr() == ("", "")
+
+
 async def test_an_index_child_that_cannot_start_is_said_and_the_sink_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -3,6 +3,7 @@ or closed file is closed; its counts of rotations and deleted files."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -145,3 +146,69 @@ async def test_a_file_gone_while_the_files_are_listed_does_not_stop_pruning(
     assert len(left) == 3 and "nrg-b.lp" in left
     assert "nrg-a.lp" not in left and not (tmp_path / "nrg-gone.lp").is_symlink()
     assert sink.stats()["deleted_files"] == 2
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"max_bytes": 1024}, None),  # the smallest file size taken
+        ({"max_bytes": 1023}, "max_bytes must be at least 1024"),
+        ({"max_files": 0}, None),  # keep no rotated file
+        ({"max_files": -1}, "max_files must be >= 0"),
+        ({"max_total_bytes": 0}, None),  # no total limit
+        ({"max_total_bytes": -1}, "max_total_bytes must be >= 0"),
+        ({"max_bytes": 2048, "max_total_bytes": 2048}, None),  # room for one whole file
+        ({"max_bytes": 2048, "max_total_bytes": 2047}, "max_total_bytes must be 0 or at least"),
+        ({"max_bytes": 2048, "max_total_bytes": 1}, "max_total_bytes must be 0 or at least"),
+    ],
+)
+def test_size_settings_are_refused_just_past_their_limits(
+    tmp_path: Path, settings: dict[str, int], error: str | None
+) -> None:
+    """Guards: each size setting of the file sink is taken at its limit and refused one past
+    it, with the message that names it."""
+    config = FileConfig(dir=str(tmp_path), **settings)  # type: ignore[arg-type]
+    if error is None:
+        config.validate()
+    else:
+        with pytest.raises(ValueError, match=error):
+            config.validate()
+
+
+async def test_gzipped_files_are_compressed_one_after_another(tmp_path: Path) -> None:
+    """Guards: with ``compress = "gzip"`` a rotation waits for the compression of the file
+    rotated before it, so one file is compressed at a time and close waits for each: three
+    files rotated, the first one's compression held until the second rotation has begun; the
+    order is start 1, end 1, start 2, end 2, and both rotated files end up ``.lp.gz``."""
+    batch = [Point("m", {"k": "v"}, {"n": i}, 1_000 + i) for i in range(10)]
+    size = len(LineEncoder({"host": "h1"}).encode_many(batch).encode())
+    config = FileConfig(dir=str(tmp_path), max_bytes=max(size, 1024), compress="gzip")
+    sink = FileSink(config, ctx(tmp_path))
+    events: list[str] = []
+    held = asyncio.Event()
+    compress, open_file = sink._compress, sink._open_file
+
+    async def compressing(path: Path, worth_index: bool) -> None:
+        n = sum(e.startswith("start") for e in events) + 1
+        events.append(f"start {n}")
+        if n == 1:
+            await held.wait()
+        await compress(path, worth_index)
+        events.append(f"end {n}")
+
+    async def opening() -> None:
+        if sink.rotations >= 2:  # the second rotation has begun
+            held.set()
+        await open_file()
+
+    sink._compress = compressing  # type: ignore[method-assign]
+    sink._open_file = opening  # type: ignore[method-assign]
+    await sink.open()
+    per_file = max(1, 1024 // size)
+    for _ in range(3):
+        for _ in range(per_file):
+            await sink.write(batch)
+    await sink.aclose()
+    assert sink.rotations == 2
+    assert events == ["start 1", "end 1", "start 2", "end 2"]
+    assert len(list(tmp_path.glob("*.lp.gz"))) == 2

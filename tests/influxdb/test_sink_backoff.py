@@ -75,17 +75,18 @@ def answers(*statuses: int) -> object:
 async def test_the_backoff_starts_again_after_the_server_answers(
     context: PluginContext, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Guards: the delay before a replay grows with each failed try of an episode and starts
-    from ``retry_initial`` again once the server has answered. ``retry_initial`` 1 ms: the
-    7th try of the first episode waits 1 ms·2⁶ = 64 ms less jitter (32 to 64 ms); the first
-    try of the next episode 1 ms less jitter (0.5 to 1 ms), not 1 ms·2⁷ as the attempts would
-    give had they not been reset. Each episode is logged once as failing and once as
-    answering again; the counters add up: 4 + 2 points spooled and replayed, none sent
-    directly, 6 failed replays, 10 requests."""
+    """Guards: no delay before any replay (0 s); then the delay before a replay grows with
+    each failed try of an episode and starts from ``retry_initial`` again once the server has
+    answered. ``retry_initial`` 1 ms: the 7th try of the first episode waits 1 ms·2⁶ = 64 ms
+    less jitter (32 to 64 ms); the first try of the next episode 1 ms less jitter (0.5 to
+    1 ms), not 1 ms·2⁷ as the attempts would give had they not been reset. Each episode is
+    logged once as failing and once as answering again; the counters add up: 4 + 2 points
+    spooled and replayed, none sent directly, 6 failed replays, 10 requests."""
     script = answers(*[503] * 7, 204, 503)  # 1 direct + 6 replays fail; then 1 direct fails
     with ScriptedServer(script) as server:  # type: ignore[arg-type]
         sink = make_sink(context, server.url, retry_initial=0.001, retry_max=10.0)
         await sink.open()
+        assert sink.last_backoff_s == 0.0  # no replay tried yet: no delay
         await sink.write(make_points(0, 4))
         await sink.flush()
         await until(lambda: sink.spool.records == 0, "the first episode to end")
@@ -110,16 +111,17 @@ async def test_a_spool_record_that_cannot_be_read_is_given_up_after_five_tries(
 ) -> None:
     """Guards: replay failing for a reason that is not the server's (here the disk: every read
     of the spool's oldest record fails with EIO) tries the same record 5 times, each failure
-    logged with its number and counted in ``replay_failures`` (5: the first post's 503 was a
-    write, not a replay, and the next record's replay is accepted at once), then gives that
-    record up (its 4 points counted in ``lost_points``) and moves on: the next record (3 points)
-    is delivered."""
+    logged with its number and counted in ``replay_failures``, then gives that record up (its
+    points counted in ``lost_points``) and moves on. Two unreadable records in a row (4 and 2
+    points) each get their own 5 tries, 1 to 5 each time: 5 + 5 = 10 failures (the first post's
+    503 was a write, not a replay), 4 + 2 = 6 points lost; the third record (3 points), read
+    at its first try, is delivered."""
     sinks: list[InfluxDBSink] = []
     reads_failed: list[int] = []
     real_pread = os.pread
 
     def pread(fd: int, n: int, offset: int) -> bytes:
-        if sinks and sinks[0].lost_points == 0:
+        if sinks and sinks[0].lost_points < 4 + 2:
             reads_failed.append(offset)
             raise OSError(errno.EIO, "Input/output error")
         return real_pread(fd, n, offset)
@@ -131,15 +133,18 @@ async def test_a_spool_record_that_cannot_be_read_is_given_up_after_five_tries(
         await sink.open()
         await sink.write(make_points(0, 4))  # refused (503): spooled
         await sink.flush()
-        await sink.write(make_points(4, 3))  # spooled behind it
+        await sink.write(make_points(4, 2))  # spooled behind it
+        await sink.flush()
+        await sink.write(make_points(6, 3))
         await sink.flush()
         await until(lambda: sink.spool.records == 0, "the spool to drain")
         await sink.aclose()
-    assert len(reads_failed) == 5
-    assert (sink.lost_points, sink.replayed_points) == (4, 3)
-    assert sink.stats()["replay_failures"] == 5
+    assert len(reads_failed) == 5 + 5
+    assert (sink.lost_points, sink.replayed_points) == (4 + 2, 3)
+    assert sink.stats()["replay_failures"] == 5 + 5
     failed = [r.getMessage() for r in caplog.records if "replay failed" in r.getMessage()]
-    assert [m.split("(")[1].split(")")[0] for m in failed] == [f"{k} of 5" for k in range(1, 6)]
+    tries = [f"{k} of 5" for k in range(1, 6)]
+    assert [m.split("(")[1].split(")")[0] for m in failed] == tries + tries
     assert len(server.accepted) == 1
     assert server.accepted[0].body.decode().count("\n") == 3
 

@@ -4,6 +4,7 @@ close, and a batch written once it has drained, posted directly."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -26,17 +27,31 @@ def busy(_: Request) -> Answer:
     return 503, {}, b'{"message":"busy"}'
 
 
-async def test_a_large_batch_written_during_a_post_arrives_once(context: PluginContext) -> None:
+async def test_a_large_batch_written_during_a_post_arrives_once(
+    context: PluginContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Guards: a batch of 1,201 points written while the post before it is in flight (the server
     answers after 0.2 s) is encoded in slices; every point arrives exactly once, none twice at a
     slice boundary and none lost: 10 + 1,201 = 1,211 lines, indices 0..1210, all of them counted
-    as sent directly (none spooled or replayed)."""
+    as sent directly (none spooled or replayed). Between slices (500 + 500 + 201) the sink
+    yields to the event loop, a pause of 0 s, and never waits: a wait there would hold every
+    batch back by as much per 500 points."""
+    pauses: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay: float, result: object = None) -> object:
+        pauses.append(delay)
+        return await real_sleep(delay, result)
+
     with ScriptedServer(accept) as server:
         server.set_script(accept, delay_s=0.2)
         sink = make_sink(context, server.url, drain_timeout=0.0)
         await sink.open()
         await sink.write(make_points(0, 10))  # in flight for 0.2 s
+        monkeypatch.setattr(asyncio, "sleep", sleep)
         await sink.write(make_points(10, 1201))  # encoded meanwhile
+        monkeypatch.undo()
+        assert pauses == [0, 0, 0]
         await sink.flush()
         await sink.aclose()
         lines = server.accepted_lines()
