@@ -424,3 +424,15 @@ async def test_the_influxdb2_writer_silences_the_client_logs(
         lib.setLevel(saved[0])
         lib.propagate, lib.handlers, root.filters = saved[1], saved[2], saved[3]
     assert seen == ["kept"]
+
+
+async def test_the_influxdb2_client_waits_the_configured_timeout() -> None:
+    """Guards: the InfluxDB 2 client is given the sink's ``timeout`` in the milliseconds it
+    takes: 2.5 s is 2500 ms, 0.2 s is 200 ms (not a thousandth more or less)."""
+    for seconds, ms in ((2.5, 2500), (0.2, 200)):
+        config = InfluxDBConfig(token="s3cret-token", timeout=seconds)
+        writer = V2Writer(config, Secrets(config))
+        try:
+            assert writer._client.conf.timeout == ms
+        finally:
+            await writer.close()

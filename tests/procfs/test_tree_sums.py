@@ -120,3 +120,15 @@ def test_a_tick_where_no_cpu_was_busy_has_no_busy_share() -> None:
         0.01,
     )
     assert process_fields(tick, True, 250, 0, 1000, 7, None, 2)["cpu_busy_share_ratio"] == 0.0
+
+
+def test_a_tick_without_used_memory_has_no_memory_share() -> None:
+    """Guards: when the machine's used memory reads 0 (``MemAvailable`` equal to ``MemTotal``,
+    as some containers' meminfo says) a process point has no ``memory_used_share_ratio``, and
+    the tick goes on (no division by zero); 1 byte used: 4096 bytes of RSS are 4096 times it."""
+    args: dict[str, int] = {"hz": 100, "page_size": 4096, "d_total": 800, "d_busy": 400}
+    for used, share in ((0, None), (1, 4096.0)):
+        tick = TickContext(**args, n_online=8, used_bytes=used, memory_detail=False)
+        f = process_fields(tick, True, 250, 300, 1, 7, None, 2)
+        assert f.get("memory_used_share_ratio") == share
+        assert f["rss_bytes"] == 4096

@@ -302,3 +302,68 @@ def test_no_step_finished_on_the_gpu_holds_every_event() -> None:
     (record,) = agg.feed([], max_steps=1)
     assert (record.step, record.start_ns, record.end_ns) == (0, 10, 40)
     assert record.modules == {("a", "forward"): ModuleTiming(1, 20, 20)}
+
+
+class _Reached:
+    """A CUDA event the GPU has reached, at ``ns`` on its own clock."""
+
+    def __init__(self, ns: int) -> None:
+        self.ns = ns
+
+    def query(self) -> bool:
+        return True
+
+
+class _Anchor:
+    """What maps the GPU's clock to the host's: here an offset."""
+
+    def __init__(self, offset_ns: int) -> None:
+        self.offset_ns = offset_ns
+
+
+def test_a_steps_gpu_end_is_read_through_its_own_anchor() -> None:
+    """Guards: a step boundary's CUDA event is read with the anchor recorded beside it (the
+    clocks' offset of that moment), and without one when none was recorded; each step's GPU
+    start is the step before's GPU end. By hand: step 0 ends at 1000 + 5000 = 6000 ns, step 1
+    at 2000 + 7000 = 9000 ns (from 6000), step 2 at 3000 with no anchor (from 9000)."""
+    agg = StepAggregator(NAMES)
+    agg.gpu_time = lambda event, anchor: event.ns + (anchor.offset_ns if anchor else 0)
+    events = [
+        (a, 10, FWD_PRE),
+        (a, 30, FWD_POST),
+        (None, 40, STEP, _Reached(1000), _Anchor(5000)),
+        (a, 50, FWD_PRE),
+        (a, 60, FWD_POST),
+        (None, 70, STEP, _Reached(2000), _Anchor(7000)),
+        (None, 80, STEP, _Reached(3000)),
+    ]
+    records = agg.feed(events)
+    assert [(r.gpu_start_ns, r.gpu_end_ns) for r in records] == [
+        (None, 6000),
+        (6000, 9000),
+        (9000, 3000),
+    ]
+
+
+def test_a_module_removed_from_the_model_leaves_the_others_of_its_step() -> None:
+    """Guards: a module that ran in a step and was removed from the model before the step
+    ended (its name gone) is left out of that step, and only it: ``b`` (20 ns) and the root
+    (40 ns, 40 − 10 − 20 = 10 its own) keep their figures; ``a`` ran first."""
+    names = dict(NAMES)
+    agg = StepAggregator(names)
+    assert not agg.feed(
+        [
+            (root, 0, FWD_PRE),
+            (a, 5, FWD_PRE),
+            (a, 15, FWD_POST),
+            (b, 15, FWD_PRE),
+            (b, 35, FWD_POST),
+            (root, 40, FWD_POST),
+        ]
+    )
+    del names[a]
+    (record,) = agg.feed([(None, 50, STEP)])
+    assert record.modules == {
+        ("b", "forward"): ModuleTiming(1, 20, 20),
+        ("", "forward"): ModuleTiming(1, 40, 10),
+    }
