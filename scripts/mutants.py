@@ -24,6 +24,7 @@ SUMMARY = (
     "tests/answers/test_summary_mixed.py",
     "tests/answers/test_summary_steps.py",
     "tests/answers/test_ranks.py",  # steps joined across ranks: a shared meter over their span
+    "tests/answers/test_step_columns.py",  # step lines read as columns: the run's window too
 )
 COMPARE = (
     "tests/answers/test_summary_mixed.py",

@@ -189,3 +189,26 @@ def test_driver_samples_that_go_back_in_time_are_sorted_from_an_index(tmp_path: 
     for d in columns.samples:
         assert d.bounds == (min(d.time), max(d.time))
     assert summaries_json([summarize(points, columns=columns)]) == old
+
+
+def test_a_run_without_events_ends_at_its_last_step_line(tmp_path: Path) -> None:
+    """Guards: a run whose start and end events are missing (an agent killed before it wrote
+    them) spans its first to its last point, step lines read as columns included: meters read
+    from 0 to 2 s, steps until 3 s, so the run lasts 3 s (3 − 0), not the meters' 2 s; the
+    same summary as from the points."""
+
+    def kept(p: Point) -> bool:
+        if p.measurement in ("nrg_run", "nrg_job"):
+            return False
+        return step_lines([p]) == 1 or p.time_ns <= T0 + 2 * NS
+
+    points = [p for p in ClusterRun(gpus=3).points() if kept(p)]
+    assert max(p.time_ns for p in points if not step_lines([p])) == T0 + 2 * NS
+    assert max(p.time_ns for p in points) == T0 + 3 * NS  # the last step line
+    store = write(tmp_path, points)
+    old, new, fast = both(store)
+    assert fast and new == old
+    (info,) = find_runs(store)
+    read, columns = load_run_columns(store, info)
+    summary = summarize(read, columns=columns)
+    assert (summary.start_ns, summary.duration_s) == (T0, 3.0)

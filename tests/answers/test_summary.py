@@ -319,12 +319,17 @@ def test_a_counter_extended_by_power_readings_on_a_ramp(tenths: int) -> None:
     """Guards: the window's parts beyond a GPU's counter readings get their energy, and its
     error bar, from the power readings there: two readings (the fewest that bracket a time),
     or readings every 0.4 s or 0.1 s, some inside those parts (each reading paired with its own
-    time, none dropped at a part's end)."""
+    time, none dropped at a part's end); the bar from the counter's difference over its span,
+    whatever value it started from."""
     t0 = 1_700_000_000 * NS
     tags = {"gpu": "0", "host": "h1"}
-    # The counter at 0, 1, 2, 3, 4 s, 300 W; power read from -1 s (200 W) to 5 s (500 W) on a
+    # The counter at 0, 1, 2, 3, 4 s, 300 W, from 5,000,000 J (an NVML counter counts from the
+    # driver's start: only differences count); power read from -1 s (200 W) to 5 s (500 W) on a
     # ramp of 50 W a second, every `tenths` tenths of a second (trapezoids exact on a line).
-    points = [Point("gpu", tags, {"energy_joules": 300.0 * k}, t0 + k * NS) for k in range(5)]
+    base = 5_000_000.0
+    points = [
+        Point("gpu", tags, {"energy_joules": base + 300.0 * k}, t0 + k * NS) for k in range(5)
+    ]
     for k in range(-10, 51, tenths):
         watts = 250.0 + 5.0 * k  # 250 W at 0 s, +50 W a second
         points.append(Point("gpu", tags, {"power_watts": watts}, t0 + k * NS // 10))
@@ -332,8 +337,9 @@ def test_a_counter_extended_by_power_readings_on_a_ramp(tenths: int) -> None:
     gpu = by_source(summarize(points, window_ns=window))["nvml:0"]
     # By hand, 235 W at -0.3 s, 250 W at 0 s, 450 W at 4 s, 485 W at 4.7 s. Edges:
     # (235 + 250) / 2 × 0.3 = 72.75 J and (450 + 485) / 2 × 0.7 = 327.25 J: 400 J. Counter:
-    # 1200 J. Total 1600 J over 5 s: 320 W. Over the counter's span the readings say
-    # (250 + 450) / 2 × 4 = 1400 J for its 1200 J: 1/6 too high, so the edges' bar is 400 / 6.
+    # 5,001,200 − 5,000,000 = 1200 J. Total 1600 J over 5 s: 320 W. Over the counter's span the
+    # readings say (250 + 450) / 2 × 4 = 1400 J for its 1200 J: 1/6 too high, so the edges' bar
+    # is 400 / 6.
     assert gpu.energy_j == pytest.approx(1600.0, rel=1e-9)
     assert gpu.mean_w == pytest.approx(320.0, rel=1e-9)
     assert gpu.error_j == pytest.approx(400.0 / 6, rel=1e-9)

@@ -352,14 +352,15 @@ def test_a_restarted_runs_first_step_that_never_ends_is_dropped_after_history() 
     """Guards: after a restart the run's step numbers start afresh, also when the new first
     step has the number of the old last one (step 0 both times): the new step 0 whose modules
     came but whose step point never did (the job died in it) is dropped once ``history``
-    (600 s) has passed since its first point, like any such step, not kept pending forever."""
+    (600 s) has passed since its first point (at exactly 600 s, not a point later), like any
+    such step, not kept pending forever."""
     h = Harness()
     h.feed([*counter("package", 10.0, 0, 1000), run_event("start", 0), step(0, 100, 300)])
     h.feed([run_event("start", 1000), module(0, "fc1", "forward", 0.1, 1200)])
     # first seen at 1.2 s: dropped when the data clock reaches 1.2 + 600 = 601.2 s
     h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 601_100 * MS)])
     assert (h.proc.stats()["steps_pending"], h.proc.stats()["steps_dropped"]) == (1, 0)
-    h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 601_300 * MS)])
+    h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 601_200 * MS)])  # exactly 600 s on
     assert (h.proc.stats()["steps_pending"], h.proc.stats()["steps_dropped"]) == (0, 1)
     assert [p.fields["step"] for p in h.out if p.tags["scope"] == "step"] == [0]  # the old one
 

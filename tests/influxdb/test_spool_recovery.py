@@ -176,3 +176,39 @@ async def test_a_segment_cut_before_its_magic_is_counted_as_torn_and_removed(
     assert (third.torn_records, third.discarded_bytes) == (0, 0)
     assert await drain(third) == lines(0, 10)
     await third.close()
+
+
+def test_a_segment_whose_write_failed_stays_refused_after_a_commit_inside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: once a write to a segment failed, the later records queued for it (their
+    offsets assumed the failed one) are refused even after a commit whose cursor still lies in
+    that segment (its first record not replayed yet): segment 0 keeps only its magic and its
+    first record; a commit past it (segments below 1 forgotten) lets segment 1 be written."""
+    from sinks.influxdb.segments import FsyncPolicy, SegmentBroken, SegmentFiles, parse_segment
+
+    files = SegmentFiles(tmp_path, FsyncPolicy(None))
+    files.recover()
+    first, failed, queued = (encode_record(lines(i, 1), 1, 0) for i in range(3))
+    files.append(0, len(MAGIC), first)
+    real_write = os.write
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError):
+        files.append(0, len(MAGIC) + len(first), failed)
+    monkeypatch.setattr(os, "write", real_write)
+    files.commit((0, len(MAGIC)), 0)  # the first record is not replayed yet
+    with pytest.raises(SegmentBroken):
+        files.append(0, len(MAGIC) + 2 * len(first), queued)
+    data = files.path(0).read_bytes()
+    assert data == MAGIC + first
+    found, end, bad = parse_segment(data, 0)
+    assert ([r.points for r in found], end, bad) == ([1], len(MAGIC) + len(first), False)
+    files.commit((1, len(MAGIC)), 1)  # segment 0 replayed and removed
+    files.append(1, len(MAGIC), queued)
+    files.close()
+    assert not files.path(0).exists()
+    assert files.path(1).read_bytes() == MAGIC + queued
