@@ -23,13 +23,21 @@ def refuse(status: int) -> object:
     return script
 
 
+_HINTS = {
+    401: "the token was rejected: set [[sinks.influxdb]] token",
+    403: "the token may not write to bucket 'nrg'",
+    404: "bucket 'nrg' (org '-') does not exist",
+}
+
+
 @pytest.mark.parametrize("status", [401, 403, 404])
 async def test_a_settings_error_retries_at_the_cap_not_the_initial_delay(
-    context: PluginContext, status: int
+    context: PluginContext, caplog: pytest.LogCaptureFixture, status: int
 ) -> None:
     """Guards: after a 401/403/404 (a token or bucket to fix) the sink waits ``retry_max``
     (0.3 s here) between tries, not ``retry_initial`` (0.05 s): asking every 50 ms cannot help
-    until the user fixes the setting."""
+    until the user fixes the setting. The user is told once, as an error: which setting to fix,
+    the server's own words, and that the points wait in the spool."""
     with ScriptedServer(refuse(status)) as server:  # type: ignore[arg-type]
         sink = make_sink(context, server.url, retry_initial=0.05, retry_max=0.3, drain_timeout=0.0)
         await sink.open()
@@ -41,6 +49,11 @@ async def test_a_settings_error_retries_at_the_cap_not_the_initial_delay(
         sink.abort()
         await sink.aclose()
     assert sink.stats()["lost_points"] == 0
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1, errors  # once, though the server refused twice
+    assert _HINTS[status] in errors[0]
+    assert "not allowed" in errors[0]  # the server's words
+    assert errors[0].endswith("points are kept in the spool")
 
 
 async def test_a_huge_retry_after_waits_retry_max_at_most(context: PluginContext) -> None:
