@@ -243,11 +243,19 @@ def test_a_late_driver_sample_is_skipped_and_counted() -> None:
 
 
 @pytest.mark.parametrize(
-    ("gpu_start_ms", "expected_j"),
-    [(995, 17.7), (900, 46.2), (899, 41.436)],
+    ("gpu_start_ms", "gpu_end_ms", "last_sample_ms", "expected_j"),
+    [
+        (995, 1032, 3000, 17.7),
+        (900, 1032, 3000, 46.2),
+        (899, 1032, 3000, 41.436),
+        (995, 1032, 1020, 17.7),
+        (995, 1032, 1000, 12.636),
+        (995, 1120, 1020, 70.5),
+        (995, 1121, 1020, 59.1),
+    ],
 )
 def test_driver_samples_that_begin_just_after_a_step_starts_still_give_its_energy(
-    gpu_start_ms: int, expected_j: float
+    gpu_start_ms: int, gpu_end_ms: int, last_sample_ms: int, expected_j: float
 ) -> None:
     """Guards: a GPU without an energy counter whose driver samples begin after a step started,
     within the 100 ms slack, takes the step's energy from the samples, the first one's power held
@@ -256,13 +264,21 @@ def test_driver_samples_that_begin_just_after_a_step_starts_still_give_its_energ
     2 × 0.02 s + 600 W × 0.012 s = 1.5 + 9 + 7.2 = 17.7 J. From 900 ms (the first sample exactly
     100 ms later): 30 + 9 + 7.2 = 46.2 J. From 899 ms (101 ms: beyond the slack) the 100 ms
     readings: 300 W × 0.101 s, then 300 W at 1000 ms to 396 W at 1032 ms (on the way to 600 W
-    at 1100 ms): 30.3 + (300 + 396) / 2 × 0.032 = 30.3 + 11.136 = 41.436 J."""
-    cpu = (gpu_start_ms - QUEUE_MS + 0.0, 1032.0 - QUEUE_MS)
+    at 1100 ms): 30.3 + (300 + 396) / 2 × 0.032 = 30.3 + 11.136 = 41.436 J.
+
+    At the other end and in number: two samples (1000 and 1020 ms), the fewest that span a
+    step, still give 17.7 J (the last, 600 W, held to the end); one sample (1000 ms) spans
+    nothing: the readings, 300 W × 0.005 s + (300 + 396) / 2 × 0.032 s = 12.636 J. Samples up to
+    1020 ms and the step ending exactly 100 ms later (1120 ms): the samples, 1.5 + 9 + 600 W ×
+    0.1 s = 70.5 J; ending at 1121 ms (101 ms: beyond the slack) the readings, 1.5 + (300 + 600)
+    / 2 × 0.1 s + 600 W × 0.021 s = 1.5 + 45 + 12.6 = 59.1 J."""
+    cpu = (gpu_start_ms - QUEUE_MS + 0.0, gpu_end_ms - QUEUE_MS + 0.0)
     h = Harness(module_detail="off")
+    samples = (T0 + 1000 * MS, T0 + last_sample_ms * MS)
     late = [
         p
         for p in without_counter(bus(3000, [cpu]))
-        if p.measurement != "gpu_sample" or p.time_ns >= T0 + 1000 * MS
+        if p.measurement != "gpu_sample" or samples[0] <= p.time_ns <= samples[1]
     ]
     h.feed(late)
     h.feed([run_event("end", 3000)])
