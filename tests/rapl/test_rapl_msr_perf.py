@@ -324,8 +324,15 @@ async def test_perf_not_permitted(tmp_path: Path) -> None:
     )
 
 
-async def test_perf_counter_going_backwards_is_a_failed_read(tmp_path: Path) -> None:
+async def test_perf_counter_going_backwards_is_a_failed_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: a perf count that goes down (the event restarted) gives no point at that tick,
+    is counted in ``read_errors`` and said once as a warning naming both counts; the next
+    reading goes on from the new count (said once too), with no negative energy."""
     _, collector, io = await _run_perf(tmp_path)
+    before = io.counts["energy-pkg"]["0"]
+    assert collector.stats()["read_errors"] == 0
     io.counts["energy-pkg"]["0"] = 5  # the PMU was re-registered and the event restarted
     io.now += 1_000_000_000
     after: list[Point] = []
@@ -341,6 +348,12 @@ async def test_perf_counter_going_backwards_is_a_failed_read(tmp_path: Path) -> 
     await collector.collect(again.append, 10)
     # Continues from the restart value: 313 J before, +100 J after; no negative step.
     assert again[0].fields == {"energy_joules": 413.0, "power_watts": 100.0}
+    assert collector.stats()["read_errors"] == 1
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("collectors.rapl")]
+    warned = [m for m in said if "went backwards" in m]
+    assert len(warned) == 1, said
+    assert f"counter went backwards from {before} to 5" in warned[0]
+    assert len([m for m in said if m.endswith("reads again")]) == 1, said
 
 
 def test_real_perf_event_open_syscall() -> None:
