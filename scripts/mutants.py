@@ -25,6 +25,7 @@ SUMMARY = (
     "tests/answers/test_summary_steps.py",
     "tests/answers/test_ranks.py",  # steps joined across ranks: a shared meter over their span
     "tests/answers/test_step_columns.py",  # step lines read as columns: the run's window too
+    "tests/answers/test_curves.py",  # a GPU's power readings among its driver samples
 )
 COMPARE = (
     "tests/answers/test_summary_mixed.py",
