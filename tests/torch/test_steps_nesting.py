@@ -236,3 +236,36 @@ def test_a_call_without_gpu_time_reports_zero_seconds_on_the_gpu() -> None:
         0.01,
     )
     assert StepLines({"run": "r"}, 0).lines(record) == LineEncoder().encode_many(points)
+
+
+class NotReady(Event):
+    """Stands for a CUDA event recorded on another stream: reading it raises, as CUDA does."""
+
+    def elapsed_time(self, end: Event) -> float:
+        raise RuntimeError("CUDA error: device not ready")
+
+
+def test_calls_whose_gpu_time_cannot_be_read_are_counted_and_get_none() -> None:
+    """Guards: a call whose CUDA events cannot be read (on another stream) gets no GPU time and
+    is counted in ``gpu_unresolved``, and so is its parent, whose exclusive time would need the
+    child's; a sibling read normally keeps its own: root 0–10 ms holds leaf (unreadable) and
+    block 4–6 ms: block 6 − 4 = 2 ms inclusive and exclusive; leaf and root none, 2 counted."""
+    agg = StepAggregator(NAMES)
+    (record,) = agg.feed(
+        [
+            (root, 0, FWD_PRE, Event(0.0)),
+            (leaf, 10, FWD_PRE, NotReady(1.0)),
+            (leaf, 20, FWD_POST, Event(3.0)),
+            (block, 30, FWD_PRE, Event(4.0)),
+            (block, 40, FWD_POST, Event(6.0)),
+            (root, 50, FWD_POST, Event(10.0)),
+            (None, 60, STEP),
+        ]
+    )
+    gpu = {k[0]: (t.gpu_inclusive_ms, t.gpu_exclusive_ms) for k, t in record.modules.items()}
+    assert gpu == {"block.leaf": (None, None), "block": (2.0, 2.0), "": (None, None)}
+    assert agg.gpu_unresolved == 2
+    fields = {p.tags["module"]: p.fields for p in step_points(record, {}, 0)[1:]}
+    assert fields["block"]["gpu_seconds"] == 0.002
+    assert "gpu_seconds" not in fields["block.leaf"]
+    assert "gpu_seconds" not in fields[ROOT_NAME]
