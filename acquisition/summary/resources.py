@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from acquisition.point import FieldValue, Point
-from acquisition.processors.energy import all_numbers, is_number
+from acquisition.processors.energy import as_numbers, is_number
 from acquisition.summary.model import RAM_UNITS, TIME_UNITS, SummaryOptions
 
 __all__ = ["resources"]
@@ -42,8 +42,7 @@ def _num(value: FieldValue | None) -> float | None:
 def _field(points: list[Point], name: str) -> list[float | None]:
     """Each point's ``name`` field as :func:`_num` gives it (a collector's series, every value
     a plain number: converted at C speed)."""
-    values = [p.fields.get(name) for p in points]
-    return list(map(float, values)) if all_numbers(values) else list(map(_num, values))  # type: ignore[arg-type]
+    return as_numbers([p.fields.get(name) for p in points])
 
 
 def _max(values: Iterable[float | None], scale: float = 1.0) -> float | None:

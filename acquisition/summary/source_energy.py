@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from acquisition.point import Point
-from acquisition.processors.energy import all_numbers, is_number, shaped_energy, source_fields
+from acquisition.processors.energy import (
+    all_numbers,
+    as_numbers,
+    is_number,
+    shaped_energy,
+    source_fields,
+)
 from acquisition.summary.columns import DriverSamples, strictly_increasing
 from acquisition.summary.model import SourceEnergy
 
@@ -165,14 +171,10 @@ def _every_counter(
     if not joules or not all_numbers(joules):
         return False
     times = [p.time_ns for p in points]
-    watts = [p.fields.get("power_watts") for p in points]
+    watts = as_numbers([p.fields.get("power_watts") for p in points])
     s = series[key]
     s.counter += zip(times, map(float, joules), strict=True)  # type: ignore[arg-type]
-    if all_numbers(watts):
-        s.readings += zip(times, map(float, watts), strict=True)  # type: ignore[arg-type]
-    else:
-        found = [(t, w) for t, w in zip(times, watts, strict=True) if is_number(w)]
-        s.readings += [(t, float(w)) for t, w in found]  # type: ignore[arg-type]
+    s.readings += [(t, w) for t, w in zip(times, watts, strict=True) if w is not None]
     return True
 
 
