@@ -196,7 +196,7 @@ class SegmentFiles:
         self.directory = directory
         self.policy = policy
         self.active_seq = -1
-        self.active_fd = -1
+        self.active_fd: int | None = None
         self.dirty = False
         self.last_sync = time.monotonic()
         self.broken: set[int] = set()
@@ -268,11 +268,12 @@ class SegmentFiles:
             self.failed.add((seq, offset))
             raise SegmentBroken(f"an earlier write to segment {seq} failed")
         try:
-            if seq != self.active_seq:
-                self._open_segment(seq)
+            fd = self.active_fd if seq == self.active_seq else None
+            if fd is None:
+                fd = self._open_segment(seq)
             view = memoryview(record)
             while view:
-                view = view[os.write(self.active_fd, view) :]
+                view = view[os.write(fd, view) :]
         except OSError:
             self.broken.add(seq)
             self.failed.add((seq, offset))
@@ -284,30 +285,31 @@ class SegmentFiles:
         else:
             self.sync_if_due()
 
-    def _open_segment(self, seq: int) -> None:
+    def _open_segment(self, seq: int) -> int:
+        """Start segment ``seq`` (its magic written): the descriptor to append to."""
         self._close_active()
         fd = os.open(self.path(seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.active_fd, self.active_seq = fd, seq
         os.write(fd, MAGIC)
         if self.policy.interval_s is not None:
             _fsync_dir(self.directory)
+        return fd
 
     def _undo(self, seq: int, offset: int) -> None:
-        """Cut a failed write back off (a segment without even its magic goes)."""
+        """Cut a failed write back off; a segment left without a record goes."""
+        empty = offset <= len(MAGIC)
         try:
-            if self.active_seq == seq and self.active_fd >= 0:
-                if offset <= len(MAGIC):
-                    os.ftruncate(self.active_fd, 0)
-                else:
-                    os.ftruncate(self.active_fd, offset)
+            if not empty:  # a record was written before: the segment is open
+                assert self.active_fd is not None
+                os.ftruncate(self.active_fd, offset)
             self._close_active()
-            if offset <= len(MAGIC):
+            if empty:
                 self.path(seq).unlink(missing_ok=True)
         except OSError as exc:
             log.error("spool %s: cannot undo a failed write: %s", self.directory, exc)
 
     def sync(self) -> None:
-        if self.dirty and self.active_fd >= 0:
+        if self.dirty and self.active_fd is not None:
             os.fsync(self.active_fd)
         self.dirty = False
         self.last_sync = time.monotonic()
@@ -322,24 +324,26 @@ class SegmentFiles:
         (records whose write failed are skipped without a word: they were never spooled)."""
         out: list[bytes] = []
         corrupt: list[SpoolRecord] = []
-        fd, fd_seq = -1, -1
+        current: tuple[int, int] | None = None
+        """The segment open for reading and its descriptor."""
         try:
             for rec in records:
                 if (rec.seq, rec.offset) in self.failed:
                     continue
-                if rec.seq != fd_seq:
-                    if fd >= 0:
-                        os.close(fd)
-                    fd, fd_seq = os.open(self.path(rec.seq), os.O_RDONLY), rec.seq
-                data = os.pread(fd, rec.size, rec.offset)
+                if current is None or current[0] != rec.seq:
+                    if current is not None:
+                        os.close(current[1])
+                        current = None
+                    current = (rec.seq, os.open(self.path(rec.seq), os.O_RDONLY))
+                data = os.pread(current[1], rec.size, rec.offset)
                 found, _, bad = parse_segment(data, rec.seq, 0)
                 if bad or len(found) != 1:
                     corrupt.append(rec)
                     continue
                 out.append(data[HEADER.size :])
         finally:
-            if fd >= 0:
-                os.close(fd)
+            if current is not None:
+                os.close(current[1])
         return out, corrupt
 
     def commit(self, cursor: tuple[int, int], delete_below: int) -> None:
@@ -362,9 +366,9 @@ class SegmentFiles:
         self._close_active()
 
     def _close_active(self) -> None:
-        if self.active_fd >= 0:
+        if self.active_fd is not None:
             if self.dirty and self.policy.interval_s is not None:
                 os.fsync(self.active_fd)
             os.close(self.active_fd)
             self.dirty = False
-        self.active_fd, self.active_seq = -1, -1
+        self.active_fd, self.active_seq = None, -1
