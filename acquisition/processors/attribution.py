@@ -50,6 +50,7 @@ newest timestamp seen on the bus, so the processor needs no timer and replays de
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
@@ -97,7 +98,6 @@ log = logging.getLogger(__name__)
 
 _NS = 1_000_000_000
 _MODULE_SCOPE = "module"
-_FAR = 2**63
 # RAPL domains that add up without overlap: core and uncore are parts of package, psys is the
 # whole platform.
 _RAPL_DISJOINT = ("package", "dram")
@@ -167,7 +167,7 @@ class EnergyAttribution:
         self._many_modules: set[RunKey] = set()
         """Runs whose steps reported more than AUTO_EPOCH_MODULES modules."""
         self._clock = 0
-        self._next_due = 0
+        self._next_due: float = 0
         self._blocking: set[str] = set()
         """Sources some pending step waits for (as of the last flush)."""
         """Data-clock time when a pending step next falls due (grace, a silent source, history)."""
@@ -406,7 +406,7 @@ class EnergyAttribution:
     def _flush(self, emit: Emit, force: bool = False, finish: RunKey | None = None) -> None:
         """Write the steps that are due (all with ``force``; all of run ``finish``, whose
         incarnation is over: what never ended is dropped, the rest written as it stands)."""
-        next_due = _FAR
+        next_due: float = math.inf  # nothing pending
         self._blocking.clear()
         for key, entry in list(self._steps.items()):
             over = entry.run == finish
