@@ -498,8 +498,7 @@ def summarize(
     if window_ns is not None:
         start, end = window_ns
     stretches = pieces((start, end), exclude_ns)
-    excluded = (end - start) - sum(b - a for a, b in stretches) if end > start else 0
-    duration = (end - start - excluded) / _NS
+    duration = sum(b - a for a, b in stretches) / _NS  # the window less what is excluded
     series = _series(pts, options, columns)
     sources = _sources(series, stretches)
     total = sum(s.energy_j for s in sources if s.counted)
