@@ -346,20 +346,38 @@ def test_memory_stays_flat_over_many_distinct_series() -> None:
         enc.encode_many([_series_point(i) for i in range(start, start + batch)])
         if start in (40_000, 190_000):
             peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    assert enc.cached_series == lineproto.SERIES_CACHE_SIZE
+    assert enc.cached_series == 16_384  # the documented cache size
     # Peak RSS from 40k to 200k distinct series: the cache is full at both points. An unbounded
     # cache would hold 150k more prefixes (88 MB measured).
     assert peaks[1] - peaks[0] < 16 * 2**20, peaks
 
 
 def test_field_shapes_kept_are_bounded() -> None:
-    """A stream whose field names never repeat gets the general path, not ever more code."""
+    """A stream whose field names never repeat gets the general path, not ever more code: at
+    most 1,024 compiled shapes are kept (here 1,524 come)."""
     enc = LineEncoder()
-    for i in range(lineproto._MAX_SHAPES + 500):
+    for i in range(1_524):
         p = Point("m", {"t": str(i)}, {f"f{i}": 1.0}, i)
         line = f"m,t={i} f{i}=1.0 {i}\n"
         assert enc.encode_many([p, p, p]) == line * 3
-    assert len(enc._shapes) == lineproto._MAX_SHAPES
+    assert len(enc._shapes) == 1_024
+
+
+def test_a_kept_tags_dict_finds_its_series_by_identity() -> None:
+    """A collector that keeps one tags dict per series (each collector here does) finds its
+    series by the dict's identity: the series cache, whose key is built from every tag, is
+    asked once per series, never again; a dict changed in place is seen as its new series."""
+    enc = LineEncoder()
+    a, b = {"gpu": "0"}, {"gpu": "1"}
+    points = [Point("gpu", t, {"w": 1.0}, i) for i, t in enumerate([a, b, a, b])]
+    text = "gpu,gpu=0 w=1.0 0\ngpu,gpu=1 w=1.0 1\ngpu,gpu=0 w=1.0 2\ngpu,gpu=1 w=1.0 3\n"
+    assert enc.encode_many(points) == text
+    assert enc.encode_many(points) == text
+    info = enc._series.cache_info()
+    assert (info.hits, info.misses) == (0, 2)
+    a["gpu"] = "2"
+    assert enc.encode_many(points[:1]) == "gpu,gpu=2 w=1.0 0\n"
+    assert enc._series.cache_info().misses == 3
 
 
 def test_on_error_keeps_the_rest_of_the_batch() -> None:
