@@ -199,10 +199,12 @@ def _tags(socket: int | None, domain: str, die: int | None = None) -> dict[str, 
     return tags
 
 
-def _zone_key(entry: str) -> tuple[int, tuple[int, ...]]:
+def _zone_key(entry: str) -> tuple[int, tuple[tuple[int, str], ...]]:
+    """Zones in their numeric order: the kernel names them in hexadecimal without leading
+    zeros (``intel-rapl:0:a`` after ``intel-rapl:0:9``), so a shorter number comes first."""
     m = _ZONE_DIR_RE.match(entry)
     assert m is not None
-    return _POWERCAP_TYPES.index(m.group(1)), tuple(int(i, 16) for i in m.group(2).split(":"))
+    return _POWERCAP_TYPES.index(m.group(1)), tuple((len(i), i) for i in m.group(2).split(":"))
 
 
 def open_powercap(root: Path, io: RaplIO) -> list[Counter]:
@@ -245,8 +247,8 @@ def open_powercap(root: Path, io: RaplIO) -> list[Counter]:
         names[zone] = zname
         socket, die = zname.socket, zname.die
         if socket is None:
-            parent = names.get(zone.rsplit(":", 1)[0])
-            if parent is None or zone.count(":") < 2:
+            parent = names.get(zone.rsplit(":", 1)[0])  # a top-level zone has none
+            if parent is None:
                 log.warning(
                     "rapl: skipping powercap zone %s (%s): no parent package", zone, zname.domain
                 )

@@ -291,6 +291,31 @@ async def test_duplicate_zone_names_are_read_once(tmp_path: Path) -> None:
     )
 
 
+async def test_zones_are_read_in_the_numeric_order_of_their_hexadecimal_names(
+    tmp_path: Path,
+) -> None:
+    """Guards: the kernel numbers zones in hexadecimal (``intel-rapl:a`` is the eleventh
+    package); they are read 9, a, 10 (9, 10, 16), not in the text order 10, 9, a."""
+    root = install_tree("xeon-2s-dram", tmp_path)
+    devices = root / "sys/devices/virtual/powercap/intel-rapl"
+    for number, socket in (("10", 16), ("a", 10), ("9", 9)):
+        zone = devices / f"intel-rapl:{number}"
+        shutil.copytree(
+            devices / "intel-rapl:1", zone, ignore=shutil.ignore_patterns("intel-rapl:1:*")
+        )
+        (zone / "name").write_text(f"package-{socket}\n")
+        os.symlink(
+            f"../../devices/virtual/powercap/intel-rapl/intel-rapl:{number}",
+            root / f"sys/class/powercap/intel-rapl:{number}",
+        )
+    collector = RaplCollector(RaplConfig(root=str(root)), context())
+    await collector.open()
+    assert collector.describe() == (
+        "powercap: package (socket 0), dram (socket 0), package (socket 1), dram (socket 1),"
+        " package (socket 9), package (socket 10), package (socket 16)"
+    )
+
+
 async def test_a_zone_linked_twice_is_read_once_without_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
