@@ -127,3 +127,17 @@ def test_a_text_field_just_past_its_range_drops_the_frame(
         points, stats = decode(b"MSG:12,Vrms:230,%s:%r,pulse:0" % (key.encode(), value))
         assert points == [], field
         assert stats["implausible_frames"] == 1
+
+
+def test_field_ranges_are_remembered_for_at_most_1024_names() -> None:
+    """Guards: a garbled stream of ever-new field names cannot grow the range cache past 1,024
+    names, and a name past that is still checked against its range (not remembered)."""
+    from collectors.emonpi.fields import implausible_field
+
+    cache: dict[str, tuple[float, float] | None] = {}
+    for i in range(1_100):
+        assert implausible_field({f"x{i}": 1e9}, cache) is None  # no range: never implausible
+    assert len(cache) == 1_024
+    assert implausible_field({"humidity_percent": 100.1}, cache) == "humidity_percent=100.1"
+    assert implausible_field({"humidity_percent": 100.0}, cache) is None
+    assert "humidity_percent" not in cache
