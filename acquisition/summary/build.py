@@ -271,11 +271,10 @@ def _step_stats(
             "p95": _quantile(values, 0.95),
             "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
         }
-    per_sample = None
-    if samples and totals:
-        with_samples = [k for k, p in data.steps.items() if _int(p, "samples") and k in totals]
-        n = sum(_int(data.steps[k], "samples") or 0 for k in with_samples)
-        per_sample = sum(totals[k] for k in with_samples) / n if n else None
+    # energy per sample over the steps that have both
+    counted = [(k, c) for k, p in data.steps.items() if (c := _int(p, "samples")) and k in totals]
+    n = sum(c for _, c in counted)
+    per_sample = sum(totals[k] for k, _ in counted) / n if n else None
     error = _sum_bound(data, data.energy)
     count = len(data.steps) or len(totals)
     return StepStats(count, energy, samples, per_sample, error), totals

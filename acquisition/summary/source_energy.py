@@ -207,7 +207,7 @@ def continuous(samples: list[tuple[int, float]]) -> list[tuple[int, float]]:
 def _at(series: list[tuple[int, float]], t: int) -> float:
     """Linear interpolation inside the series (``t`` within its span)."""
     i = bisect.bisect_left(series, (t, -math.inf))
-    if i < len(series) and series[i][0] == t:
+    if series[i][0] == t:
         return series[i][1]
     (t0, v0), (t1, v1) = series[i - 1], series[i]
     return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
@@ -216,7 +216,7 @@ def _at(series: list[tuple[int, float]], t: int) -> float:
 def _at_columns(times: Sequence[int], watts: Sequence[float], t: int) -> float:
     """:func:`_at` of a series as columns."""
     i = bisect.bisect_left(times, t)
-    if i < len(times) and times[i] == t:
+    if times[i] == t:
         return watts[i]
     t0, t1, w0, w1 = times[i - 1], times[i], watts[i - 1], watts[i]
     return w0 + (w1 - w0) * (t - t0) / (t1 - t0)

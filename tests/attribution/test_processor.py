@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -527,3 +528,28 @@ def test_a_restart_writes_the_old_steps_still_waiting_and_keeps_the_new_ones() -
     assert (stats["steps_attributed"], stats["steps_duplicate"]) == (4, 0)
     assert stats["steps_missing:emonpi:5"] == 1
     assert (stats["steps_dropped"], stats["steps_pending"]) == (1, 0)  # the old step 2
+
+
+@pytest.mark.parametrize(
+    ("every_ms", "seconds", "most", "after_prune"),
+    [
+        # 10 Hz: the 65th sample (6.4 s) is the first past 64, long after 2 × history (2 s)
+        (100, 20, 64, 11),
+        # 100 Hz: 64 samples come in 0.64 s; the span decides: the 202nd spans 2.01 s
+        (10, 5, 201, 101),
+    ],
+)
+def test_a_sources_samples_are_kept_for_history_and_bounded(
+    every_ms: int, seconds: int, most: int, after_prune: int
+) -> None:
+    """Guards memory and what is kept: a source's samples are pruned once there are more than
+    64 of them and they span more than twice ``history`` (1 s here), back to the last
+    ``history`` (the sample exactly ``history`` before the newest included): never fewer."""
+    h = Harness(history=1.0, grace=0.5)
+    held = []
+    for p in counter("package", 10.0, 0, seconds * 1000, every_ms):
+        h.feed([p])
+        held.append(len(h.proc._sources["rapl:package-0"].counter.times))
+    assert max(held) == most
+    drops = [b for a, b in itertools.pairwise(held) if b < a]
+    assert drops and set(drops) == {after_prune}
