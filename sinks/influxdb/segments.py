@@ -249,16 +249,17 @@ class SegmentFiles:
         return records, next_seq, torn, discarded
 
     def _read_cursor(self) -> tuple[int, int]:
+        """The last replayed (segment, offset); without one, before every segment."""
         try:
             text = (self.directory / "cursor").read_text()
         except FileNotFoundError:
-            return -1, 0
+            return -1, len(MAGIC)
         try:
             seq_s, off_s = text.split()
             return int(seq_s), int(off_s)
         except ValueError:
             log.warning("spool cursor %s is unreadable; replaying every segment", self.directory)
-            return -1, 0
+            return -1, len(MAGIC)
 
     def append(self, seq: int, offset: int, record: bytes) -> None:
         """Write one record at the end of segment ``seq``; on an error (disk full) undo the
