@@ -189,3 +189,18 @@ def test_an_incomplete_energy_point_is_left_out(fields: dict[str, object], sourc
     assert s.steps.energy_j["p50"] == pytest.approx(2.0, rel=1e-12)
     (epoch,) = s.epochs
     assert epoch.energy_j == pytest.approx(9.0, rel=1e-12)
+
+
+def test_module_shares_are_zero_when_the_steps_used_no_energy() -> None:
+    """Guards: steps whose sources did not move (0 J in every step, an idle counter) give their
+    modules a share of 0 %, not 100 %: a share of nothing is none."""
+    module_energy = Point(
+        "nrg_energy",
+        {**TAGS, "epoch": "0", "source": "rapl:package-0", "scope": "module", "module": "fc"},
+        {"step": 0, "energy_joules": 0.0},
+        T0 + S,
+    )
+    s = summarize([*points(scale=0.0), module_energy])
+    assert [(m.module, m.energy_j, m.share) for m in s.modules] == [("fc", 0.0, 0.0)]
+    (line,) = [row for row in format_text(s).splitlines() if row.strip().startswith("fc ")]
+    assert line.split() == ["fc", "0.000", "J", "0.0", "%"]
