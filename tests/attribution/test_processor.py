@@ -553,3 +553,28 @@ def test_a_sources_samples_are_kept_for_history_and_bounded(
     assert max(held) == most
     drops = [b for a, b in itertools.pairwise(held) if b < a]
     assert drops and set(drops) == {after_prune}
+
+
+def test_a_long_epochs_module_sums_are_written_every_1000_steps() -> None:
+    """Guards memory and delivery: with module detail per epoch, a long epoch's module sums are
+    written after every 1,000 steps (not held until the epoch ends), and the parts add up to
+    the whole. 2,100 steps of 100 ms at 10 W, "fc" 50 ms of each: parts of 1,000, 1,000 and
+    100 steps, fc 0.5 J per step (10 W × 0.05 s)."""
+    h = Harness(module_detail="epoch")
+    h.feed(counter("package", 10.0, 0, 2_100 * 100 + 1000, 1000))
+    written_at = []
+    for n in range(2_100):
+        seen = len(h.out)
+        h.feed([module(n, "fc", "forward", 0.05, n * 100 + 100), step(n, n * 100, n * 100 + 100)])
+        if any(p.tags.get("scope") == "module" for p in h.out[seen:]):
+            written_at.append(n)
+    h.feed([run_event("end", 2_100 * 100 + 200)])
+    sums = [p for p in h.out if p.tags.get("scope") == "module"]
+    assert [(p.tags["module"], p.fields["steps"], p.fields["step"]) for p in sums] == [
+        ("fc", 1_000, 999),
+        ("fc", 1_000, 1_999),
+        ("fc", 100, 2_099),
+    ]
+    assert written_at[:2] == [1_000, 2_000]  # the 1,000th step attributed as the next begins
+    assert [p.fields["energy_joules"] for p in sums] == pytest.approx([500.0, 500.0, 50.0])
+    assert [p.fields["duration_seconds"] for p in sums] == pytest.approx([50.0, 50.0, 5.0])
