@@ -300,7 +300,7 @@ def _lead_cpus(root: Path, io: RaplIO, per_die: bool) -> dict[tuple[int, int], i
     except OSError:
         return {}
     leads: dict[tuple[int, int], int] = {}
-    for entry in entries:
+    for entry in sorted(entries):  # the same CPUs met in the same order on every start
         if not (entry.startswith("cpu") and entry[3:].isdigit()):
             continue
         cpu = int(entry[3:])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import time
 import tomllib
 from pathlib import Path
@@ -69,6 +70,26 @@ async def test_msr_reads_one_cpu_per_package(tmp_path: Path) -> None:
 
     _, collector = await run_msr("msr-skx-2s", tmp_path, Recording())
     assert opened == ["0", "1"]  # cpu0 leads package 0, cpu1 package 1 (interleaved numbering)
+    await collector.aclose()
+
+
+async def test_an_offline_cpu_is_passed_over_and_the_cpus_after_it_read(tmp_path: Path) -> None:
+    """Guards: a CPU without topology (offline) is passed over, not the end of the scan: with
+    cpu1 offline, package 1 is read through cpu3 (its registers those of cpu1), and the points
+    are the fixture's."""
+    opened: list[str] = []
+
+    class Recording(SteppedIO):
+        def open_msr(self, path: str) -> int:
+            opened.append(Path(path).parent.name)
+            return super().open_msr(path)
+
+    def offline_cpu1(root: Path) -> None:
+        shutil.rmtree(root / "sys/devices/system/cpu/cpu1/topology")
+
+    points, collector = await run_msr("msr-skx-2s", tmp_path, Recording(), prepare=offline_cpu1)
+    assert opened == ["0", "3"]
+    assert lines(points) == (FIXTURES / "msr-skx-2s" / "expected.lp").read_text()
     await collector.aclose()
 
 
