@@ -307,7 +307,7 @@ class FileSink:
         self, exc: OSError, data: bytes, start: int, done: int
     ) -> WriteError:
         """Keep the whole lines that reached the file, cut the torn rest off."""
-        keep = data.rfind(b"\n", 0, min(done, len(data))) + 1
+        keep = data.rfind(b"\n", None, done) + 1  # after the last newline written
         await self._truncate_to(start + keep)
         lines = data.count(b"\n", 0, keep)
         total = data.count(b"\n")

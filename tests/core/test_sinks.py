@@ -702,6 +702,38 @@ async def test_file_sink_appends_a_small_batch_without_a_thread(
     assert values == [0, 1, 2]
 
 
+async def test_file_sink_appends_batches_up_to_256_kib_from_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards the documented threshold: a batch of exactly 256 KiB (262,144 bytes) is appended
+    from the event loop itself, one of a byte more from a thread."""
+    import sinks.file
+
+    out = tmp_path / "out.lp"
+    sink = FileSink(FileConfig(path=str(out), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    threaded: list[object] = []
+    to_thread = asyncio.to_thread
+
+    async def counting(func: Any, /, *args: object) -> object:
+        threaded.append(func)
+        return await to_thread(func, *args)
+
+    monkeypatch.setattr(sinks.file.asyncio, "to_thread", counting)
+
+    def point(payload: int, t: int) -> Point:
+        return Point("m", {}, {"s": "x" * payload}, t)
+
+    await sink.write([point(1, 0)])
+    overhead = out.stat().st_size - 1  # the line's bytes beside its payload
+    await sink.write([point(262_144 - overhead, 1)])
+    assert threaded == [] and out.stat().st_size == 1 + overhead + 262_144
+    await sink.write([point(262_145 - overhead, 2)])
+    assert threaded == [os.write] and out.stat().st_size == 1 + overhead + 262_144 + 262_145
+    monkeypatch.undo()
+    await sink.aclose()
+
+
 async def test_file_sink_writes_a_large_batch_through_a_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
