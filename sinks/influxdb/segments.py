@@ -158,19 +158,12 @@ def _parse_skipping(
         if (
             length < 0
             or after >= len(data)
-            or not parse_segment(data[: after + _peek(data, after)], seq, after)[0]
+            or not parse_segment(data, seq, after)[0]  # no valid record starts there
         ):
             return records, end, True, skipped, skipped_bytes
         skipped += 1
         skipped_bytes += after - end
         pos = after
-
-
-def _peek(data: bytes, pos: int) -> int:
-    """Size of the record that starts at ``pos`` (its header's length plus the header)."""
-    if len(data) - pos < HEADER.size:
-        return 0
-    return HEADER.size + int(HEADER.unpack_from(data, pos)[0])
 
 
 def _segment_name(seq: int) -> str:

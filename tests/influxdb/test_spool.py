@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import os
 import struct
 import tempfile
@@ -351,6 +353,40 @@ async def test_a_write_cut_short_by_a_full_disk_is_cut_back_off(tmp_path: Path) 
         again = Spool(disk / "spool", max_bytes=1 << 30)
         await again.open()
         assert (again.records, again.points, again.torn_records) == (1, 10, 0)
+        assert await drain(again) == lines(0, 10)
+        await again.close()
+
+
+async def test_a_failed_write_that_cannot_be_cut_back_is_logged_and_found_torn_next_time(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: when a record's write stopped part-way and cutting it back fails too (the disk
+    refuses the truncation), an error says so, naming the spool and why; the next start finds
+    the torn record, cuts it off and replays the good one before it."""
+    with small_disk(tmp_path / "disk", 256 * 1024) as disk:
+        spool = Spool(disk / "spool", max_bytes=1 << 30, segment_bytes=1 << 20)
+        await spool.open()
+        assert await spool.append(lines(0, 10), 10)
+        filler = fill(disk)
+        os.truncate(filler, filler.stat().st_size - 8192)  # two pages free again
+
+        def refuse(fd: int, length: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "ftruncate", refuse)
+        caplog.set_level(logging.ERROR, logger="sinks.influxdb")
+        assert spool.append_nowait(lines(10, 2000), 2000)  # 38,000 bytes: stops part-way
+        await spool.flush()
+        monkeypatch.undo()
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        (undo,) = [e for e in errors if "cannot undo a failed write" in e]
+        assert str(disk / "spool") in undo and "Input/output error" in undo
+        assert any("No space left on device" in e for e in errors)  # the write's own error
+        filler.unlink()
+        await spool.close()
+        again = Spool(disk / "spool", max_bytes=1 << 30)
+        await again.open()
+        assert (again.records, again.points, again.torn_records) == (1, 10, 1)
         assert await drain(again) == lines(0, 10)
         await again.close()
 

@@ -212,3 +212,30 @@ def test_a_segment_whose_write_failed_stays_refused_after_a_commit_inside_it(
     files.close()
     assert not files.path(0).exists()
     assert files.path(1).read_bytes() == MAGIC + queued
+
+
+async def test_segments_left_behind_the_cursor_are_removed_and_the_later_ones_replayed(
+    tmp_path: Path,
+) -> None:
+    """Guards: a segment wholly behind the cursor (replayed, its removal cut short by a crash)
+    is removed at the next open and the segments after it are still read: three records of
+    250 lines (4,750 bytes, one segment each), the first two replayed, the first segment back
+    on disk: the third record alone is replayed, once."""
+    spool = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=4096)
+    await spool.open()
+    for k in range(3):
+        await spool.append(lines(250 * k, 250), 250)
+    first = sorted(tmp_path.glob("seg-*.nrgspool"))[0]
+    kept = first.read_bytes()
+    assert len(list(tmp_path.glob("seg-*.nrgspool"))) == 3
+    await spool.commit(await spool.read(10_000))  # the first two records, 9,500 bytes
+    await spool.close()
+    assert not first.exists()
+    first.write_bytes(kept)  # as if the crash came before it was removed
+
+    again = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=4096)
+    await again.open()
+    assert not first.exists()
+    assert (again.records, again.points, again.torn_records) == (1, 250, 0)
+    assert await drain(again) == lines(500, 250)
+    await again.close()
