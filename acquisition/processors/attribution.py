@@ -351,8 +351,7 @@ class EnergyAttribution:
         gpu_start, gpu_end = int_field(f, "gpu_start_time_ns"), int_field(f, "gpu_end_time_ns")
         if gpu_start is not None and gpu_end is not None and gpu_end >= gpu_start:
             entry.gpu_ns = (gpu_start, gpu_end)
-        if end > self._run_end_ns.get(run, -1):
-            self._run_end_ns[run] = end
+        self._run_end_ns[run] = max(end, self._run_end_ns.get(run, end))
         entry.arrived_ns = self._clock
 
     def _on_run(self, point: Point, emit: Emit) -> None:

@@ -578,3 +578,19 @@ def test_a_long_epochs_module_sums_are_written_every_1000_steps() -> None:
     assert written_at[:2] == [1_000, 2_000]  # the 1,000th step attributed as the next begins
     assert [p.fields["energy_joules"] for p in sums] == pytest.approx([500.0, 500.0, 50.0])
     assert [p.fields["duration_seconds"] for p in sums] == pytest.approx([50.0, 50.0, 5.0])
+
+
+def test_a_start_older_than_the_latest_step_is_no_restart() -> None:
+    """Guards: a run's start stamped before the latest of its steps seen (a start arriving late,
+    e.g. from an ingested fallback file) is not a restart, even when it is newer than its
+    earlier steps: the steps seen stay the run's, so a step sent again is a duplicate. Steps
+    end at 1, 2 and 3 s; the start is stamped 2.5 s."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 5000))
+    h.feed([step(0, 0, 1000), step(1, 1000, 2000), step(2, 2000, 3000)])
+    h.feed([run_event("start", 2500), step(2, 2000, 3000)])
+    assert h.proc.stats()["steps_duplicate"] == 1
+    h.feed([run_event("start", 3500), step(0, 3500, 4000)])  # newer than every step: a restart
+    h.feed([run_event("end", 5000)])
+    assert h.proc.stats()["steps_duplicate"] == 1
+    assert [p.fields["step"] for p in h.out if p.tags.get("scope") == "step"] == [0, 1, 2, 0]
