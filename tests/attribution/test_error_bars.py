@@ -12,7 +12,7 @@ import pytest
 
 from acquisition.point import Point
 from acquisition.summary import summarize
-from tests.attribution.test_processor import MS, RUN, T0, Harness, run_event
+from tests.attribution.test_processor import MS, RUN, T0, Harness, S, run_event
 
 GPU = {"gpu": "0", "uuid": "GPU-0", "name": "NVIDIA H100 80GB HBM3"}
 RUN_MS = 20_000
@@ -165,3 +165,26 @@ def test_a_gap_between_steps_keeps_both_of_its_edges() -> None:
         + by_step[last]["error_end_joules"]
     )
     assert summary.steps.error_j == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_sample_after_the_counters_reading_leaves_an_edges_bar_alone() -> None:
+    """Guards: the swing at a step's edge is taken over the driver samples that shaped the
+    counter's interval holding it, up to the counter's next reading, not one sample past it:
+    a GPU's counter read at 0 and 1 s (300 J: 300 W), samples every 20 ms at 300 W to 1 s, then
+    one at 1.02 s of 900 W. A step from 0.9 to 0.99 s: its end edge's bar is the same with and
+    without that later sample (the samples around 0.99 s, 0.96 to 1 s, are all 300 W)."""
+    from acquisition.processors.energy import Source
+
+    def source(later: bool) -> Source:
+        gpu = Source("nvml:0", "gpu", "")
+        gpu.counter.add(0, 0.0)
+        gpu.counter.add(S, 300.0)
+        for t in range(0, 1001, 20):
+            gpu.samples.add(t * MS, 300.0)
+        if later:
+            gpu.samples.add(1020 * MS, 900.0)
+        return gpu
+
+    start, end = 900 * MS, 990 * MS
+    without, with_later = source(False), source(True)
+    assert with_later.bounds(start, end, 27.0) == without.bounds(start, end, 27.0)
