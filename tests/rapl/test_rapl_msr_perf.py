@@ -276,10 +276,13 @@ class FakePerfIO(SteppedIO):
 
 
 async def _run_perf(
-    tmp_path: Path, config: RaplConfig | None = None
+    tmp_path: Path, config: RaplConfig | None = None, prepare: Any = None
 ) -> tuple[list[Point], RaplCollector, FakePerfIO]:
+    """The perf-2s fixture opened and stepped; ``prepare(root)`` may change its tree first."""
     spec: dict[str, Any] = tomllib.loads((FIXTURES / "perf-2s" / "perf.toml").read_text())
     root = install_tree("perf-2s", tmp_path)
+    if prepare is not None:
+        prepare(root)
     io = FakePerfIO(
         {k: dict(v) for k, v in spec["counts"].items()}, {2: "energy-pkg", 3: "energy-ram"}
     )
@@ -305,6 +308,24 @@ async def test_perf_backend(tmp_path: Path) -> None:
     assert lines(points) == (FIXTURES / "perf-2s" / "expected.lp").read_text()
     await collector.aclose()
     assert sorted(io.closed) == [1001, 1002, 1003, 1004]
+
+
+async def test_a_perf_event_without_its_scale_is_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: an event whose scale cannot be read (DRAM's here) is skipped with a warning that
+    names it and why; the package event is still read on both CPUs."""
+
+    def no_ram_scale(root: Path) -> None:
+        (root / "sys/bus/event_source/devices/power/events/energy-ram.scale").unlink()
+
+    caplog.set_level(logging.WARNING, logger="collectors.rapl")
+    points, collector, io = await _run_perf(tmp_path, prepare=no_ram_scale)
+    assert io.opened == [(13, 2, 0), (13, 2, 1)]
+    assert {p.tags["domain"] for p in points} == {"package"}
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "skipping perf event energy-ram" in warning and "energy-ram.scale" in warning
+    await collector.aclose()
 
 
 async def test_perf_used_when_energy_uj_is_root_only(
