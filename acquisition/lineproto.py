@@ -54,8 +54,9 @@ _ESC_KEY = str.maketrans({"\\": "\\\\", ",": "\\,", "=": "\\=", " ": "\\ ", **_C
 _ESC_STRING = str.maketrans({"\\": "\\\\", '"': '\\"', **_CONTROL})
 _UNESCAPE_CONTROL = {"n": "\n", "r": "\r", "t": "\t"}
 
-_MAX_CACHE = 65_536
-"""Field keys remembered in escaped form (they are few; new ones past this are escaped anew)."""
+_MAX_CACHE = 4_096
+"""Field keys remembered in escaped form (every collector's together are a few hundred; new ones
+past this are escaped anew)."""
 
 _MAX_SHAPES = 1_024
 """Compiled field formatters an encoder keeps (one per set of field keys and types)."""

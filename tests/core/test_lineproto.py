@@ -363,6 +363,16 @@ def test_field_shapes_kept_are_bounded() -> None:
     assert len(enc._shapes) == 1_024
 
 
+def test_field_keys_kept_are_bounded() -> None:
+    """Escaped field keys are remembered up to 4,096 of them (every collector's together are a
+    few hundred); keys past that are escaped anew each time, the same text, memory bounded."""
+    enc = LineEncoder()
+    points = [Point("m", {"t": str(i)}, {f"k {i}": 1}, i) for i in range(4_200)]
+    text = enc.encode_many(points)
+    assert text.endswith("m,t=4199 k\\ 4199=1i 4199\n") and text.count("\n") == 4_200
+    assert len(enc._field_keys) == 4_096
+
+
 def test_a_kept_tags_dict_finds_its_series_by_identity() -> None:
     """A collector that keeps one tags dict per series (each collector here does) finds its
     series by the dict's identity: the series cache, whose key is built from every tag, is
