@@ -202,8 +202,8 @@ AUDIT = [
     _M(
         "torn spool tail kept",
         SEGMENTS_PY,
-        "                    os.ftruncate(self.active_fd, offset)",
-        "                    pass",
+        "                os.ftruncate(self.active_fd, offset)",
+        "                pass",
         SPOOL,
     ),
     _M(
@@ -347,8 +347,8 @@ FRESH = [
     _M(
         "energy per sample per step",
         BUILD,
-        "per_sample = sum(totals[k] for k in with_samples) / n if n else None",
-        "per_sample = sum(totals[k] for k in with_samples) / len(with_samples) if n else None",
+        "per_sample = sum(totals[k] for k, _ in counted) / n if n else None",
+        "per_sample = sum(totals[k] for k, _ in counted) / len(counted) if n else None",
         SUMMARY,
     ),
     _M(
@@ -527,7 +527,7 @@ FRESH = [
     _M(
         "torn lines kept",
         FILE_PY,
-        'keep = data.rfind(b"\\n", 0, min(done, len(data))) + 1',
+        'keep = data.rfind(b"\\n", None, done) + 1',
         "keep = done",
         FILE,
     ),

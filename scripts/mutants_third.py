@@ -159,8 +159,8 @@ THIRD = [
     _M(
         "[3] failed write keeps the torn line",
         FILE_PY,
-        'keep = data.rfind(b"\\n", 0, min(done, len(data))) + 1',
-        "keep = min(done, len(data))",
+        'keep = data.rfind(b"\\n", None, done) + 1',
+        "keep = done",
         FILE,
     ),
     _M(
