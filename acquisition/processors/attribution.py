@@ -188,8 +188,7 @@ class EnergyAttribution:
 
     def process(self, point: Point, emit: Emit) -> None:
         """Take one bus point; emit ``nrg_energy`` for every step whose data is complete."""
-        if point.time_ns > self._clock:
-            self._clock = point.time_ns
+        self._clock = max(self._clock, point.time_ns)  # the data's clock never goes back
         m = point.measurement
         if m == "nrg_module":
             # A module point completes earlier steps only when it is the first of a new step.

@@ -625,3 +625,16 @@ def test_an_interval_policy_syncs_once_the_interval_has_passed(
     monkeypatch.undo()
     files.close()
     assert synced == [10.0, 20.0]
+
+
+def test_a_record_of_2_gib_is_refused(tmp_path: Path) -> None:
+    """Guards the record limit: a payload of exactly 2 GiB (2,147,483,648 bytes) is refused with
+    its size before anything is read of it (a sparse file mapped, no memory spent)."""
+    import mmap
+
+    sparse = tmp_path / "big"
+    with sparse.open("wb") as f:
+        f.truncate(1 << 31)
+    with sparse.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as big:
+        with pytest.raises(ValueError, match="record of 2147483648 bytes is too large"):
+            encode_record(big, 1, 0)  # type: ignore[arg-type]
