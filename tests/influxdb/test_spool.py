@@ -635,6 +635,9 @@ def test_a_record_of_2_gib_is_refused(tmp_path: Path) -> None:
     sparse = tmp_path / "big"
     with sparse.open("wb") as f:
         f.truncate(1 << 31)
-    with sparse.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as big:
-        with pytest.raises(ValueError, match="record of 2147483648 bytes is too large"):
-            encode_record(big, 1, 0)  # type: ignore[arg-type]
+    with (
+        sparse.open("rb") as f,
+        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as big,
+        pytest.raises(ValueError, match="record of 2147483648 bytes is too large"),
+    ):
+        encode_record(big, 1, 0)  # type: ignore[arg-type]
