@@ -316,3 +316,39 @@ def test_mean_power_of_short_windows() -> None:
         assert s.energy.mean_w == pytest.approx(200.0, rel=REL)
     empty = summarize(pts, window_ns=(run.t0 + NS, run.t0 + NS))
     assert (empty.duration_s, empty.energy.total_j, empty.energy.mean_w) == (0.0, 0.0, None)
+
+
+def test_the_rest_of_system_needs_the_cpu_package_measured() -> None:
+    """Guards: the rest of system (the wall less what is measured inside it) is given only when
+    the CPU package is among what is measured: with the wall and the GPU alone it would hold the
+    CPU, so there is none; with the wall and the package alone it is (200 − 25) W × 3.9 s =
+    682.5 J."""
+    points = mixed().points()
+    without_rapl = [p for p in points if p.measurement != "rapl"]
+    assert REST_OF_SYSTEM not in by_source(summarize(without_rapl))
+    package_only = [
+        p
+        for p in points
+        if p.measurement != "gpu" and not (p.measurement == "rapl" and p.tags["domain"] == "dram")
+    ]
+    rest = by_source(summarize(package_only))[REST_OF_SYSTEM]
+    assert rest.energy_j == pytest.approx((200.0 - 25.0) * 3.9, rel=REL)  # type: ignore[attr-defined]
+
+
+def test_an_epoch_of_steps_without_their_start_times_lasts_0_s() -> None:
+    """Guards: steps that give their end but not their start (a writer that left the field
+    out) make an epoch of no known length, 0 s, and the summary is still made."""
+    points = [
+        Point(
+            p.measurement,
+            p.tags,
+            {k: v for k, v in p.fields.items() if k != "start_time_ns"},
+            p.time_ns,
+        )
+        if p.measurement == "nrg_step"
+        else p
+        for p in mixed().points()
+    ]
+    s = summarize(points)
+    assert [e.duration_s for e in s.epochs] == [0.0, 0.0, 0.0]
+    assert [e.steps for e in s.epochs] == [4, 4, 4]
