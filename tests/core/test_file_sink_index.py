@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,36 @@ async def test_close_hears_of_an_index_child_that_fails_while_it_waits(
     assert (sink.stats()["indexes_started"], sink.stats()["index_failures"]) == (1, 1)
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [f"indexing {path} failed (exit 1); reports read it as text"]
+
+
+def _wait_exited(pid: int) -> None:
+    """Until child ``pid`` has ended, leaving it to be reaped (``WNOWAIT``)."""
+    for _ in range(500):
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"index child {pid} did not end")
+
+
+async def test_a_failed_index_child_is_heard_of_at_the_next_rotation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: the sink looks at its earlier index children each time it starts another, so a
+    failure is counted and said while the agent runs, not only when it stops: two rotations of
+    1 KiB files, the first file's child (``false``) ended before the second rotation."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    false = shutil.which("false")
+    assert false is not None
+    monkeypatch.setattr(sys, "executable", false)
+    sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never", max_bytes=1024), ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))
+    first = sink.current
+    await sink.write(steps(12, 12))  # rotates: the first file's index child starts
+    (pid,) = list(sink._indexers)
+    _wait_exited(pid)
+    await sink.write(steps(24, 12))  # rotates again: the ended child is heard of
+    assert (sink.stats()["indexes_started"], sink.stats()["index_failures"]) == (2, 1)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [f"indexing {first} failed (exit 1); reports read it as text"]
+    await sink.aclose()
