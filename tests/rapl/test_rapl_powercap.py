@@ -291,6 +291,20 @@ async def test_duplicate_zone_names_are_read_once(tmp_path: Path) -> None:
     )
 
 
+async def test_a_zone_linked_twice_ahead_of_others_leaves_them_read(tmp_path: Path) -> None:
+    """Guards: a second link to a zone already read is passed over, not the end of the scan:
+    a link ``intel-rapl:0:5`` to package 0's directory sorts before package 1, whose package
+    and DRAM are still read."""
+    root = install_tree("xeon-2s-dram", tmp_path)
+    links = root / "sys/class/powercap"
+    os.symlink(os.readlink(links / "intel-rapl:0"), links / "intel-rapl:0:5")
+    collector = RaplCollector(RaplConfig(root=str(root)), context())
+    await collector.open()
+    assert collector.describe() == (
+        "powercap: package (socket 0), dram (socket 0), package (socket 1), dram (socket 1)"
+    )
+
+
 async def test_zones_are_read_in_the_numeric_order_of_their_hexadecimal_names(
     tmp_path: Path,
 ) -> None:
