@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import tracemalloc
+from functools import partial
+
+import pytest
+
+import acquisition.torch.steps as steps_module
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 from acquisition.torch.hooks import BWD_POST, BWD_PRE, EPOCH, FWD_POST, FWD_PRE, RETIME, STEP
@@ -367,3 +373,49 @@ def test_a_module_removed_from_the_model_leaves_the_others_of_its_step() -> None
         ("b", "forward"): ModuleTiming(1, 20, 20),
         ("", "forward"): ModuleTiming(1, 40, 10),
     }
+
+
+def test_each_slice_of_lines_is_its_share_of_those_queued_or_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Guards: with ``spread`` each take formats ⌈queued lines / spread⌉ lines, or the floor
+    (``PROCESS_SLICE``, 4 here) when that is fewer, never less while lines wait: three steps of
+    nine modules, 3 × (1 + 9) = 30 lines, spread over 3: ⌈30/3⌉ = 10, then ⌈20/3⌉ = 7,
+    ⌈13/3⌉ = 5, then max(4, ⌈8/3⌉ = 3) = 4 and the last 4: in order, none lost or twice."""
+    monkeypatch.setattr(steps_module, "PROCESS_SLICE", 4)
+    modules = {(f"m{i}", "forward"): ModuleTiming(1, 10 + i, 10 + i) for i in range(9)}
+    records = [StepRecord(k, 0, 100 * k, 100 * k + 50, dict(modules)) for k in range(3)]
+    lines = StepLines({"run": "r"}, 0)
+    lines.queue(records)
+    chunks = []
+    while lines.queued:
+        chunks.append(lines.take(spread=3))
+    assert [c.count("\n") for c in chunks] == [10, 7, 5, 4, 4]
+    assert "".join(chunks) == "".join(StepLines({"run": "r"}, 0).lines(r) for r in records)
+
+
+def test_step_lines_hold_flat_memory_over_many_epochs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards: the step lines keep the series prefixes of the current epoch only (epochs do not
+    come back), so a long run's memory stays flat however many epochs it runs. With the encoder
+    holding at most 8 series, 40 more epochs (a step of 4 modules each: 5 series an epoch) leave
+    under 24 KiB more allocated; keeping every epoch's prefixes would hold 40 × 5 = 200 more,
+    each a line head of about 50 characters and its key, over 32 KiB."""
+    monkeypatch.setattr(steps_module, "LineEncoder", partial(LineEncoder, series_cache=8))
+    modules = {(f"m{i}", "forward"): ModuleTiming(1, 10, 10) for i in range(4)}
+    lines = StepLines({"run": "r"}, 0)
+
+    def epochs(first: int, count: int) -> None:
+        for e in range(first, first + count):
+            assert lines.lines(StepRecord(e, e, 100 * e, 100 * e + 50, modules)).count("\n") == 5
+
+    epochs(0, 10)  # the encoder's 8 series taken
+    tracing = tracemalloc.is_tracing()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        epochs(10, 40)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    assert held < 24 * 1024

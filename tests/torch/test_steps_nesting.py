@@ -269,3 +269,153 @@ def test_calls_whose_gpu_time_cannot_be_read_are_counted_and_get_none() -> None:
     assert fields["block"]["gpu_seconds"] == 0.002
     assert "gpu_seconds" not in fields["block.leaf"]
     assert "gpu_seconds" not in fields[ROOT_NAME]
+
+
+class Gpu:
+    """Stands for the GPU's progress: the time on its clock it has run up to, in ms."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+
+class Queued(Event):
+    """A CUDA event recorded at ``ms``: reached once the GPU's clock gets there; reading it (or a
+    pair ending at an event not reached) before that raises, as CUDA does."""
+
+    def __init__(self, gpu: Gpu, ms: float) -> None:
+        super().__init__(ms)
+        self.gpu = gpu
+
+    def query(self) -> bool:
+        return self.gpu.now >= self.ms
+
+    def elapsed_time(self, end: Event) -> float:
+        if self.gpu.now < max(self.ms, end.ms):
+            raise RuntimeError("CUDA error: device not ready")
+        return end.ms - self.ms
+
+
+def test_steps_the_gpu_has_not_run_wait_and_come_out_whole_once_it_has() -> None:
+    """Guards: fed up to the boundaries the GPU has reached (``max_steps``, as on CUDA), each step
+    comes out once the GPU has run it, with its own calls and GPU times, and the events after it
+    wait unread, none lost or read twice. Step 0: root 0–30 ns holds leaf 10–20 ns; on the GPU
+    root 1–5 ms, leaf 2–4 ms: root 4 ms, 4 − 2 = 2 ms its own, leaf 2 ms. Step 1 has no module
+    call (two boundaries in a row). Step 2: root 60–90 ns holds leaf 70–80 ns, 30 ns and
+    30 − 10 = 20 ns its own; on the GPU root 8–11 ms, leaf 8.5–10 ms: root 3 ms, 3 − 1.5 = 1.5
+    ms its own, leaf 1.5 ms (step 0's GPU times not added again). On the GPU's clock the steps
+    tile time from the first event: 1–6, 6–7 and 7–12 ms (step 2 from step 1's end, not from its
+    own first event at 8 ms)."""
+    gpu = Gpu()
+    agg = StepAggregator(NAMES)
+    agg.gpu_time = lambda event, anchor: round(event.ms * 1e6)  # ms on the GPU's clock, in ns
+    events = [
+        (root, 0, FWD_PRE, Queued(gpu, 1.0)),
+        (leaf, 10, FWD_PRE, Queued(gpu, 2.0)),
+        (leaf, 20, FWD_POST, Queued(gpu, 4.0)),
+        (root, 30, FWD_POST, Queued(gpu, 5.0)),
+        (None, 40, STEP, Queued(gpu, 6.0)),
+        (None, 50, STEP, Queued(gpu, 7.0)),
+        (root, 60, FWD_PRE, Queued(gpu, 8.0)),
+        (leaf, 70, FWD_PRE, Queued(gpu, 8.5)),
+        (leaf, 80, FWD_POST, Queued(gpu, 10.0)),
+        (root, 90, FWD_POST, Queued(gpu, 11.0)),
+        (None, 100, STEP, Queued(gpu, 12.0)),
+    ]
+    gpu.now = 6.0  # the GPU has reached the first boundary only
+    done = agg.feed(events, max_steps=1)
+    assert len(done) == 1 and agg.waiting
+    gpu.now = 7.0
+    done += agg.feed([], max_steps=1)
+    gpu.now = 12.0
+    done += agg.feed([], max_steps=1)
+    assert not agg.waiting and not agg.pending
+    assert [(r.step, r.start_ns, r.end_ns) for r in done] == [(0, 0, 40), (1, 40, 50), (2, 50, 100)]
+    assert [(r.gpu_start_ns, r.gpu_end_ns) for r in done] == [
+        (1_000_000, 6_000_000),
+        (6_000_000, 7_000_000),
+        (7_000_000, 12_000_000),
+    ]
+    assert done[0].modules == {
+        ("block.leaf", "forward"): ModuleTiming(1, 10, 10, 2.0, 2.0),
+        ("", "forward"): ModuleTiming(1, 30, 20, 4.0, 2.0),
+    }
+    assert done[1].modules == {}
+    assert done[2].modules == {
+        ("block.leaf", "forward"): ModuleTiming(1, 10, 10, 1.5, 1.5),
+        ("", "forward"): ModuleTiming(1, 30, 20, 3.0, 1.5),
+    }
+    assert (agg.gpu_unresolved, agg.unmatched_exits, agg.unclosed_enters) == (0, 0, 0)
+
+
+def test_calls_fed_before_the_gpu_ran_them_are_read_when_their_step_ends() -> None:
+    """Guards: calls fed without ``max_steps`` (every recorded event at once, as when too many
+    wait) before the GPU has run them are read only when their step's boundary is reached, not
+    as they are fed: root 0–30 ns on the GPU 1–5 ms holds leaf 2–4 ms: root 4 ms, 4 − 2 = 2 ms its
+    own, leaf 2 ms; nothing counted as unreadable."""
+    gpu = Gpu()
+    agg = StepAggregator(NAMES)
+    events = [
+        (root, 0, FWD_PRE, Queued(gpu, 1.0)),
+        (leaf, 10, FWD_PRE, Queued(gpu, 2.0)),
+        (leaf, 20, FWD_POST, Queued(gpu, 4.0)),
+        (root, 30, FWD_POST, Queued(gpu, 5.0)),
+        (None, 40, STEP, Queued(gpu, 6.0)),
+    ]
+    assert agg.feed(events) == [] and agg.waiting
+    gpu.now = 6.0
+    (record,) = agg.feed([])
+    assert record.modules == {
+        ("block.leaf", "forward"): ModuleTiming(1, 10, 10, 2.0, 2.0),
+        ("", "forward"): ModuleTiming(1, 30, 20, 4.0, 2.0),
+    }
+    assert agg.gpu_unresolved == 0
+
+
+def test_gpu_exclusive_time_after_a_direct_child_then_a_nested_one() -> None:
+    """Guards: each call's children are kept on its own frame, whatever the frames below it hold:
+    root 0–10 ms calls leaf 1–2 ms directly, then block 3–8 ms, which calls leaf 4–6 ms. Leaf
+    1 + 2 = 3 ms; block 5 − 2 = 3 ms its own; root 10 − 1 − 5 = 4 ms its own: the exclusive
+    times tile root's 10 ms."""
+    agg = StepAggregator(NAMES)
+    (record,) = agg.feed(
+        [
+            (root, 0, FWD_PRE, Event(0.0)),
+            (leaf, 10, FWD_PRE, Event(1.0)),
+            (leaf, 20, FWD_POST, Event(2.0)),
+            (block, 30, FWD_PRE, Event(3.0)),
+            (leaf, 40, FWD_PRE, Event(4.0)),
+            (leaf, 50, FWD_POST, Event(6.0)),
+            (block, 60, FWD_POST, Event(8.0)),
+            (root, 70, FWD_POST, Event(10.0)),
+            (None, 80, STEP),
+        ]
+    )
+    gpu = {k[0]: (t.gpu_inclusive_ms, t.gpu_exclusive_ms) for k, t in record.modules.items()}
+    assert gpu == {"block.leaf": (3.0, 3.0), "block": (5.0, 3.0), "": (10.0, 4.0)}
+    assert agg.gpu_unresolved == 0
+
+
+def test_a_resume_starts_the_next_step_on_the_gpu_at_its_own_event() -> None:
+    """Guards: on CUDA a resume carries a CUDA event; a step with no call yet then starts on the
+    GPU there, not at the step before's end (the pause is nobody's step). Step 0 ends on the GPU
+    at 6 ms, the resume's event is at 9 ms, step 1 ends at 12 ms: step 1 runs 9–12 ms on the
+    GPU (and 50–80 ns on the host, from the resume)."""
+    gpu = Gpu()
+    gpu.now = 12.0  # everything has run
+    agg = StepAggregator(NAMES)
+    agg.gpu_time = lambda event, anchor: round(event.ms * 1e6)  # ms on the GPU's clock, in ns
+    done = agg.feed(
+        [
+            (leaf, 0, FWD_PRE, Queued(gpu, 1.0)),
+            (leaf, 10, FWD_POST, Queued(gpu, 2.0)),
+            (None, 40, STEP, Queued(gpu, 6.0)),
+            (None, 50, RESUME, Queued(gpu, 9.0)),
+            (leaf, 60, FWD_PRE, Queued(gpu, 10.0)),
+            (leaf, 70, FWD_POST, Queued(gpu, 11.0)),
+            (None, 80, STEP, Queued(gpu, 12.0)),
+        ]
+    )
+    assert [(r.start_ns, r.end_ns, r.gpu_start_ns, r.gpu_end_ns) for r in done] == [
+        (0, 40, 1_000_000, 6_000_000),
+        (50, 80, 9_000_000, 12_000_000),
+    ]
