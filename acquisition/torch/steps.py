@@ -67,9 +67,9 @@ PROCESS_SLICE = 128
 class ModuleTiming:
     """What one module did in one phase of one step."""
 
-    calls: int = 0
-    inclusive_ns: int = 0
-    exclusive_ns: int = 0
+    calls: int
+    inclusive_ns: int
+    exclusive_ns: int
     gpu_inclusive_ms: float | None = None
     gpu_exclusive_ms: float | None = None
 
