@@ -175,6 +175,34 @@ async def test_abort_right_after_a_write_spools_it_and_a_later_spill_in_order(
     await again.spool.close()
 
 
+async def test_a_batch_written_while_the_post_in_flight_is_aborted_goes_to_the_spool_behind_it(
+    context: PluginContext,
+) -> None:
+    """Guards: at shutdown the core writes a batch (points 10–19) while the post before it
+    (0–9) waits for a server that never answers; a second Ctrl-C aborts that post. The aborted
+    batch goes to the spool at once and the waiting one behind it, not posted after the abort:
+    the spool holds 20 points, every post the server saw holds 0–9 only (the first, and its
+    replay from the spool before close), and the next start finds 0–19 in order."""
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=3600.0, drain_timeout=3600.0)
+        await sink.open()
+        await sink.write(make_points(0, 10))
+        await until(lambda: len(server.writes) == 1, "the post to reach the server")
+        second = asyncio.create_task(sink.write(make_points(10, 10)))  # waits for the first
+        await asyncio.sleep(0)
+        sink.abort()
+        await asyncio.wait_for(second, 30)  # a hang guard
+        assert sink.spool.points == 20
+        await asyncio.wait_for(sink.aclose(), 30)  # a hang guard
+    posts = [r.body.splitlines() for r in server.writes]
+    assert posts == [lines_of(context, 0, 10)] * len(posts)
+    assert (sink.stats()["spooled_points"], sink.stats()["lost_points"]) == (20, 0)
+    again = make_sink(context, server.url)
+    await again.spool.open()
+    assert (await drain(again.spool)).splitlines() == lines_of(context, 0, 20)
+    await again.spool.close()
+
+
 async def test_a_spill_during_a_write_keeps_the_order(context: PluginContext) -> None:
     """A batch taken by the core before a spill reaches the server before the spilled one, also
     when the older one waited for the post in flight (the server answers slowly)."""
