@@ -11,6 +11,7 @@ import asyncio
 import errno
 import logging
 import os
+import time
 from typing import Any
 
 import pytest
@@ -240,3 +241,25 @@ async def test_closing_returns_once_the_spool_is_delivered_not_at_drain_timeout(
         await asyncio.wait_for(sink.aclose(), 10)
     assert server.accepted_lines() == lines(0, 4).splitlines()
     assert (sink.stats()["replayed_points"], sink.stats()["spool_points"]) == (4, 0)
+
+
+async def test_closing_after_a_first_replayed_record_waits_for_the_next_one(
+    context: PluginContext,
+) -> None:
+    """Guards: closing while the replay of an earlier run's spool is under way, one record
+    delivered (A, points 0–1) and the next (B, points 2–5) still posted (the server takes 0.1 s
+    to answer it), waits for B and returns: all 6 points delivered, none left in the spool."""
+
+    def slow_b(req: Request) -> Answer:
+        if lines(2, 1) in req.body:
+            time.sleep(0.1)
+        return 204, {}, b""
+
+    with ScriptedServer(slow_b) as server:
+        sink = make_sink(context, server.url, drain_timeout=3600.0, replay_batch_bytes=1)
+        await left_by_an_earlier_run(sink, (lines(0, 2), 2), (lines(2, 4), 4))
+        await sink.open()
+        await until(lambda: sink.replayed_points == 2, "A to be replayed", timeout=10)
+        await asyncio.wait_for(sink.aclose(), 10)  # a hang guard
+    assert server.accepted_lines() == lines(0, 6).splitlines()
+    assert (sink.stats()["replayed_points"], sink.stats()["spool_points"]) == (6, 0)
