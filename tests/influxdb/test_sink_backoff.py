@@ -69,7 +69,8 @@ async def test_a_settings_error_of_an_influxdb_1_server_names_its_own_settings(
 ) -> None:
     """Guards: the setting to fix after a 401/403/404 is told in the terms of the API the sink
     writes through: an InfluxDB 1.8 server (found from its version) is told about the
-    username, password and database, not a token and a bucket."""
+    username, password and database, not a token and a bucket, and the sink is named by its
+    URL and database."""
     with ScriptedServer(refuse(status), version="1.8.10") as server:  # type: ignore[arg-type]
         sink = make_sink(context, server.url, drain_timeout=0.0)
         await sink.open()
@@ -80,6 +81,7 @@ async def test_a_settings_error_of_an_influxdb_1_server_names_its_own_settings(
         await sink.aclose()
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1, errors
+    assert errors[0].startswith(f"influxdb {server.url} database nrg: ")
     assert _V1_HINTS[status].format(url=server.url) in errors[0]
 
 
