@@ -43,6 +43,7 @@ SINK = (
     "tests/influxdb/test_sink_backoff.py",
     "tests/influxdb/test_influxdb_parts.py",
     "tests/influxdb/test_sink_delivery.py",
+    "tests/influxdb/test_sink_replay.py",  # replay failing for the disk or a bug; a lone spill
 )
 SPOOL = ("tests/influxdb/test_spool.py", "tests/influxdb/test_spool_recovery.py")
 FILE = (

@@ -56,6 +56,35 @@ async def test_a_settings_error_retries_at_the_cap_not_the_initial_delay(
     assert errors[0].endswith("points are kept in the spool")
 
 
+_V1_HINTS = {
+    401: "the credentials were rejected: set [[sinks.influxdb]] username and password",
+    403: "user '' may not write to database 'nrg': grant it WRITE",
+    404: "database 'nrg' does not exist at {url}: create it (CREATE DATABASE nrg)",
+}
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+async def test_a_settings_error_of_an_influxdb_1_server_names_its_own_settings(
+    context: PluginContext, caplog: pytest.LogCaptureFixture, status: int
+) -> None:
+    """Guards: the setting to fix after a 401/403/404 is told in the terms of the API the sink
+    writes through: an InfluxDB 1.8 server (found from its version) is told about the
+    username, password and database, not a token and a bucket, and the sink is named by its
+    URL and database."""
+    with ScriptedServer(refuse(status), version="1.8.10") as server:  # type: ignore[arg-type]
+        sink = make_sink(context, server.url, drain_timeout=0.0)
+        await sink.open()
+        await sink.write(make_points(0, 4))
+        await sink.flush()
+        assert (sink.api, sink.machine.state) == ("v1", SinkState.SETTINGS)
+        sink.abort()
+        await sink.aclose()
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"influxdb {server.url} database nrg: ")
+    assert _V1_HINTS[status].format(url=server.url) in errors[0]
+
+
 async def test_a_huge_retry_after_waits_retry_max_at_most(context: PluginContext) -> None:
     """Guards: ``Retry-After: 3600`` is obeyed up to ``retry_max`` (0.3 s), not for an hour."""
     answers = iter([(503, {"Retry-After": "3600"}, b'{"message":"later"}')])

@@ -22,8 +22,9 @@ from acquisition.errors import WriteError
 from acquisition.lineproto import LineEncoder
 from sinks.influxdb import InfluxDBSink
 from sinks.influxdb.http import MAX_MESSAGE, NO_ANSWER
+from sinks.influxdb.spool import Spool
 from sinks.influxdb.state import SinkState
-from tests.influxdb.helpers import drain, make_points, make_sink, open_segments, until
+from tests.influxdb.helpers import T0_NS, drain, make_points, make_sink, open_segments, until
 from tests.influxdb.scripted import (
     Request,
     ScriptedServer,
@@ -113,8 +114,9 @@ async def test_a_post_in_flight_shows_as_waiting_only_past_two_seconds(
 ) -> None:
     """Guards: the status says a post waits for an answer only once it has waited more than
     2 s, and says how long. The sink's clock is a fake one at 1000 s when the post starts (the
-    server never answers): at 1000 s and 1001.5 s the status is "ok"; at 1003.4 s it reads
-    "waiting 3 s" (1003.4 − 1000 = 3.4, shown to the second)."""
+    server never answers): at 1000 s, 1001.5 s and exactly 1002 s the status is "ok"; at
+    1002.1 s it reads "waiting 2 s" (2.1 s, shown to the second), at 1003.4 s "waiting 3 s"
+    (1003.4 − 1000 = 3.4)."""
     now = [1000.0]
     monkeypatch.setattr(sinks.influxdb, "time", SimpleNamespace(monotonic=lambda: now[0]))
     with ScriptedServer(hang) as server:
@@ -125,6 +127,10 @@ async def test_a_post_in_flight_shows_as_waiting_only_past_two_seconds(
         assert sink.status() == "ok"
         now[0] = 1001.5
         assert sink.status() == "ok"
+        now[0] = 1002.0
+        assert sink.status() == "ok"
+        now[0] = 1002.1
+        assert sink.status() == f"waiting 2 s for an answer from {server.url}"
         now[0] = 1003.4
         assert sink.status() == f"waiting 3 s for an answer from {server.url}"
         sink.abort()
@@ -165,6 +171,34 @@ async def test_abort_right_after_a_write_spools_it_and_a_later_spill_in_order(
     again = make_sink(context, server.url)
     await again.spool.open()
     assert again.spool.points == 20
+    assert (await drain(again.spool)).splitlines() == lines_of(context, 0, 20)
+    await again.spool.close()
+
+
+async def test_a_batch_written_while_the_post_in_flight_is_aborted_goes_to_the_spool_behind_it(
+    context: PluginContext,
+) -> None:
+    """Guards: at shutdown the core writes a batch (points 10–19) while the post before it
+    (0–9) waits for a server that never answers; a second Ctrl-C aborts that post. The aborted
+    batch goes to the spool at once and the waiting one behind it, not posted after the abort:
+    the spool holds 20 points, every post the server saw holds 0–9 only (the first, and its
+    replay from the spool before close), and the next start finds 0–19 in order."""
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=3600.0, drain_timeout=3600.0)
+        await sink.open()
+        await sink.write(make_points(0, 10))
+        await until(lambda: len(server.writes) == 1, "the post to reach the server")
+        second = asyncio.create_task(sink.write(make_points(10, 10)))  # waits for the first
+        await asyncio.sleep(0)
+        sink.abort()
+        await asyncio.wait_for(second, 30)  # a hang guard
+        assert sink.spool.points == 20
+        await asyncio.wait_for(sink.aclose(), 30)  # a hang guard
+    posts = [r.body.splitlines() for r in server.writes]
+    assert posts == [lines_of(context, 0, 10)] * len(posts)
+    assert (sink.stats()["spooled_points"], sink.stats()["lost_points"]) == (20, 0)
+    again = make_sink(context, server.url)
+    await again.spool.open()
     assert (await drain(again.spool)).splitlines() == lines_of(context, 0, 20)
     await again.spool.close()
 
@@ -235,10 +269,17 @@ async def test_rejections_are_logged_once_per_episode_with_counts(
     assert server.accepted_lines() == lines_of(context, 60, 5)
 
 
-@pytest.mark.parametrize(("version", "api"), [("1.6.7", "v1"), ("v2.7.4", "v2"), ("", "v2")])
+@pytest.mark.parametrize(
+    ("version", "api", "shown"),
+    [("1.6.7", "v1", "1.6.7"), ("v2.7.4", "v2", "2.7.4"), ("", "v2", "(version not given)")],
+)
 async def test_the_api_is_detected_from_ping(
-    context: PluginContext, version: str, api: str
+    context: PluginContext, caplog: pytest.LogCaptureFixture, version: str, api: str, shown: str
 ) -> None:
+    """Guards: without ``api`` set, the API is the one the server's version calls for, and the
+    sink says once which server it found and which API it writes through (a server that gives
+    no version: said so, and v2)."""
+    caplog.set_level(logging.INFO, logger="sinks.influxdb")
     with ScriptedServer(accept, version=version) as server:
         sink = make_sink(context, server.url, bucket="nrg/short")
         await sink.open()
@@ -250,6 +291,10 @@ async def test_the_api_is_detected_from_ping(
         assert (req.path, req.query) == ("/write", {"db": "nrg", "rp": "short", "precision": "ns"})
     else:
         assert (req.path, req.query["bucket"]) == ("/api/v2/write", "nrg/short")
+    found = [r.getMessage() for r in caplog.records if "the server is" in r.getMessage()]
+    assert found == [
+        f"influxdb {server.url}: the server is InfluxDB {shown}; writing through the {api} API"
+    ]
 
 
 def test_sink_without_spool_dir_uses_the_state_dir(context: PluginContext, tmp_path: Path) -> None:
@@ -371,7 +416,8 @@ async def test_points_neither_the_server_nor_the_spool_takes_are_counted_and_sai
 ) -> None:
     """Guards: a batch whose post fails (503) while the spool's disk refuses every write (full)
     is lost, and closing says so: its 4 points counted in ``lost_points`` and one error naming
-    the count and the disk's reason; the spool holds nothing for the next start."""
+    the count and the disk's reason in words (no errno number before them); the spool holds
+    nothing for the next start."""
     real_write = os.write
 
     def write(fd: int, data: bytes) -> int:
@@ -387,10 +433,57 @@ async def test_points_neither_the_server_nor_the_spool_takes_are_counted_and_sai
         await sink.aclose()
     assert len(server.writes) == 1
     said = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
-    assert len(said) == 1
-    assert said[0].startswith(f"influxdb {sink.where()}: 4 point(s) lost: ")
-    assert os.strerror(errno.ENOSPC) in said[0]
+    assert said == [
+        f"influxdb {sink.where()}: 4 point(s) lost: "
+        f"spool {sink.spool.directory} cannot write: {os.strerror(errno.ENOSPC)}"
+    ]
     assert (sink.stats()["lost_points"], sink.stats()["spool_points"]) == (4, 0)
+
+
+async def test_a_batch_a_full_disk_refuses_at_close_is_counted_lost_not_said_to_stay(
+    context: PluginContext, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: a batch whose post had not started when the sink was aborted (a second Ctrl-C)
+    is spooled at close; when the disk refuses that write (full), its 10 points are counted in
+    ``lost_points`` (the spool's failed points are the sink's lost ones), and closing does not
+    say that points stay in the spool for the next start: none do."""
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if threading.current_thread().name.startswith("nrg-spool"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    with ScriptedServer(hang) as server:
+        sink = make_sink(context, server.url, timeout=3600.0, drain_timeout=3600.0)
+        await sink.open()
+        monkeypatch.setattr(os, "write", write)
+        await sink.write(make_points(0, 10))  # its post is created, not started yet
+        sink.abort()
+        await asyncio.wait_for(sink.aclose(), 30)  # a hang guard
+    assert [r.getMessage() for r in caplog.records if "stay in the spool" in r.getMessage()] == []
+    assert (sink.stats()["lost_points"], sink.stats()["spool_points"]) == (10, 0)
+    assert await spooled_at_next_start(context, server.url) == 0
+
+
+async def test_the_age_of_the_oldest_spooled_point_is_given_to_the_millisecond(
+    context: PluginContext,
+) -> None:
+    """Guards: ``spool_oldest_age_seconds`` is the age of the oldest record in the spool in
+    seconds, to the millisecond. An earlier run spooled 4 points at T; the sink's spool clock
+    reads T + 1.234567891 s: 1.235 s (not 1.23 nor 1.2346)."""
+    spooled_at = T0_NS
+    sink = make_sink(context, "http://127.0.0.1:1")
+    earlier = Spool(sink.spool.directory, max_bytes=1 << 20, clock_ns=lambda: spooled_at)
+    await earlier.open()
+    await earlier.append(b"m v=1i 1\nm v=2i 2\nm v=3i 3\nm v=4i 4\n", 4)
+    await earlier.close()
+    await sink.spool.open()
+    try:
+        sink.spool._clock_ns = lambda: spooled_at + 1_234_567_891  # a fake clock
+        assert sink.stats()["spool_oldest_age_seconds"] == 1.235
+    finally:
+        await sink.spool.close()
 
 
 async def test_torn_and_corrupt_spool_records_are_both_counted_in_the_sink_stats(
