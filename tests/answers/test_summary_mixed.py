@@ -16,7 +16,13 @@ import pytest
 
 from acquisition.point import Point
 from acquisition.report.compare import compare
-from acquisition.summary import REST_OF_SYSTEM, RunSummary, SourceEnergy, summarize
+from acquisition.summary import (
+    REST_OF_SYSTEM,
+    RunSummary,
+    SourceEnergy,
+    SummaryOptions,
+    summarize,
+)
 from tests.answers.runs import NS, KnownRun
 
 WALL_W, PACKAGE_W, DRAM_W, GPU_W = 200.0, 25.0, 5.0, 100.0
@@ -352,3 +358,14 @@ def test_an_epoch_of_steps_without_their_start_times_lasts_0_s() -> None:
     s = summarize(points)
     assert [e.duration_s for e in s.epochs] == [0.0, 0.0, 0.0]
     assert [e.steps for e in s.epochs] == [4, 4, 4]
+
+
+def test_the_summary_lists_the_top_modules_asked_for() -> None:
+    """Guards: ``top_modules`` is how many modules the summary lists, the most energy first:
+    of fc1 (0.1 s a step) and fc2 (0.05 s), 1 gives fc1 alone, 2 both, 0 none."""
+    points = mixed().points()
+    listed = [
+        [m.module for m in summarize(points, SummaryOptions(top_modules=n)).modules]
+        for n in (0, 1, 2)
+    ]
+    assert listed == [[], ["fc1"], ["fc1", "fc2"]]
