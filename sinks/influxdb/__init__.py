@@ -265,13 +265,13 @@ class InfluxDBSink:
         """Encode in slices, yielding to the loop between them so the request in flight is
         sent and its answer read while this batch encodes (the server ingests meanwhile)."""
         encode_many = self._encoder.encode_many
-        step = _ENCODE_SLICE
-        if len(batch) <= step or self._inflight is None:
+        if self._inflight is None:
             return encode_many(batch).encode()
         parts = []
-        for i in range(0, len(batch), step):
-            parts.append(encode_many(batch[i : i + step]))
-            await asyncio.sleep(0)
+        for i in range(0, len(batch), _ENCODE_SLICE):
+            if i:
+                await asyncio.sleep(0)  # between two slices
+            parts.append(encode_many(batch[i : i + _ENCODE_SLICE]))
         return "".join(parts).encode()
 
     async def flush(self) -> None:

@@ -33,9 +33,9 @@ async def test_a_large_batch_written_during_a_post_arrives_once(
     """Guards: a batch of 1,201 points written while the post before it is in flight (the server
     answers after 0.2 s) is encoded in slices; every point arrives exactly once, none twice at a
     slice boundary and none lost: 10 + 1,201 = 1,211 lines, indices 0..1210, all of them counted
-    as sent directly (none spooled or replayed). Between slices (500 + 500 + 201) the sink
+    as sent directly (none spooled or replayed). Between two slices (500 + 500 + 201) the sink
     yields to the event loop, a pause of 0 s, and never waits: a wait there would hold every
-    batch back by as much per 500 points."""
+    batch back by as much per 500 points. A batch of 500 is one slice (no pause), of 501 two."""
     pauses: list[float] = []
     real_sleep = asyncio.sleep
 
@@ -50,16 +50,25 @@ async def test_a_large_batch_written_during_a_post_arrives_once(
         await sink.write(make_points(0, 10))  # in flight for 0.2 s
         monkeypatch.setattr(asyncio, "sleep", sleep)
         await sink.write(make_points(10, 1201))  # encoded meanwhile
+        assert pauses == [0, 0]
+        for n, between in ((500, []), (501, [0])):
+            pauses.clear()
+            await sink.write(make_points(10 + 1201, n))
+            assert pauses == between, n
         monkeypatch.undo()
-        assert pauses == [0, 0, 0]
         await sink.flush()
         await sink.aclose()
         lines = server.accepted_lines()
     stats = sink.stats()
-    assert (stats["sent_points"], stats["spooled_points"], stats["replayed_points"]) == (1211, 0, 0)
-    assert len(lines) == 10 + 1201
+    total = 10 + 1201 + 500 + 501
+    assert (stats["sent_points"], stats["spooled_points"], stats["replayed_points"]) == (
+        total,
+        0,
+        0,
+    )
+    assert len(lines) == total
     indices = sorted(int(re.search(rb"[ ,]n=(\d+)i", line)[1]) for line in lines)  # type: ignore[index]
-    assert indices == list(range(1211))
+    assert indices == list(range(1211)) + sorted([*range(1211, 1711), *range(1211, 1712)])
 
 
 @pytest.mark.parametrize(("version", "path"), [("", "/api/v2/write"), ("1.8.10", "/write")])
