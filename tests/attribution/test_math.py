@@ -172,3 +172,9 @@ def test_split_conserves_energy(energy: float, duration: float, times: list[floa
     )
     assert shares == pytest.approx(expected, rel=1e-12, abs=1e-300)
     assert rest >= -1e-9 * max(energy, 1.0)
+
+
+def test_trapezoids_keep_their_halves_at_the_finest_scale() -> None:
+    """Guards: each trapezoid is (Δt × (p0 + p1)) / 2 in true division, not rounded down: a
+    0.5 W series over 2 ns (one sample inside) is 2 × (1 ns × 1 W / 2) = 1 nJ."""
+    assert trapezoid_energy([0, 1, 2], [0.5, 0.5, 0.5], 0, 2) == pytest.approx(1e-9, rel=1e-12)
