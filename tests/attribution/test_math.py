@@ -18,9 +18,10 @@ from acquisition.processors.attribution import (
     split_energy,
     trapezoid_energy,
 )
-from acquisition.processors.energy import edge_error
+from acquisition.processors.energy import counter_at, edge_error
 
 S = 1_000_000_000
+MS = 1_000_000
 
 
 def test_parse_source_names() -> None:
@@ -178,3 +179,18 @@ def test_trapezoids_keep_their_halves_at_the_finest_scale() -> None:
     """Guards: each trapezoid is (Δt × (p0 + p1)) / 2 in true division, not rounded down: a
     0.5 W series over 2 ns (one sample inside) is 2 × (1 ns × 1 W / 2) = 1 nJ."""
     assert trapezoid_energy([0, 1, 2], [0.5, 0.5, 0.5], 0, 2) == pytest.approx(1e-9, rel=1e-12)
+
+
+def test_samples_shape_a_counter_interval_they_reach_within_the_slack() -> None:
+    """Guards the documented slack: driver samples shape a counter interval when they reach
+    within 100 ms of both its readings, that limit included: samples to 0.9 s shape the
+    interval 0–1 s (100 W to 0.4 s, 300 W from 0.5 s: by 0.5 s 40 + 20 = 60 J of 60 + 120 + 30
+    = 210 J, the last sample held to the reading: 2/7 of the interval, not half); samples to
+    1 ns short of 0.9 s do not."""
+    times, joules = [0, S], [0.0, 200.0]
+    for last, shaped in ((900 * MS, True), (900 * MS - 1, False)):
+        st = [*range(0, 900 * MS, 100 * MS), last]
+        sw = [100.0 if t < 500 * MS else 300.0 for t in st]
+        at = counter_at(times, joules, st, sw, 500 * MS)
+        assert at is not None and at.shaped is shaped
+        assert at.fraction == (pytest.approx(2 / 7, rel=1e-12) if shaped else 0.5)
