@@ -305,6 +305,28 @@ async def test_a_zone_linked_twice_ahead_of_others_leaves_them_read(tmp_path: Pa
     )
 
 
+async def test_a_duplicate_zone_ahead_of_others_leaves_them_read(tmp_path: Path) -> None:
+    """Guards: a zone whose tags another zone already has is passed over, not the end of the
+    scan: a copy of package 0 as ``intel-rapl:0:5`` sorts before package 1, whose package and
+    DRAM are still read."""
+    root = install_tree("xeon-2s-dram", tmp_path)
+    devices = root / "sys/devices/virtual/powercap/intel-rapl"
+    shutil.copytree(
+        devices / "intel-rapl:0",
+        devices / "intel-rapl:0" / "intel-rapl:0:5",
+        ignore=shutil.ignore_patterns("intel-rapl:0:*"),
+    )
+    os.symlink(
+        "../../devices/virtual/powercap/intel-rapl/intel-rapl:0/intel-rapl:0:5",
+        root / "sys/class/powercap/intel-rapl:0:5",
+    )
+    collector = RaplCollector(RaplConfig(root=str(root)), context())
+    await collector.open()
+    assert collector.describe() == (
+        "powercap: package (socket 0), dram (socket 0), package (socket 1), dram (socket 1)"
+    )
+
+
 async def test_zones_are_read_in_the_numeric_order_of_their_hexadecimal_names(
     tmp_path: Path,
 ) -> None:
