@@ -188,3 +188,15 @@ def test_a_sample_after_the_counters_reading_leaves_an_edges_bar_alone() -> None
     start, end = 900 * MS, 990 * MS
     without, with_later = source(False), source(True)
     assert with_later.bounds(start, end, 27.0) == without.bounds(start, end, 27.0)
+
+
+def test_a_wall_meters_counter_has_no_staleness_in_its_edge_bars() -> None:
+    """Guards: only RAPL and NVML counters lag their readings (an update period each); a wall
+    meter sending an energy counter (``wall_counter``) has none, so at a constant 200 W its
+    step edges' bars are 0 J, not 200 W × 1 s."""
+    from acquisition.processors.energy import Source
+
+    wall = Source("emonpi:1", "wall", "")
+    for second in range(4):
+        wall.counter.add(second * S, 200.0 * second)
+    assert wall.bounds(1500 * MS, 2500 * MS, 200.0) == (0.0, 0.0, 0.0)
