@@ -702,16 +702,10 @@ async def test_file_sink_appends_a_small_batch_without_a_thread(
     assert values == [0, 1, 2]
 
 
-async def test_file_sink_appends_batches_up_to_256_kib_from_the_loop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Guards the documented threshold: a batch of exactly 256 KiB (262,144 bytes) is appended
-    from the event loop itself, one of a byte more from a thread."""
+def _threads_started(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The functions the file sink runs on a thread from now on (``asyncio.to_thread`` counted)."""
     import sinks.file
 
-    out = tmp_path / "out.lp"
-    sink = FileSink(FileConfig(path=str(out), fsync="never"), ctx(tmp_path))
-    await sink.open()
     threaded: list[object] = []
     to_thread = asyncio.to_thread
 
@@ -720,6 +714,18 @@ async def test_file_sink_appends_batches_up_to_256_kib_from_the_loop(
         return await to_thread(func, *args)
 
     monkeypatch.setattr(sinks.file.asyncio, "to_thread", counting)
+    return threaded
+
+
+async def test_file_sink_appends_batches_up_to_256_kib_from_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards the documented threshold: a batch of exactly 256 KiB (262,144 bytes) is appended
+    from the event loop itself, one of a byte more from a thread."""
+    out = tmp_path / "out.lp"
+    sink = FileSink(FileConfig(path=str(out), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    threaded = _threads_started(monkeypatch)
 
     def point(payload: int, t: int) -> Point:
         return Point("m", {}, {"s": "x" * payload}, t)
@@ -742,14 +748,7 @@ async def test_file_sink_writes_a_large_batch_through_a_thread(
     monkeypatch.setattr(sinks.file, "DIRECT_WRITE_MAX", 64)
     sink = FileSink(FileConfig(path=str(tmp_path / "out.lp"), fsync="never"), ctx(tmp_path))
     await sink.open()
-    threaded: list[object] = []
-    to_thread = asyncio.to_thread
-
-    async def counting(func: Any, /, *args: object) -> object:
-        threaded.append(func)
-        return await to_thread(func, *args)
-
-    monkeypatch.setattr(sinks.file.asyncio, "to_thread", counting)
+    threaded = _threads_started(monkeypatch)
     await sink.write(pts(1))  # one short line: direct
     assert threaded == []
     await sink.write(pts(50, start=1))  # over DIRECT_WRITE_MAX: from a thread
