@@ -164,10 +164,11 @@ def silence_client_logs() -> None:
     if _silenced:
         return
     _silenced = True
+    # Its records end at this handler, whatever their level (the client sets its loggers to
+    # WARNING itself): none reaches the root logger or Python's last-resort handler on stderr.
     lib = logging.getLogger("influxdb_client")
     lib.propagate = False
     lib.addHandler(logging.NullHandler())
-    lib.setLevel(logging.CRITICAL + 1)
     logging.getLogger().addFilter(_DropLibraryRecords())
 
 

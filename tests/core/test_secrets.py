@@ -195,6 +195,22 @@ def test_a_message_of_1000_characters_is_kept_whole_and_a_longer_one_cut_to_1000
     assert said(5000) == "e" * 999 + "…"
 
 
+@pytest.mark.parametrize(
+    "said",
+    [
+        '{"code": "refused", "auth": "Token %s"}',  # an object without "message" or "error"
+        '{"message": "", "error": null, "auth": "Token %s"}',  # both empty
+        '["refused", "Token %s"]',  # JSON, not an object
+    ],
+)
+def test_a_json_body_without_a_message_is_the_message_as_it_came(said: str) -> None:
+    """Guards: a JSON body in which the sink finds no ``message`` or ``error`` words is the
+    server's message itself, redacted and stripped of the spaces around it, never nothing."""
+    body = f"  {said % TOKEN}\n".encode()
+    message = server_message({}, body, "Bad Request", Redactor(TOKEN).redact)
+    assert message == said % REDACTED
+
+
 def test_a_secret_escaped_in_a_json_body_is_redacted_once_decoded() -> None:
     """Guards: a password with a quote or backslash comes back JSON-escaped in a body; the
     decoded ``message`` is redacted too."""

@@ -27,7 +27,13 @@ from sinks.influxdb import (
     settings_hint,
 )
 from sinks.influxdb.config import Secrets
-from sinks.influxdb.http import V2Writer, describe_exception, silence_client_logs
+from sinks.influxdb.http import (
+    Failure,
+    V1Writer,
+    V2Writer,
+    describe_exception,
+    silence_client_logs,
+)
 
 
 @pytest.mark.parametrize(
@@ -436,3 +442,36 @@ async def test_the_influxdb2_client_waits_the_configured_timeout() -> None:
             assert writer._client.conf.timeout == ms
         finally:
             await writer.close()
+
+
+async def test_a_writer_passes_an_error_of_its_own_on_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Guards: an InfluxDB 1 write that fails for a reason that is not the network (a bug: here
+    aiohttp's ``post`` raising ``RuntimeError("boom")``) raises that very error, which the sink
+    then says by its type and words; a network error (``ConnectionResetError``) becomes a
+    retryable failure that names it."""
+    import aiohttp
+
+    config = InfluxDBConfig(url="http://127.0.0.1:9", bucket="nrg", username="u", password="pw")
+    writer = V1Writer(config, Secrets(config))
+    boom = RuntimeError("boom")
+
+    def raising(error: Exception) -> object:
+        def post(*args: object, **kwargs: object) -> object:
+            raise error
+
+        return post
+
+    monkeypatch.setattr(aiohttp.ClientSession, "post", raising(boom))
+    with pytest.raises(RuntimeError) as info:
+        await writer.post(b"m v=1 1\n")
+    assert info.value is boom
+    monkeypatch.setattr(aiohttp.ClientSession, "post", raising(ConnectionResetError(104, "reset")))
+    with pytest.raises(Failure) as failed:
+        await writer.post(b"m v=1 1\n")
+    assert (failed.value.kind, str(failed.value)) == (
+        RETRY,
+        "ConnectionResetError: [Errno 104] reset",
+    )
+    await writer.close()

@@ -198,3 +198,30 @@ async def test_a_batch_written_while_the_drained_spool_saves_its_cursor_is_poste
         assert server.accepted_lines() == lines_of(context, 0, 7)
     stats = sink.stats()
     assert (stats["replayed_points"], stats["sent_points"], stats["spooled_points"]) == (4, 3, 0)
+
+
+@pytest.mark.parametrize(
+    ("credentials", "authorization"),
+    [
+        # RFC 7617's example: base64("Aladdin:open sesame")
+        ({"username": "Aladdin", "password": "open sesame"}, "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="),
+        ({"username": "Aladdin"}, "Basic QWxhZGRpbjo="),  # base64("Aladdin:")
+        ({"password": "open sesame"}, "Basic Om9wZW4gc2VzYW1l"),  # base64(":open sesame")
+        ({}, None),  # authentication off: no header at all
+    ],
+)
+async def test_influxdb1_writes_carry_the_basic_credentials(
+    context: PluginContext, credentials: dict[str, str], authorization: str | None
+) -> None:
+    """Guards: a write to InfluxDB 1.x carries ``Authorization: Basic`` with base64 of
+    ``user:password`` whenever a user or a password is set, and no such header when neither
+    is (a server with authentication off)."""
+    with ScriptedServer(accept, version="1.8.10") as server:
+        sink = make_sink(context, server.url, **credentials)
+        await sink.open()
+        await sink.write(make_points(0, 3))
+        await sink.flush()
+        await sink.aclose()
+    assert sink.api == "v1"
+    assert [r.headers.get("Authorization") for r in server.writes] == [authorization]
+    assert len(server.accepted_lines()) == 3
