@@ -26,6 +26,7 @@ import contextlib
 import errno
 import gzip
 import logging
+import math
 import os
 import shutil
 import sys
@@ -152,12 +153,7 @@ class FileSink:
         if self.fixed is not None:
             return self.fixed
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        path = self.dir / f"{self.config.prefix}-{stamp}.lp"
-        n = 1
-        while path.exists():
-            path = self.dir / f"{self.config.prefix}-{stamp}-{n}.lp"
-            n += 1
-        return path
+        return _unused(self.dir, f"{self.config.prefix}-{stamp}")
 
     async def _open_file(self) -> None:
         path = self._new_path()
@@ -177,7 +173,7 @@ class FileSink:
         rotated = self.current
         if self.fixed is not None and self.current is not None:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            rotated = self.current.with_suffix(f".{stamp}.lp")
+            rotated = _unused(self.current.parent, f"{self.current.stem}.{stamp}")
             await aiofiles.os.rename(self.current, rotated)
         self.rotations += 1
         await self._open_file()
@@ -389,7 +385,7 @@ def _gzip_file(path: Path) -> None:
     tmp = target.with_name(target.name + ".tmp")
     try:
         with open(path, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+            shutil.copyfileobj(src, dst)
         os.replace(tmp, target)
     except OSError:
         with contextlib.suppress(OSError):
@@ -398,15 +394,29 @@ def _gzip_file(path: Path) -> None:
     path.unlink()
 
 
+def _unused(directory: Path, stem: str) -> Path:
+    """``<stem>.lp`` in ``directory``, else ``<stem>-1.lp``, ``<stem>-2.lp``…: the first name
+    taken neither by a file nor by its compressed ``.gz`` (names carry the second they were made
+    in: files rotated more than once a second, or a run restarted within one, must not
+    overwrite each other)."""
+    path = directory / f"{stem}.lp"
+    n = 1
+    while path.exists() or _gz(path).exists():
+        path = directory / f"{stem}-{n}.lp"
+        n += 1
+    return path
+
+
 def _gz(path: Path) -> Path:
     return path.with_name(path.name + ".gz")
 
 
 def _mtime(path: Path) -> float:
+    """A file's modification time; one whose time cannot be read (gone) counts as the oldest."""
     try:
         return path.stat().st_mtime
     except OSError:
-        return 0.0
+        return -math.inf
 
 
 def _size(path: Path) -> int:

@@ -4,6 +4,7 @@ limit) is named as such, any other error by the system's own words."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from pathlib import Path
 
@@ -56,3 +57,21 @@ async def test_a_refused_write_says_why(
     assert info.value.retryable
     assert (tmp_path / "out.lp").read_bytes() == b""
     assert sink.lines_written == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+async def test_a_failed_write_that_cannot_be_undone_is_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: when the sink cannot cut a failed write back off (its ``path`` a device that
+    takes no truncation: ``/dev/full``, which refuses every write as a full disk), it says so
+    as an error, naming the file and why, and the write still fails as one to retry."""
+    sink = FileSink(FileConfig(path="/dev/full", fsync="never"), ctx(tmp_path))
+    await sink.open()
+    with pytest.raises(WriteError) as info:
+        await sink.write([Point("m", {"k": "v"}, {"n": 1}, 1_000)])
+    await sink.aclose()
+    assert str(info.value) == "cannot write /dev/full: disk full"
+    assert info.value.retryable
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert said == ["cannot truncate /dev/full after a failed write: [Errno 22] Invalid argument"]

@@ -349,3 +349,31 @@ async def test_a_failed_index_child_is_heard_of_at_the_next_rotation(
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [f"indexing {first} failed (exit 1); reports read it as text"]
     await sink.aclose()
+
+
+def _reap(pid: int) -> None:
+    """Wait for child ``pid`` and take its exit status, as other code in the process might."""
+    os.waitpid(pid, 0)
+
+
+async def test_an_index_child_reaped_elsewhere_is_not_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: an index child whose end the sink cannot hear of because other code in the
+    process reaped it first (here the test, with ``waitpid``; ``true`` stands in for the child)
+    is let go without a word: not counted in ``index_failures``, nothing said, and close does
+    not wait for it."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    true = shutil.which("true")
+    assert true is not None
+    monkeypatch.setattr(sys, "executable", true)
+    sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never", max_bytes=1024), ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))
+    await sink.write(steps(12, 5))  # rotates: the first file's index child starts
+    (pid,) = list(sink._indexers)
+    _reap(pid)  # here, before the sink looks
+    await sink.aclose()  # 5 step lines: no index child for the last file
+    assert (sink.stats()["indexes_started"], sink.stats()["index_failures"]) == (1, 0)
+    assert sink._indexers == {}
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -4,15 +4,22 @@ or closed file is closed; its counts of rotations and deleted files."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import gzip
+import logging
 import os
+import time
 from pathlib import Path
 
 import pytest
 
+import sinks.file as file_sink
 from acquisition.api import PluginContext
+from acquisition.errors import WriteError
 from acquisition.lineproto import LineEncoder
 from acquisition.point import Point
 from sinks.file import FileConfig, FileSink
+from tests.influxdb.helpers import fill, small_disk
 
 
 def ctx(tmp_path: Path) -> PluginContext:
@@ -212,3 +219,210 @@ async def test_gzipped_files_are_compressed_one_after_another(tmp_path: Path) ->
     assert sink.rotations == 2
     assert events == ["start 1", "end 1", "start 2", "end 2"]
     assert len(list(tmp_path.glob("*.lp.gz"))) == 2
+
+
+class _StoppedUtc:
+    """The file sink's ``time`` with its UTC clock stopped at 1,764,000,000 s (20,416 days and
+    57,600 s after 1970: 2025-11-24 16:00:00), so that every name it makes falls in one second;
+    its other clocks run."""
+
+    STAMP = "20251124T160000Z"
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+    def gmtime(self, seconds: float | None = None) -> time.struct_time:
+        return time.gmtime(1_764_000_000)
+
+
+def one_line(i: int) -> list[Point]:
+    return [Point("m", {}, {"n": i}, 1_000 + i)]
+
+
+def line(i: int) -> str:
+    return f"m,host=h1 n={i}i {1_000 + i}\n"
+
+
+async def test_a_fixed_file_rotated_twice_within_a_second_keeps_every_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: a fixed ``path`` is renamed aside when it rotates, with the second in its name,
+    and a later rotation within that second takes the next free name instead of replacing the
+    first: four one-line files (``max_bytes`` one line) leave ``out.lp`` with the last line and
+    ``out.<second>.lp``, ``out.<second>-1.lp``, ``out.<second>-2.lp`` with the three before."""
+    monkeypatch.setattr(file_sink, "time", _StoppedUtc())
+    config = FileConfig(path=str(tmp_path / "out.lp"), max_bytes=len(line(0)), fsync="never")
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    for i in range(4):
+        await sink.write(one_line(i))
+    await sink.aclose()
+    stamp = _StoppedUtc.STAMP
+    assert {p.name: p.read_text() for p in tmp_path.glob("out*")} == {
+        f"out.{stamp}.lp": line(0),
+        f"out.{stamp}-1.lp": line(1),
+        f"out.{stamp}-2.lp": line(2),
+        "out.lp": line(3),
+    }
+    assert sink.stats()["rotations"] == 3
+
+
+async def test_no_file_takes_the_name_of_a_compressed_file_of_the_same_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: an earlier run that stopped within the same second left ``<name>.lp.gz`` (its
+    ``.lp`` compressed and removed); a new file, or a fixed file rotated aside, takes the next
+    name, and compressing it leaves the earlier ``.lp.gz`` as it was."""
+    monkeypatch.setattr(file_sink, "time", _StoppedUtc())
+    stamp = _StoppedUtc.STAMP
+    dated, fixed = tmp_path / "dated", tmp_path / "fixed"
+    for earlier in (dated / f"nrg-{stamp}.lp.gz", fixed / f"out.{stamp}.lp.gz"):
+        earlier.parent.mkdir()
+        earlier.write_bytes(gzip.compress(b"earlier run\n"))
+    for config in (
+        FileConfig(dir=str(dated), max_bytes=len(line(0)), compress="gzip", fsync="never"),
+        FileConfig(path=str(fixed / "out.lp"), max_bytes=len(line(0)), compress="gzip"),
+    ):
+        sink = FileSink(config, ctx(tmp_path))
+        await sink.open()
+        for i in range(2):
+            await sink.write(one_line(i))
+        await sink.aclose()
+    assert {p.name: gzip.decompress(p.read_bytes()) for p in dated.glob("*.gz")} == {
+        f"nrg-{stamp}.lp.gz": b"earlier run\n",
+        f"nrg-{stamp}-1.lp.gz": line(0).encode(),
+    }
+    assert (dated / f"nrg-{stamp}-2.lp").read_text() == line(1)
+    assert {p.name: gzip.decompress(p.read_bytes()) for p in fixed.glob("*.gz")} == {
+        f"out.{stamp}.lp.gz": b"earlier run\n",
+        f"out.{stamp}-1.lp.gz": line(0).encode(),
+    }
+    assert (fixed / "out.lp").read_text() == line(1)
+
+
+async def test_pruning_goes_on_past_a_file_it_cannot_remove(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: an old file that cannot be removed (here a directory named like one) is said,
+    with the file and why, and pruning goes on with the next oldest: three old ``nrg-*.lp``
+    (``a`` the oldest, the directory) and ``max_files = 2``: the new file and one old one stay,
+    so two go; ``a`` cannot, so ``b`` goes and ``c`` stays; one file deleted."""
+    (tmp_path / "nrg-a.lp").mkdir()
+    for name in ("nrg-b.lp", "nrg-c.lp"):
+        (tmp_path / name).write_text("m n=1i 1\n")
+    for i, name in enumerate(("nrg-a.lp", "nrg-b.lp", "nrg-c.lp")):
+        os.utime(tmp_path / name, (1_000 + i, 1_000 + i))
+    config = FileConfig(dir=str(tmp_path), max_files=2, max_total_bytes=1 << 30, fsync="never")
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    await sink.aclose()
+    assert (tmp_path / "nrg-a.lp").is_dir() and (tmp_path / "nrg-c.lp").exists()
+    assert not (tmp_path / "nrg-b.lp").exists()
+    assert sink.stats()["deleted_files"] == 1
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [f"cannot remove old output file {tmp_path / 'nrg-a.lp'}: Is a directory"]
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["dated", "fixed"])
+async def test_a_new_file_the_disk_refuses_is_made_at_the_next_write(
+    tmp_path: Path, fixed: bool
+) -> None:
+    """Guards: when the disk has no room for the next file at a rotation (here a filesystem
+    with room for no more files), the write fails as one to retry, saying why, and the next
+    write, once there is room, makes the file and writes to it, without rotating again: two
+    files, one line each, one rotation; dated files and a fixed ``path`` alike."""
+    with small_disk(tmp_path / "disk", 64 * 1024, inodes=4) as disk:
+        where = {"path": str(disk / "nrg-out.lp")} if fixed else {"dir": str(disk)}
+        config = FileConfig(
+            **where,  # type: ignore[arg-type]
+            max_bytes=len(line(0)),
+            max_total_bytes=1 << 20,
+            fsync="never",
+        )
+        sink = FileSink(config, ctx(tmp_path))
+        await sink.open()
+        await sink.write(one_line(0))
+        fillers = []
+        while True:  # take every file the disk has left
+            try:
+                fillers.append(disk / f"filler{len(fillers)}")
+                fillers[-1].touch()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                fillers.pop()
+                break
+        with pytest.raises(WriteError) as refused:
+            await sink.write(one_line(1))
+        assert refused.value.retryable
+        assert "No space left on device" in str(refused.value)
+        fillers[0].unlink()
+        await sink.write(one_line(1))
+        await sink.aclose()
+        written = sorted(p.read_text() for p in disk.glob("nrg-*.lp"))
+    assert written == [line(0), line(1)]
+    assert sink.stats()["rotations"] == 1
+
+
+async def test_a_file_the_disk_has_no_room_to_compress_is_kept_as_it_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: with ``compress = "gzip"`` on a full disk, a rotated file that cannot be
+    compressed is kept as it is, whole, the failure said with the file and why, and no half
+    ``.lp.gz.tmp`` left taking space."""
+    with small_disk(tmp_path / "disk", 64 * 1024) as disk:
+        config = FileConfig(
+            dir=str(disk), max_bytes=len(line(0)), max_total_bytes=1 << 20, compress="gzip"
+        )
+        sink = FileSink(config, ctx(tmp_path))
+        await sink.open()
+        await sink.write(one_line(0))
+        first = sink.current
+        filler = fill(disk)
+        with pytest.raises(WriteError):  # rotates, then no room for the line either
+            await sink.write(one_line(1))
+        await sink.aclose()
+        filler.unlink()
+        assert first is not None and sink.current is not None
+        assert first.read_text() == line(0)
+        assert sorted(p.name for p in disk.iterdir()) == sorted([first.name, sink.current.name])
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [f"cannot compress {first} (kept as it is): [Errno 28] No space left on device"]
+
+
+async def test_a_file_gone_counts_older_than_one_dated_before_1970(tmp_path: Path) -> None:
+    """Guards: a finished file whose time cannot be read (gone: a link to nothing) counts as
+    older than any other, even one dated 1969-12-31 (86,400 s before 1970): with
+    ``max_files = 2`` the new file and one old one stay, so the gone one goes first."""
+    (tmp_path / "nrg-1969.lp").write_text("m n=1i 1\n")
+    os.utime(tmp_path / "nrg-1969.lp", (-86_400, -86_400))
+    (tmp_path / "nrg-gone.lp").symlink_to(tmp_path / "nowhere")
+    config = FileConfig(dir=str(tmp_path), max_files=2, max_total_bytes=1 << 30, fsync="never")
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    await sink.aclose()
+    assert (tmp_path / "nrg-1969.lp").exists()
+    assert not (tmp_path / "nrg-gone.lp").is_symlink()
+    assert sink.stats()["deleted_files"] == 1
+
+
+async def test_compressed_files_are_pruned_as_they_are_made(tmp_path: Path) -> None:
+    """Guards: with ``compress = "gzip"`` the sink keeps ``max_files`` as it rotates, counting
+    each compressed file once it is made: an earlier run left ``a`` and ``b`` (``a`` older);
+    with ``max_files = 2`` opening deletes ``a``, and the first rotation, once its file is
+    compressed, deletes ``b``: the compressed file and the one being written stay."""
+    for i, name in enumerate(("nrg-a.lp", "nrg-b.lp")):
+        (tmp_path / name).write_text("m n=1i 1\n")
+        os.utime(tmp_path / name, (1_000 + i, 1_000 + i))
+    config = FileConfig(
+        dir=str(tmp_path), max_bytes=len(line(0)), max_files=2, compress="gzip", fsync="never"
+    )
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    assert sorted(p.name for p in tmp_path.glob("nrg-[ab].lp")) == ["nrg-b.lp"]
+    for i in range(2):
+        await sink.write(one_line(i))
+    await sink.aclose()
+    (gz,) = tmp_path.glob("nrg-*.lp.gz")
+    (plain,) = tmp_path.glob("nrg-*.lp")
+    assert (gzip.decompress(gz.read_bytes()).decode(), plain.read_text()) == (line(0), line(1))
+    assert sink.stats()["deleted_files"] == 2

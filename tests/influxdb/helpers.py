@@ -88,15 +88,17 @@ async def until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> N
 
 
 @contextlib.contextmanager
-def small_disk(where: Path, size_bytes: int) -> Iterator[Path]:
-    """A real tmpfs of ``size_bytes`` mounted at ``where`` (skips unless root may mount)."""
+def small_disk(where: Path, size_bytes: int, inodes: int = 0) -> Iterator[Path]:
+    """A real tmpfs of ``size_bytes`` mounted at ``where`` (skips unless root may mount); with
+    ``inodes``, room for that many files and directories, its own root included."""
     import pytest
 
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("a small tmpfs needs root (mount -t tmpfs); disk-full paths not exercised")
     where.mkdir(parents=True, exist_ok=True)
+    limit = f",nr_inodes={inodes}" if inodes else ""
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(where)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}{limit}", "tmpfs", str(where)],
         capture_output=True,
         text=True,
         check=False,
