@@ -97,7 +97,7 @@ INDEX_WAIT_S = 30.0
 """At close, how long to wait for index children before leaving them to finish alone (a
 64 MiB file takes a few seconds)."""
 _STEP_MEASUREMENTS = frozenset({"nrg_step", "nrg_energy"})
-_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
 
 
 class FileSink:
