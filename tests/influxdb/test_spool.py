@@ -627,6 +627,40 @@ def test_an_interval_policy_syncs_once_the_interval_has_passed(
     assert synced == [10.0, 20.0]
 
 
+@pytest.mark.parametrize(("policy", "expected"), [("10s", [(0, 2.0), (1, 3.0)]), ("never", [])])
+def test_a_segment_with_unsynced_records_is_synced_when_it_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, expected: list[object]
+) -> None:
+    """Guards: with fsync every 10 s, records appended since the last sync reach the disk when
+    their segment is closed, whether the spool moves on to the next segment or closes: one
+    record in segment 0 at 1 s and one in segment 1 at 2 s (neither due: 10 s have not passed),
+    closing at 3 s: segment 0 synced at 2 s, segment 1 at 3 s. With ``"never"``, no sync."""
+    import time
+
+    from sinks.influxdb.segments import SegmentFiles
+
+    now = [0.0]
+    synced: list[tuple[int, float]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        if name.startswith("seg-"):
+            synced.append((int(name[4:24]), now[0]))
+        real_fsync(fd)
+
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(os, "fsync", fsync)
+    files = SegmentFiles(tmp_path, parse_fsync_policy(policy))
+    files.recover()
+    for seq, at in ((0, 1.0), (1, 2.0)):
+        now[0] = at
+        files.append(seq, len(MAGIC), encode_record(lines(seq, 1), 1, 0))
+    now[0] = 3.0
+    files.close()
+    assert synced == expected
+
+
 def test_a_record_of_2_gib_is_refused(tmp_path: Path) -> None:
     """Guards the record limit: a payload of exactly 2 GiB (2,147,483,648 bytes) is refused with
     its size before anything is read of it (a sparse file mapped, no memory spent)."""
