@@ -377,3 +377,54 @@ async def test_an_index_child_reaped_elsewhere_is_not_a_failure(
     assert (sink.stats()["indexes_started"], sink.stats()["index_failures"]) == (1, 0)
     assert sink._indexers == {}
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.parametrize(("n", "indexed"), [(19, 0), (20, 1)])
+async def test_a_file_of_exactly_index_min_lines_readings_is_indexed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int, indexed: int
+) -> None:
+    """Guards the threshold in lines of any kind (here lowered to 20 as ``INDEX_MIN_LINES``): a
+    finished file of exactly 20 readings gets an index child, 19 do not (``true`` stands in
+    for the child)."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_LINES", 20)
+    true = shutil.which("true")
+    assert true is not None
+    monkeypatch.setattr(sys, "executable", true)
+    sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    await sink.write([Point("gpu", {"gpu": "0"}, {"power_watts": 300.0}, i) for i in range(n)])
+    await sink.aclose()
+    assert sink.stats()["indexes_started"] == indexed
+
+
+async def test_a_failed_index_child_is_heard_of_while_an_earlier_one_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: the sink looks at every earlier index child each time it starts another, not
+    only up to the first one still running: three rotations; the first file's child runs on
+    (it would take a minute), the second file's fails (exit 1) before the third rotation,
+    which counts and says that failure."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    first = tmp_path / "first-started"
+    child = tmp_path / "child-python"
+    child.write_text(f"#!/bin/sh\nif mkdir {first} 2>/dev/null; then exec sleep 60; fi\nexit 1\n")
+    child.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(child))
+    out = tmp_path / "out"
+    sink = FileSink(FileConfig(dir=str(out), fsync="never", max_bytes=1024), ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))
+    await sink.write(steps(12, 12))  # rotates: the first file's child starts, and runs on
+    (slow,) = list(sink._indexers)
+    await sink.write(steps(24, 12))  # rotates: the second file's child starts, and fails
+    try:
+        (failing,) = [pid for pid in sink._indexers if pid != slow]
+        second = sink._indexers[failing]
+        _wait_exited(failing)
+        await sink.write(steps(36, 12))  # rotates again: the failure is heard of
+        assert (sink.stats()["indexes_started"], sink.stats()["index_failures"]) == (3, 1)
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert said == [f"indexing {second} failed (exit 1); reports read it as text"]
+    finally:
+        _stop(slow)
+    await sink.aclose()

@@ -106,6 +106,22 @@ async def test_the_total_size_counts_each_file_with_its_index(
     assert sink.stats()["deleted_files"] == deleted
 
 
+async def test_a_file_without_an_index_counts_its_own_size_alone(tmp_path: Path) -> None:
+    """Guards: a finished file without a step index counts only its own bytes towards
+    ``max_total_bytes``: four 1,000-byte files of an earlier run and the new file counted full
+    (``max_bytes`` 1,024): 4 × 1,000 + 1,024 = 5,024 bytes, kept whole under a limit of 5,024."""
+    for i in range(4):
+        data = tmp_path / f"nrg-20250101T00000{i}Z.lp"
+        data.write_bytes(b"m v=1i 1\n".ljust(1000, b"#"))
+        os.utime(data, (1000 + i, 1000 + i))
+    config = FileConfig(dir=str(tmp_path), max_bytes=1024, max_total_bytes=5024)
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    await sink.aclose()
+    assert len(list(tmp_path.glob("nrg-2025*.lp"))) == 4
+    assert sink.stats()["deleted_files"] == 0
+
+
 async def test_files_take_the_permissions_the_umask_leaves(tmp_path: Path) -> None:
     """Guards: the sink creates its files readable and writable as any file the user creates
     (0o666 less the umask), never executable: 0o666 & ~0o022 = 0o644 (rw-r--r--) under umask
