@@ -405,14 +405,13 @@ async def test_a_failed_index_child_is_heard_of_while_an_earlier_one_still_runs(
     (it would take a minute), the second file's fails (exit 1) before the third rotation,
     which counts and says that failure."""
     monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
-    first = tmp_path / "first-started"
-    child = tmp_path / "child-python"
-    child.write_text(f"#!/bin/sh\nif mkdir {first} 2>/dev/null; then exec sleep 60; fi\nexit 1\n")
-    child.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(child))
     out = tmp_path / "out"
     sink = FileSink(FileConfig(dir=str(out), fsync="never", max_bytes=1024), ctx(tmp_path))
     await sink.open()
+    child = tmp_path / "child-python"  # its 4th argument is the file to index
+    child.write_text(f'#!/bin/sh\n[ "$4" = "{sink.current}" ] && exec sleep 60\nexit 1\n')
+    child.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(child))
     await sink.write(steps(0, 12))
     await sink.write(steps(12, 12))  # rotates: the first file's child starts, and runs on
     (slow,) = list(sink._indexers)
