@@ -661,6 +661,70 @@ def test_a_segment_with_unsynced_records_is_synced_when_it_is_closed(
     assert synced == expected
 
 
+async def test_segments_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    """Guards: a spool segment holds the points as they go to the server, so it is made readable
+    and writable by the agent's user only (0o600, whatever the umask lets through)."""
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    await spool.append(lines(0, 1), 1)
+    await spool.close()
+    (seg,) = segments(tmp_path)
+    assert seg.stat().st_mode & 0o777 == 0o600
+
+
+def _synced(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bytes]]:
+    """Each file the spool syncs from now on, with what it holds on disk as it is synced."""
+    seen: list[tuple[str, bytes]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        seen.append((path.name, path.read_bytes() if path.is_file() else b""))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+async def test_the_cursor_is_synced_with_its_text_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: the cursor reaches the disk before it replaces the old one: when ``cursor.tmp``
+    is synced it already holds ``<segment> <offset>`` (not an empty file still in a buffer):
+    one 19-byte line replayed from segment 0 leaves the cursor at 8 + 20 + 19 = 47."""
+    spool = Spool(tmp_path, max_bytes=1 << 20, fsync=parse_fsync_policy("always"))
+    await spool.open()
+    await spool.append(lines(0, 1), 1)
+    synced = _synced(monkeypatch)
+    await spool.commit(await spool.read(1 << 20))
+    monkeypatch.undo()
+    await spool.close()
+    assert [text for name, text in synced if name == "cursor.tmp"] == [b"0 47\n"]
+
+
+async def test_a_torn_tail_is_cut_off_on_disk_before_the_spool_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: the cut of a torn last record is synced as the spool opens, so a power cut
+    cannot bring the torn bytes back under later records: the segment is synced holding its
+    magic and the one good record (8 + 20 + 190 bytes)."""
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    await spool.append(lines(0, 10), 10)
+    await spool.append(lines(10, 10), 10)
+    await spool.close()
+    (seg,) = segments(tmp_path)
+    good = seg.read_bytes()[: 8 + 20 + 190]
+    with open(seg, "r+b") as f:  # power lost halfway through the last write
+        f.truncate(seg.stat().st_size - 7)
+    synced = _synced(monkeypatch)
+    again = Spool(tmp_path, max_bytes=1 << 20)
+    await again.open()
+    monkeypatch.undo()
+    await again.close()
+    assert (seg.name, good) in synced
+
+
 def test_a_record_of_2_gib_is_refused(tmp_path: Path) -> None:
     """Guards the record limit: a payload of exactly 2 GiB (2,147,483,648 bytes) is refused with
     its size before anything is read of it (a sparse file mapped, no memory spent)."""
