@@ -217,6 +217,25 @@ async def test_segments_roll_and_replayed_ones_are_deleted(tmp_path: Path) -> No
     await reopened.close()
 
 
+async def test_an_earlier_runs_first_segment_is_deleted_once_replayed(tmp_path: Path) -> None:
+    """Guards: after a restart, the segments an earlier run left are deleted as they are
+    replayed, the first one (segment 0) included, before anything new is appended: 10 records
+    of 970 bytes in segments of 4, 4 and 2; replaying the first 4 leaves 2 segment files."""
+    spool = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=4096)
+    await spool.open()
+    for _ in range(10):
+        spool.append_nowait(lines(0, 50), 50)
+    await spool.close()
+    assert len(segments(tmp_path)) == 3
+    again = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=4096)
+    await again.open()
+    batch = await again.read(4096)
+    assert batch.records == 4
+    await again.commit(batch)
+    assert [p.stat().st_size for p in segments(tmp_path)] == [8 + 4 * 970, 8 + 2 * 970]
+    await again.close()
+
+
 @pytest.mark.parametrize("policy", ["always", "never", "50ms"])
 async def test_every_fsync_policy_keeps_data_across_restart(tmp_path: Path, policy: str) -> None:
     spool = Spool(tmp_path, max_bytes=1 << 20, fsync=parse_fsync_policy(policy))
