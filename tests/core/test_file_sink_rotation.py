@@ -122,6 +122,26 @@ async def test_a_file_without_an_index_counts_its_own_size_alone(tmp_path: Path)
     assert sink.stats()["deleted_files"] == 0
 
 
+async def test_max_files_1_keeps_only_the_file_being_written(tmp_path: Path) -> None:
+    """Guards: ``max_files = 1`` counts the file being written, so no finished file stays: the
+    two files an earlier run left are deleted as the sink opens, and the file rotated out is
+    deleted at the rotation."""
+    for name in ("nrg-a.lp", "nrg-b.lp"):
+        (tmp_path / name).write_text("m n=1i 1\n")
+    config = FileConfig(
+        dir=str(tmp_path), max_bytes=len(line(0)), max_files=1, max_total_bytes=1 << 30
+    )
+    sink = FileSink(config, ctx(tmp_path))
+    await sink.open()
+    assert sink.stats()["deleted_files"] == 2
+    for i in range(2):
+        await sink.write(one_line(i))
+    await sink.aclose()
+    (left,) = tmp_path.glob("nrg-*.lp")
+    assert left.read_text() == line(1)
+    assert sink.stats()["deleted_files"] == 3
+
+
 async def test_files_take_the_permissions_the_umask_leaves(tmp_path: Path) -> None:
     """Guards: the sink creates its files readable and writable as any file the user creates
     (0o666 less the umask), never executable: 0o666 & ~0o022 = 0o644 (rw-r--r--) under umask

@@ -239,3 +239,21 @@ async def test_segments_left_behind_the_cursor_are_removed_and_the_later_ones_re
     assert (again.records, again.points, again.torn_records) == (1, 250, 0)
     assert await drain(again) == lines(500, 250)
     await again.close()
+
+
+async def test_a_last_record_torn_inside_its_header_is_cut_off(tmp_path: Path) -> None:
+    """Guards: a power cut that left only the first 13 bytes of a record's 20-byte header (no
+    payload) costs that record alone: the spool opens with the good record before it, counts
+    one torn record of 13 bytes, cuts them off and appends after the good record."""
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    await spool.append(lines(0, 10), 10)
+    await spool.close()
+    (seg,) = tmp_path.glob("seg-*.nrgspool")
+    with seg.open("ab") as f:
+        f.write(encode_record(lines(10, 10), 10, 0)[:13])
+    again = Spool(tmp_path, max_bytes=1 << 20)
+    await again.open()
+    assert (again.records, again.points, again.torn_records) == (1, 10, 1)
+    assert again.discarded_bytes == 13
+    await appends_after_the_cut(again)
