@@ -48,6 +48,7 @@ from sinks.influxdb.http import (
         (405, SETTINGS),
         (408, RETRY),
         (429, RETRY),
+        (499, SETTINGS),  # the last 4xx (a proxy's "client closed request"): not a retry
         (500, RETRY),
         (502, RETRY),
         (503, RETRY),
