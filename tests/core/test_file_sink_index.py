@@ -427,3 +427,32 @@ async def test_a_failed_index_child_is_heard_of_while_an_earlier_one_still_runs(
     finally:
         _stop(slow)
     await sink.aclose()
+
+
+async def test_an_index_child_does_not_hold_the_agents_stdin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: an index child (which may outlive the agent) reads from ``/dev/null``, not from
+    the agent's stdin: with the agent's stdin a pipe, the child (a script that notes where its
+    stdin leads) finds ``/dev/null`` there, so whatever feeds the agent sees it end when the
+    agent does."""
+    monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
+    seen = tmp_path / "stdin-of-child"
+    child = tmp_path / "child-python"
+    child.write_text(f"#!/bin/sh\nreadlink /proc/self/fd/0 > {seen}\n")
+    child.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(child))
+    sink = FileSink(FileConfig(dir=str(tmp_path / "out"), fsync="never"), ctx(tmp_path))
+    await sink.open()
+    await sink.write(steps(0, 12))  # the last file, worth an index at close
+    read_end, write_end = os.pipe()
+    saved = os.dup(0)
+    os.dup2(read_end, 0)
+    try:
+        await sink.aclose()  # starts the child, waits for it
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read_end, write_end):
+            os.close(fd)
+    assert sink.stats()["indexes_started"] == 1
+    assert seen.read_text() == "/dev/null\n"
