@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sinks.influxdb.segments import FsyncPolicy
 from sinks.influxdb.spool import MAGIC, Spool, encode_record
 from tests.influxdb.helpers import appends_after_the_cut, drain, lines
 
@@ -257,3 +258,67 @@ async def test_a_last_record_torn_inside_its_header_is_cut_off(tmp_path: Path) -
     assert (again.records, again.points, again.torn_records) == (1, 10, 1)
     assert again.discarded_bytes == 13
     await appends_after_the_cut(again)
+
+
+async def test_a_new_segment_never_takes_the_cursors_number(tmp_path: Path) -> None:
+    """Guards: records appended after restarts land in a segment numbered after the cursor's,
+    even once the cursor's own segment is gone, so the next start reads them all: one record
+    replayed (cursor at its end in segment 0); a start that finds segment 0 fully replayed
+    removes it; the start after that appends two records; the start after that finds both."""
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    await spool.append(lines(0, 10), 10)
+    await spool.commit(await spool.read(1 << 20))
+    await spool.close()
+    for _ in range(2):  # the first start removes the replayed segment; the second finds none
+        again = Spool(tmp_path, max_bytes=1 << 20)
+        await again.open()
+        await again.close()
+    assert list(tmp_path.glob("seg-*.nrgspool")) == []
+    writer = Spool(tmp_path, max_bytes=1 << 20)
+    await writer.open()
+    await writer.append(lines(10, 5), 5)
+    await writer.append(lines(15, 5), 5)
+    await writer.close()
+    reader = Spool(tmp_path, max_bytes=1 << 20)
+    await reader.open()
+    assert (reader.records, reader.points, reader.torn_records) == (2, 10, 0)
+    assert await drain(reader) == lines(10, 10)
+    await reader.close()
+
+
+async def test_a_replay_across_many_segments_reads_each_record_from_its_own(
+    tmp_path: Path,
+) -> None:
+    """Guards: one read across 48 segments of one record each (a long outage's backlog)
+    gives every record from its own segment file, in order, none counted corrupt, whatever
+    descriptor numbers the files get. A record of 110 lines is 20 + 110 × 19 = 2,110 bytes: two
+    do not fit in a segment of 4,096."""
+    never = FsyncPolicy(None)  # no sync per segment: only the reading is checked here
+    spool = Spool(tmp_path, max_bytes=1 << 23, segment_bytes=4096, fsync=never)
+    await spool.open()
+    for i in range(48):
+        spool.append_nowait(lines(110 * i, 110), 110)
+    await spool.flush()
+    assert len(list(tmp_path.glob("seg-*.nrgspool"))) == 48
+    batch = await spool.read(1 << 23)
+    assert (batch.records, spool.corrupt_records) == (48, 0)
+    assert batch.payload == lines(0, 48 * 110)
+    await spool.close()
+
+
+async def test_records_gone_from_under_the_spool_are_counted_corrupt(tmp_path: Path) -> None:
+    """Guards: records whose bytes are no longer in their segment file when they are read
+    (the file cut back to its magic by something else) are counted corrupt and skipped, not
+    replayed as empty: two records of 10 points: 2 corrupt records, 20 points, nothing read."""
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    await spool.open()
+    await spool.append(lines(0, 10), 10)
+    await spool.append(lines(10, 10), 10)
+    await spool.flush()
+    (seg,) = tmp_path.glob("seg-*.nrgspool")
+    os.truncate(seg, len(MAGIC))
+    batch = await spool.read(1 << 20)
+    assert (batch.records, batch.payload) == (0, b"")
+    assert (spool.corrupt_records, spool.corrupt_points, spool.records) == (2, 20, 0)
+    await spool.close()
