@@ -223,7 +223,8 @@ class SegmentFiles:
                     discarded += len(data)
                 path.unlink()
                 continue
-            start = cursor_off if seq == cursor_seq and cursor_off >= len(MAGIC) else len(MAGIC)
+            # From the cursor in its segment (never before the first record), else the start.
+            start = max(cursor_off, len(MAGIC)) if seq == cursor_seq else len(MAGIC)
             found, good_end, bad, skipped, skipped_bytes = _parse_skipping(data, seq, start)
             torn += skipped
             discarded += skipped_bytes
