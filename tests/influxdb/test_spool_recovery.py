@@ -322,3 +322,30 @@ async def test_records_gone_from_under_the_spool_are_counted_corrupt(tmp_path: P
     assert (batch.records, batch.payload) == (0, b"")
     assert (spool.corrupt_records, spool.corrupt_points, spool.records) == (2, 20, 0)
     await spool.close()
+
+
+def test_a_record_whose_write_failed_is_never_read_after_a_commit_inside_its_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: a record the disk refused was never spooled, so reading it later (it may still
+    be queued for replay when the failure is heard of) skips it without a word, even after a
+    commit whose cursor lies in its segment: segment 100 holds one 39-byte record (20 + 19)
+    at offset 8; the next, at offset 8 + 39 = 47, fails; after a commit at (100, 8) a read of
+    it gives nothing and no corrupt record."""
+    from sinks.influxdb.segments import FsyncPolicy, SegmentFiles, SpoolRecord
+
+    files = SegmentFiles(tmp_path, FsyncPolicy(None))
+    files.recover()
+    first, failed = (encode_record(lines(i, 1), 1, 0) for i in range(2))
+    files.append(100, len(MAGIC), first)
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError):
+        files.append(100, len(MAGIC) + len(first), failed)
+    monkeypatch.undo()
+    files.commit((100, len(MAGIC)), 100)  # the first record is not replayed yet
+    assert files.read([SpoolRecord(100, 47, len(failed), 1, 0)]) == ([], [])
+    files.close()
