@@ -240,6 +240,42 @@ def test_epoch_sums_of_an_ended_run_wait_for_its_last_step() -> None:
     assert all(p.fields["steps"] == 1 for p in modules)
 
 
+def test_at_shutdown_the_current_epochs_module_sums_are_written() -> None:
+    """Guards: the agent stopping in the middle of an epoch (no run end) writes that epoch's
+    module sums so far: steps 0 (0.1–0.3 s) and 1 (0.3–0.6 s) at 10 W, "fc" 50 ms of each:
+    2 steps, 10 W × 0.05 s × 2 = 1 J over 0.1 s, stamped at step 1's end."""
+    h = Harness(module_detail="epoch")
+    h.feed(counter("package", 10.0, 0, 1000))
+    h.feed([module(0, "fc", "forward", 0.05, 300), step(0, 100, 300)])
+    h.feed([module(1, "fc", "forward", 0.05, 600), step(1, 300, 600)])
+    h.proc.flush(h.out.append)
+    (fc,) = [p for p in h.out if p.tags["scope"] == "module"]
+    assert (fc.tags["module"], fc.fields["steps"], fc.fields["step"]) == ("fc", 2, 1)
+    assert fc.time_ns == T0 + 600 * MS
+    assert fc.fields["energy_joules"] == pytest.approx(1.0, rel=1e-12)
+    assert fc.fields["duration_seconds"] == pytest.approx(0.1, rel=1e-12)
+    assert h.proc.stats()["points_emitted"] == len(h.out) == 2 * 2 + 1
+
+
+def test_module_detail_auto_stays_per_epoch_once_a_runs_step_had_over_fifty_modules() -> None:
+    """Guards: with ``module_detail = "auto"``, once a step of a run reports more than 50
+    modules every later step of the run is summed per epoch too, also one reporting fewer (a
+    run's module points are all of one kind): step 0 with 51 modules, step 1 with 2 of them;
+    one sum per module over the epoch's 2 steps, layer0 and layer1 10 W × 1 ms × 2 = 0.02 J,
+    the 49 others 0.01 J (step 0 only), and no module point per step."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 2000))
+    h.feed([*many_modules(0, 51, 300), step(0, 100, 300)])
+    h.feed([*many_modules(1, 2, 600), step(1, 300, 600)])
+    h.feed([run_event("end", 2000)])
+    modules = [p for p in h.out if p.tags["scope"] == "module"]
+    assert [p.fields.get("steps") for p in modules] == [2] * 51
+    energy = {p.tags["module"]: p.fields["energy_joules"] for p in modules}
+    assert energy == {
+        f"layer{i}": pytest.approx(0.02 if i < 2 else 0.01, rel=1e-12) for i in range(51)
+    }
+
+
 def test_module_detail_is_checked() -> None:
     from acquisition.processors.attribution import AttributionConfig
 
