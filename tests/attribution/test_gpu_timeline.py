@@ -284,3 +284,59 @@ def test_driver_samples_that_begin_just_after_a_step_starts_still_give_its_energ
     h.feed([run_event("end", 3000)])
     (point,) = step_points(h, "nvml:0").values()
     assert point.fields["energy_joules"] == pytest.approx(expected_j, rel=1e-9)
+
+
+def gpu_step(gpu_start_ms: int, gpu_end_ms: int) -> Point:
+    """Step 0, on the GPU from ``gpu_start_ms`` to ``gpu_end_ms`` (launched 30 ms earlier)."""
+    fields = {
+        "step": 0,
+        "start_time_ns": T0 + (gpu_start_ms - QUEUE_MS) * MS,
+        "end_time_ns": T0 + (gpu_end_ms - QUEUE_MS) * MS,
+        "gpu_start_time_ns": T0 + gpu_start_ms * MS,
+        "gpu_end_time_ns": T0 + gpu_end_ms * MS,
+    }
+    return Point("nrg_step", {**RUN, "epoch": "0"}, fields, T0 + (gpu_end_ms - QUEUE_MS) * MS)
+
+
+def test_a_step_from_the_counters_only_reading_is_carried_by_the_samples() -> None:
+    """Guards: the agent read the GPU's counter once, at 2 s, and stopped at 2.14 s; a step ran
+    on the GPU from exactly 2 s to 2.1 s at 600 W (a sample every 20 ms): the samples carry
+    it, 600 W × 0.1 s = 60 J. Its bar is the samples' swing alone, 0 J at a constant power
+    (the counter's one reading cancels out of the step's energy); its start edge, on that
+    reading, has no counter interval whose power could be stale: 0 J; its end edge, as for
+    any step carried past the last reading, the samples' 600 W × the counter's 0.1 s update
+    period: 60 J."""
+    h = Harness(module_detail="off")
+    h.feed([Point("gpu", GPU, {"energy_joules": 1000.0}, T0 + 2000 * MS)])
+    h.feed(
+        Point("gpu_sample", GPU, {"power_watts": 600.0}, T0 + t * MS) for t in range(2000, 2141, 20)
+    )
+    h.feed([gpu_step(2000, 2100)])
+    h.proc.flush(h.out.append)
+    f = step_points(h, "nvml:0")[0].fields
+    assert f["energy_joules"] == pytest.approx(600.0 * 0.1, rel=1e-12)
+    bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
+    assert bars == pytest.approx((0.0, 0.0, 600.0 * 0.1), rel=1e-12, abs=1e-12)
+
+
+def test_samples_that_begin_after_a_step_leave_its_bar_to_the_counter() -> None:
+    """Guards: the driver's samples of a GPU began after the step (at 2.5 s), so they shape
+    none of its counter's intervals: the step is measured and bounded by the counter alone.
+    The counter reads 0, 100, 300 and 400 J at 0, 1, 2 and 3 s (100, 200, 100 W); the step
+    ran on the GPU from 1.2 to 1.8 s: 200 W × 0.6 s = 120 J. Each edge's swing is over the
+    counter's intervals around it up to its next reading (2 s, the last a step is sure to
+    have): (200 − 100) W × 1 s = 100 J, plus the 200 W interval's staleness, 200 W × 0.1 s =
+    20 J: 120 J per edge. Both edges in one counter interval, the step's bar is the two
+    swings plus the staleness on its 0.6 share of that interval: 100 + 100 + 2 × 200 W ×
+    0.1 s × 0.6 = 224 J (under the edges' 240 J)."""
+    h = Harness(module_detail="off")
+    readings = [(0, 0.0), (1000, 100.0), (2000, 300.0), (3000, 400.0)]
+    h.feed(Point("gpu", GPU, {"energy_joules": j}, T0 + t * MS) for t, j in readings)
+    h.feed(
+        Point("gpu_sample", GPU, {"power_watts": 100.0}, T0 + t * MS) for t in range(2500, 3001, 20)
+    )
+    h.feed([gpu_step(1200, 1800), run_event("end", 3000)])
+    f = step_points(h, "nvml:0")[0].fields
+    assert f["energy_joules"] == pytest.approx(200.0 * 0.6, rel=1e-12)
+    bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
+    assert bars == pytest.approx((224.0, 120.0, 120.0), rel=1e-12)
