@@ -657,3 +657,27 @@ def test_after_a_counter_reset_a_step_is_measured_from_the_new_readings_alone() 
         ("rapl:package-0", "step", "", "", 1, 8.0, 0.2),
         ("rapl:package-0", "unattributed", "", "", 1, 8.0, 0.2),
     ]
+
+
+def test_a_run_restarted_again_before_a_step_drops_the_step_its_job_died_in() -> None:
+    """Guards: a run restarted again before the restarted job finished a step (it died in its
+    first step, after sending a module point) is restarted again: that step, which can never
+    end, is dropped, not merged into the next incarnation's step of the same number; the
+    restart's start event sent twice is one restart. 10 W; step 0 (0–1 s); a restart at 2 s,
+    "fc2" of its step 0 sent at 2.1 s, then the job died; a restart at 3 s, its step 0 (3–3.5
+    s) with "fc1" 0.1 s: 10 W × 0.5 s = 5 J, fc1 10 W × 0.1 s = 1 J, 4 J unattributed."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 5000))
+    h.feed([run_event("start", 0), step(0, 0, 1000)])
+    h.feed([run_event("start", 2000), module(0, "fc2", "backward", 0.2, 2100)])
+    h.feed([run_event("start", 3000), module(0, "fc1", "forward", 0.1, 3500)])
+    h.feed([run_event("start", 3000), step(0, 3000, 3500), run_event("end", 4000)])
+    assert h.rows() == [
+        ("rapl:package-0", "step", "", "", 0, 10.0, 1.0),
+        ("rapl:package-0", "unattributed", "", "", 0, 10.0, 1.0),
+        ("rapl:package-0", "step", "", "", 0, 5.0, 0.5),
+        ("rapl:package-0", "module", "fc1", "forward", 0, 1.0, 0.1),
+        ("rapl:package-0", "unattributed", "", "", 0, 4.0, 0.4),
+    ]
+    stats = h.proc.stats()
+    assert (stats["steps_dropped"], stats["steps_pending"]) == (1, 0)
