@@ -681,3 +681,19 @@ def test_a_run_restarted_again_before_a_step_drops_the_step_its_job_died_in() ->
     ]
     stats = h.proc.stats()
     assert (stats["steps_dropped"], stats["steps_pending"]) == (1, 0)
+
+
+def test_a_lone_sample_before_a_silence_is_let_go_at_the_first_prune() -> None:
+    """Guards: a prune goes back to the last ``history`` (1 s here) whatever lies before it,
+    also a single older sample: RAPL read at 0 and 1 s, then every 10 ms from 1.5 s. At 2.12 s
+    there are 2 + 63 = 65 samples spanning 2.12 s (over 64 and over 2 × history): everything
+    before the last sample at or before 2.12 − 1 = 1.12 s (the one at 1 s) goes, the sample at
+    0 s alone: 64 left, from 1 s."""
+    h = Harness(history=1.0, grace=0.5)
+    samples = counter("package", 10.0, 0, 1000, 1000) + counter("package", 10.0, 1500, 2120, 10)
+    h.feed(samples[:-1])
+    kept = h.proc._sources["rapl:package-0"].counter.times
+    assert (len(kept), kept[0]) == (64, T0)
+    h.feed(samples[-1:])
+    kept = h.proc._sources["rapl:package-0"].counter.times
+    assert (len(kept), kept[0]) == (64, T0 + 1000 * MS)
