@@ -257,6 +257,29 @@ def test_at_shutdown_the_current_epochs_module_sums_are_written() -> None:
     assert h.proc.stats()["points_emitted"] == len(h.out) == 2 * 2 + 1
 
 
+def test_a_restart_writes_the_old_incarnations_epoch_sums_apart_from_the_new_ones() -> None:
+    """Guards: a run restarted in the middle of an epoch has the old incarnation's module sums
+    written at the restart; the new incarnation's steps of the same epoch are summed on their
+    own, not added to them. 10 W; steps 0 (0.1–0.3 s) and 1 (0.3–0.6 s), "fc" 50 ms of each;
+    the restart at 1 s, then its step 0 (1.1–1.4 s), "fc" 50 ms: 10 W × 0.05 s × 2 = 1 J over
+    2 steps stamped at 0.6 s, then 10 W × 0.05 s = 0.5 J over 1 step stamped at 1.4 s."""
+    h = Harness(module_detail="epoch")
+    h.feed(counter("package", 10.0, 0, 2000))
+    h.feed([run_event("start", 0), module(0, "fc", "forward", 0.05, 300), step(0, 100, 300)])
+    h.feed([module(1, "fc", "forward", 0.05, 600), step(1, 300, 600)])
+    h.feed([run_event("start", 1000), module(0, "fc", "forward", 0.05, 1400)])
+    h.feed([step(0, 1100, 1400), run_event("end", 2000)])
+    sums = [
+        (p.fields["steps"], p.fields["step"], p.time_ns - T0, p.fields["energy_joules"])
+        for p in h.out
+        if p.tags["scope"] == "module"
+    ]
+    assert sums == [
+        (2, 1, 600 * MS, pytest.approx(1.0, rel=1e-12)),
+        (1, 0, 1400 * MS, pytest.approx(0.5, rel=1e-12)),
+    ]
+
+
 def test_module_detail_auto_stays_per_epoch_once_a_runs_step_had_over_fifty_modules() -> None:
     """Guards: with ``module_detail = "auto"``, once a step of a run reports more than 50
     modules every later step of the run is summed per epoch too, also one reporting fewer (a
