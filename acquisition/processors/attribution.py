@@ -235,10 +235,6 @@ class EnergyAttribution:
         """Per source: how many steps it could not bracket, so they have no energy from it."""
         return dict(self._missing)
 
-    def describe(self) -> str:
-        names = ", ".join(sorted(self._sources)) or "none yet"
-        return f"energy per step and module from {names}"
-
     # -- intake --
 
     def _on_source(self, point: Point) -> str | None:
