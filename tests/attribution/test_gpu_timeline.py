@@ -342,22 +342,22 @@ def test_samples_that_begin_after_a_step_leave_its_bar_to_the_counter() -> None:
     assert bars == pytest.approx((224.0, 120.0, 120.0), rel=1e-12)
 
 
-@pytest.mark.parametrize(("first_ms", "carried"), [(2100, True), (2101, False)])
+@pytest.mark.parametrize(("late_ns", "carried"), [(0, True), (1, False)])
 def test_samples_beginning_up_to_100_ms_after_the_last_counter_reading_carry_it(
-    first_ms: int, carried: bool
+    late_ns: int, carried: bool
 ) -> None:
     """Guards: past the counter's last reading (2 s) the driver's samples carry it when they
     begin at most 100 ms after it, that limit included (their first power held back to the
     reading); a step on the GPU from 2.1 to 2.2 s, samples at 612.5 W every 20 ms from 2.1 s:
     612.5 W × 0.1 s = 61.25 J. Its bar: no swing, no counter reading inside it to be stale:
     0 J; each edge, the power carrying it there × the counter's 0.1 s update period, 612.5 W
-    × 0.1 s = 61.25 J. Samples from 2.101 s (beyond the slack): no GPU energy for the step,
-    counted as missing it."""
+    × 0.1 s = 61.25 J. Samples from 1 ns later (beyond the slack): no GPU energy for the
+    step, counted as missing it."""
     h = Harness(module_detail="off")
     h.feed(Point("gpu", GPU, {"energy_joules": 600.0 * t}, T0 + t * 1000 * MS) for t in (1, 2))
     h.feed(
-        Point("gpu_sample", GPU, {"power_watts": 612.5}, T0 + t * MS)
-        for t in range(first_ms, 2300, 20)
+        Point("gpu_sample", GPU, {"power_watts": 612.5}, T0 + (2100 + 20 * k) * MS + late_ns)
+        for k in range(10)
     )
     h.feed([gpu_step(2100, 2200)])
     h.proc.flush(h.out.append)
