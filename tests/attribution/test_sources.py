@@ -389,3 +389,40 @@ def test_a_reading_that_arrives_again_is_not_an_interval_of_its_source() -> None
     assert sorted(walls) == list(range(80))
     assert walls[79] == pytest.approx(wall_energy(39_500, 40_000), rel=1e-12)
     assert "steps_missing:emonpi:5" not in h.proc.stats()
+
+
+@pytest.mark.parametrize(("short_gaps", "waited_s"), [(7, 30), (8, 3)])
+def test_a_source_is_waited_for_by_its_last_eight_sample_intervals(
+    short_gaps: int, waited_s: int
+) -> None:
+    """Guards: a source is waited for up to 3 × the longest of its last 8 sample intervals
+    (at least grace, 2 s) after its last reading: a wall meter read at 0 s, 10 s later, then
+    every second ``short_gaps`` times, then silent; a step ends 0.5 s after its last reading.
+    After 7 one-second intervals the 10 s one is still among the last 8: the step waits
+    3 × 10 = 30 s past the reading; after 8 it is forgotten: 3 × 1 = 3 s. Then the step is
+    written with RAPL alone, the meter counted missing for it."""
+    h = Harness()
+    last = 10_000 + short_gaps * 1000
+    walls = [wall(0), *(wall(t) for t in range(10_000, last + 1, 1000))]
+    events = sorted(
+        [*counter("package", PACKAGE_W, 0, last + 40_000), *walls, step(0, last - 500, last + 500)],
+        key=lambda p: p.time_ns,
+    )
+    due = T0 + (last + waited_s * 1000) * MS
+    h.feed(p for p in events if p.time_ns < due)
+    assert h.out == []
+    h.feed(p for p in events if p.time_ns == due)
+    assert by_step(h, "rapl:package-0", "step") == {0: pytest.approx(PACKAGE_W, rel=1e-12)}
+    assert h.proc.stats()["steps_missing:emonpi:5"] == 1
+
+
+def test_by_default_a_step_waits_2_s_for_late_module_points() -> None:
+    """Guards: the default ``grace`` is 2 s on the data clock: a step point that arrives at
+    0.6 s with nothing completing it is written at 2.6 s, not before."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 600))
+    h.feed([module(0, "fc", "forward", 0.1, 550), step(0, 250, 550)])
+    h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 2599 * MS)])
+    assert h.out == []
+    h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 2600 * MS)])
+    assert len(h.out) == 3  # the step, fc and the unattributed rest
