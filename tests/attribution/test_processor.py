@@ -697,3 +697,22 @@ def test_a_lone_sample_before_a_silence_is_let_go_at_the_first_prune() -> None:
     h.feed(samples[-1:])
     kept = h.proc._sources["rapl:package-0"].counter.times
     assert (len(kept), kept[0]) == (64, T0 + 1000 * MS)
+
+
+def test_a_source_that_cannot_bracket_a_step_leaves_the_others_measured() -> None:
+    """Guards: a source without samples around a step is left out of that step alone; the
+    sources seen after it still give theirs. A GPU first seen at 0.4 s, then RAPL read from
+    0 s at 10 W; a step from 0.25 to 0.55 s: RAPL's 10 W × 0.3 s = 3 J, the GPU counted as
+    missing it."""
+    h = Harness()
+    late = [
+        Point("gpu", {"gpu": "0"}, {"energy_joules": float(t)}, T0 + t * MS) for t in (400, 900)
+    ]
+    h.feed([*late, *counter("package", 10.0, 0, 1000)])
+    h.feed([step(0, 250, 550), run_event("end", 1000)])
+    assert h.rows() == [
+        ("rapl:package-0", "step", "", "", 0, 3.0, 0.3),
+        ("rapl:package-0", "unattributed", "", "", 0, 3.0, 0.3),
+    ]
+    stats = h.proc.stats()
+    assert (stats["steps_attributed"], stats["steps_missing:nvml:0"]) == (1, 1)
