@@ -407,7 +407,7 @@ class EnergyAttribution:
         self._blocking.clear()
         for key, entry in list(self._steps.items()):
             over = entry.run == finish
-            if entry.start_ns is None or entry.end_ns is None:
+            if entry.end_ns is None:  # no step point yet (it sets start and end together)
                 due = entry.seen_ns + self._history_ns
                 if over or self._clock >= due:
                     del self._steps[key]  # modules whose step never came
