@@ -426,3 +426,22 @@ def test_by_default_a_step_waits_2_s_for_late_module_points() -> None:
     assert h.out == []
     h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 2600 * MS)])
     assert len(h.out) == 3  # the step, fc and the unattributed rest
+
+
+def test_a_wall_meter_read_twice_bounds_a_step_by_its_one_interval() -> None:
+    """Guards: with two readings, the fewest that bracket a step, the error bar of each edge
+    is the power swing over the one interval between them, also for an edge on the second
+    reading (the interval that ends there) and one in the first interval: a wall meter at
+    100 W at 0 s and 300 W at 1 s, a step from 0.5 to 1 s: (200 + 300) / 2 W × 0.5 s = 125 J;
+    each edge (300 − 100) W × 1 s = 200 J, the step 400 J (a power series: no counter to be
+    stale)."""
+    h = Harness()
+    h.feed(
+        Point("emonpi", {"node": "5"}, {"power1_watts": w}, T0 + t * MS)
+        for t, w in [(0, 100.0), (1000, 300.0)]
+    )
+    h.feed([step(0, 500, 1000), run_event("end", 1000)])
+    (f,) = [p.fields for p in h.out if p.tags["scope"] == "step"]
+    assert f["energy_joules"] == pytest.approx(125.0, rel=1e-12)
+    bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
+    assert bars == pytest.approx((400.0, 200.0, 200.0), rel=1e-12)
