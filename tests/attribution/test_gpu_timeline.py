@@ -322,24 +322,43 @@ def test_a_step_from_the_counters_only_reading_is_carried_by_the_samples() -> No
 def test_samples_that_begin_after_a_step_leave_its_bar_to_the_counter() -> None:
     """Guards: the driver's samples of a GPU began after the step (at 2.5 s), so they shape
     none of its counter's intervals: the step is measured and bounded by the counter alone.
-    The counter reads 0, 100, 300 and 400 J at 0, 1, 2 and 3 s (100, 200, 100 W); the step
-    ran on the GPU from 1.2 to 1.8 s: 200 W × 0.6 s = 120 J. Each edge's swing is over the
-    counter's intervals around it up to its next reading (2 s, the last a step is sure to
-    have): (200 − 100) W × 1 s = 100 J, plus the 200 W interval's staleness, 200 W × 0.1 s =
-    20 J: 120 J per edge. Both edges in one counter interval, the step's bar is the two
-    swings plus the staleness on its 0.6 share of that interval: 100 + 100 + 2 × 200 W ×
-    0.1 s × 0.6 = 224 J (under the edges' 240 J)."""
+    The counter reads 0, 100, 300.5 and 400 J at 0, 1, 2 and 3 s (100, 200.5, 99.5 W); the
+    step ran on the GPU from 1.2 to 1.8 s: 200.5 W × 0.6 s = 120.3 J. Each edge's swing is
+    over the counter's intervals around it up to its next reading (2 s, the last a step is
+    sure to have): (200.5 − 100) W × 1 s = 100.5 J, plus the 200.5 W interval's staleness,
+    200.5 W × 0.1 s = 20.05 J: 120.55 J per edge. Both edges in one counter interval, the
+    step's bar is the two swings plus the staleness on its 0.6 share of that interval:
+    100.5 + 100.5 + 2 × 200.5 W × 0.1 s × 0.6 = 225.06 J (under the edges' 241.1 J)."""
     h = Harness(module_detail="off")
-    readings = [(0, 0.0), (1000, 100.0), (2000, 300.0), (3000, 400.0)]
+    readings = [(0, 0.0), (1000, 100.0), (2000, 300.5), (3000, 400.0)]
     h.feed(Point("gpu", GPU, {"energy_joules": j}, T0 + t * MS) for t, j in readings)
     h.feed(
         Point("gpu_sample", GPU, {"power_watts": 100.0}, T0 + t * MS) for t in range(2500, 3001, 20)
     )
     h.feed([gpu_step(1200, 1800), run_event("end", 3000)])
     f = step_points(h, "nvml:0")[0].fields
-    assert f["energy_joules"] == pytest.approx(200.0 * 0.6, rel=1e-12)
+    assert f["energy_joules"] == pytest.approx(200.5 * 0.6, rel=1e-12)
     bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
-    assert bars == pytest.approx((224.0, 120.0, 120.0), rel=1e-12)
+    assert bars == pytest.approx((225.06, 120.55, 120.55), rel=1e-12)
+
+
+def test_a_gpu_without_a_counter_is_bounded_by_its_readings_where_samples_miss_the_step() -> None:
+    """Guards: a GPU without an energy counter whose driver samples begin after a step (at
+    2.5 s) takes the step's energy and its error bars from its power readings alone: 100,
+    300 and 100 W at 0, 1 and 2 s, a step on the GPU from 0.5 to 1.5 s: (200 + 300) / 2 W ×
+    0.5 s twice = 250 J; each edge, the swing over the readings around it, (300 − 100) W ×
+    1 s = 200 J, the step 400 J (a power series: no counter to be stale)."""
+    h = Harness(module_detail="off")
+    readings = [(0, 100.0), (1000, 300.0), (2000, 100.0)]
+    h.feed(Point("gpu", GPU, {"power_watts": w}, T0 + t * MS) for t, w in readings)
+    h.feed(
+        Point("gpu_sample", GPU, {"power_watts": 100.0}, T0 + t * MS) for t in range(2500, 3001, 20)
+    )
+    h.feed([gpu_step(500, 1500), run_event("end", 3000)])
+    f = step_points(h, "nvml:0")[0].fields
+    assert f["energy_joules"] == pytest.approx(250.0, rel=1e-12)
+    bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
+    assert bars == pytest.approx((400.0, 200.0, 200.0), rel=1e-12)
 
 
 @pytest.mark.parametrize(("late_ns", "carried"), [(0, True), (1, False)])
