@@ -388,3 +388,19 @@ def test_samples_beginning_up_to_100_ms_after_the_last_counter_reading_carry_it(
     assert f["energy_joules"] == pytest.approx(612.5 * 0.1, rel=1e-12)
     bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
     assert bars == pytest.approx((0.0, 612.5 * 0.1, 612.5 * 0.1), rel=1e-12, abs=1e-12)
+
+
+def test_a_driver_sample_sent_again_at_the_same_time_replaces_the_first() -> None:
+    """Guards: a driver power sample sent again with the time of the newest one is no late
+    sample (not counted in ``samples_out_of_order``): it replaces that one. Samples at 300 W
+    every 20 ms to 1 s, then the one at 1 s again at 600 W; a step on the GPU from 0.9 to
+    1 s: 300 W × 0.08 s + (300 + 600) / 2 W × 0.02 s = 24 + 9 = 33 J."""
+    h = Harness(module_detail="off")
+    h.feed(
+        Point("gpu_sample", GPU, {"power_watts": 300.0}, T0 + t * MS) for t in range(0, 1001, 20)
+    )
+    h.feed([Point("gpu_sample", GPU, {"power_watts": 600.0}, T0 + 1000 * MS)])
+    h.feed([gpu_step(900, 1000), run_event("end", 1000)])
+    assert h.proc.stats()["samples_out_of_order"] == 0
+    f = step_points(h, "nvml:0")[0].fields
+    assert f["energy_joules"] == pytest.approx(33.0, rel=1e-12)
