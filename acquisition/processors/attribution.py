@@ -157,7 +157,8 @@ class EnergyAttribution:
         self._last_step: dict[RunKey, int] = {}
         """Step index of the latest training-job point per run (arrival order)."""
         self._run_end_ns: dict[RunKey, int] = {}
-        """End of the latest step seen per run, to tell a restart from a late start event."""
+        """Per run, the end of its latest step or its latest start event seen, to tell a restart
+        from a late start event."""
         self._done: dict[RunKey, DoneSteps] = {}
         self._sums: dict[RunKey, EpochSums] = {}
         """Module energy summed over the current epoch, per run (``module_detail`` epoch)."""
@@ -233,10 +234,6 @@ class EnergyAttribution:
     def missing_by_source(self) -> dict[str, int]:
         """Per source: how many steps it could not bracket, so they have no energy from it."""
         return dict(self._missing)
-
-    def describe(self) -> str:
-        names = ", ".join(sorted(self._sources)) or "none yet"
-        return f"energy per step and module from {names}"
 
     # -- intake --
 
@@ -356,22 +353,24 @@ class EnergyAttribution:
     def _on_run(self, point: Point, emit: Emit) -> None:
         run = run_key(point.tags)
         event = point.fields.get("event")
+        latest = self._run_end_ns.get(run, point.time_ns)
+        if event == "start":
+            self._run_end_ns[run] = max(latest, point.time_ns)
         if event == "end":
             self._mark_complete(run, lambda n: True)
             self._ended.add(run)
             self._flush(emit)
-        elif event == "start" and point.time_ns > self._run_end_ns.get(run, point.time_ns):
+        elif event == "start" and point.time_ns > latest:
             # A restarted run counts its steps from 0 again: finish the old incarnation first.
             # (A start older than steps already seen is the same run's start arriving late, e.g.
             # from an ingested fallback file, and changes nothing.)
-            # Its steps still waiting (for a slow meter) are written now, as at shutdown: a step
-            # of the new incarnation with the same number must not be taken for one of them.
+            # Its steps still waiting (for a slow meter) are written now, as at shutdown, and an
+            # end it had is settled: a step of the new incarnation with the same number must not
+            # be taken for one of them.
             self._flush(emit, finish=run)
             self._emit_sums(run, emit)
-            self._ended.discard(run)
             self._last_step.pop(run, None)
             self._done.pop(run, None)
-            self._run_end_ns.pop(run, None)
         elif self._steps:
             self._flush(emit)
 
@@ -408,7 +407,7 @@ class EnergyAttribution:
         self._blocking.clear()
         for key, entry in list(self._steps.items()):
             over = entry.run == finish
-            if entry.start_ns is None or entry.end_ns is None:
+            if entry.end_ns is None:  # no step point yet (it sets start and end together)
                 due = entry.seen_ns + self._history_ns
                 if over or self._clock >= due:
                     del self._steps[key]  # modules whose step never came

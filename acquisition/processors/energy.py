@@ -476,5 +476,5 @@ class Source:
         if not counter:
             return swing
         at = counter_at(times, values, [], [], t)
-        watts = abs(at.watts) if at is not None else 0.0
-        return swing + watts * UPDATE_PERIOD_S.get(self.kind, 0.0)
+        assert at is not None  # the counter brackets the step whose edge this is
+        return swing + abs(at.watts) * UPDATE_PERIOD_S.get(self.kind, 0.0)

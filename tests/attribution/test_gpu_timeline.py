@@ -284,3 +284,123 @@ def test_driver_samples_that_begin_just_after_a_step_starts_still_give_its_energ
     h.feed([run_event("end", 3000)])
     (point,) = step_points(h, "nvml:0").values()
     assert point.fields["energy_joules"] == pytest.approx(expected_j, rel=1e-9)
+
+
+def gpu_step(gpu_start_ms: int, gpu_end_ms: int) -> Point:
+    """Step 0, on the GPU from ``gpu_start_ms`` to ``gpu_end_ms`` (launched 30 ms earlier)."""
+    fields = {
+        "step": 0,
+        "start_time_ns": T0 + (gpu_start_ms - QUEUE_MS) * MS,
+        "end_time_ns": T0 + (gpu_end_ms - QUEUE_MS) * MS,
+        "gpu_start_time_ns": T0 + gpu_start_ms * MS,
+        "gpu_end_time_ns": T0 + gpu_end_ms * MS,
+    }
+    return Point("nrg_step", {**RUN, "epoch": "0"}, fields, T0 + (gpu_end_ms - QUEUE_MS) * MS)
+
+
+def test_a_step_from_the_counters_only_reading_is_carried_by_the_samples() -> None:
+    """Guards: the agent read the GPU's counter once, at 2 s, and stopped at 2.14 s; a step ran
+    on the GPU from exactly 2 s to 2.1 s at 600 W (a sample every 20 ms): the samples carry
+    it, 600 W × 0.1 s = 60 J. Its bar is the samples' swing alone, 0 J at a constant power
+    (the counter's one reading cancels out of the step's energy); its start edge, on that
+    reading, has no counter interval whose power could be stale: 0 J; its end edge, as for
+    any step carried past the last reading, the samples' 600 W × the counter's 0.1 s update
+    period: 60 J."""
+    h = Harness(module_detail="off")
+    h.feed([Point("gpu", GPU, {"energy_joules": 1000.0}, T0 + 2000 * MS)])
+    h.feed(
+        Point("gpu_sample", GPU, {"power_watts": 600.0}, T0 + t * MS) for t in range(2000, 2141, 20)
+    )
+    h.feed([gpu_step(2000, 2100)])
+    h.proc.flush(h.out.append)
+    f = step_points(h, "nvml:0")[0].fields
+    assert f["energy_joules"] == pytest.approx(600.0 * 0.1, rel=1e-12)
+    bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
+    assert bars == pytest.approx((0.0, 0.0, 600.0 * 0.1), rel=1e-12, abs=1e-12)
+
+
+def test_samples_that_begin_after_a_step_leave_its_bar_to_the_counter() -> None:
+    """Guards: the driver's samples of a GPU began after the step (at 2.5 s), so they shape
+    none of its counter's intervals: the step is measured and bounded by the counter alone.
+    The counter reads 0, 100, 300.5 and 400 J at 0, 1, 2 and 3 s (100, 200.5, 99.5 W); the
+    step ran on the GPU from 1.2 to 1.8 s: 200.5 W × 0.6 s = 120.3 J. Each edge's swing is
+    over the counter's intervals around it up to its next reading (2 s, the last a step is
+    sure to have): (200.5 − 100) W × 1 s = 100.5 J, plus the 200.5 W interval's staleness,
+    200.5 W × 0.1 s = 20.05 J: 120.55 J per edge. Both edges in one counter interval, the
+    step's bar is the two swings plus the staleness on its 0.6 share of that interval:
+    100.5 + 100.5 + 2 × 200.5 W × 0.1 s × 0.6 = 225.06 J (under the edges' 241.1 J)."""
+    h = Harness(module_detail="off")
+    readings = [(0, 0.0), (1000, 100.0), (2000, 300.5), (3000, 400.0)]
+    h.feed(Point("gpu", GPU, {"energy_joules": j}, T0 + t * MS) for t, j in readings)
+    h.feed(
+        Point("gpu_sample", GPU, {"power_watts": 100.0}, T0 + t * MS) for t in range(2500, 3001, 20)
+    )
+    h.feed([gpu_step(1200, 1800), run_event("end", 3000)])
+    f = step_points(h, "nvml:0")[0].fields
+    assert f["energy_joules"] == pytest.approx(200.5 * 0.6, rel=1e-12)
+    bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
+    assert bars == pytest.approx((225.06, 120.55, 120.55), rel=1e-12)
+
+
+def test_a_gpu_without_a_counter_is_bounded_by_its_readings_where_samples_miss_the_step() -> None:
+    """Guards: a GPU without an energy counter whose driver samples begin after a step (at
+    2.5 s) takes the step's energy and its error bars from its power readings alone: 100,
+    300 and 100 W at 0, 1 and 2 s, a step on the GPU from 0.5 to 1.5 s: (200 + 300) / 2 W ×
+    0.5 s twice = 250 J; each edge, the swing over the readings around it, (300 − 100) W ×
+    1 s = 200 J, the step 400 J (a power series: no counter to be stale)."""
+    h = Harness(module_detail="off")
+    readings = [(0, 100.0), (1000, 300.0), (2000, 100.0)]
+    h.feed(Point("gpu", GPU, {"power_watts": w}, T0 + t * MS) for t, w in readings)
+    h.feed(
+        Point("gpu_sample", GPU, {"power_watts": 100.0}, T0 + t * MS) for t in range(2500, 3001, 20)
+    )
+    h.feed([gpu_step(500, 1500), run_event("end", 3000)])
+    f = step_points(h, "nvml:0")[0].fields
+    assert f["energy_joules"] == pytest.approx(250.0, rel=1e-12)
+    bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
+    assert bars == pytest.approx((400.0, 200.0, 200.0), rel=1e-12)
+
+
+@pytest.mark.parametrize(("late_ns", "carried"), [(0, True), (1, False)])
+def test_samples_beginning_up_to_100_ms_after_the_last_counter_reading_carry_it(
+    late_ns: int, carried: bool
+) -> None:
+    """Guards: past the counter's last reading (2 s) the driver's samples carry it when they
+    begin at most 100 ms after it, that limit included (their first power held back to the
+    reading); a step on the GPU from 2.1 to 2.2 s, samples at 612.5 W every 20 ms from 2.1 s:
+    612.5 W × 0.1 s = 61.25 J. Its bar: no swing, no counter reading inside it to be stale:
+    0 J; each edge, the power carrying it there × the counter's 0.1 s update period, 612.5 W
+    × 0.1 s = 61.25 J. Samples from 1 ns later (beyond the slack): no GPU energy for the
+    step, counted as missing it."""
+    h = Harness(module_detail="off")
+    h.feed(Point("gpu", GPU, {"energy_joules": 600.0 * t}, T0 + t * 1000 * MS) for t in (1, 2))
+    h.feed(
+        Point("gpu_sample", GPU, {"power_watts": 612.5}, T0 + (2100 + 20 * k) * MS + late_ns)
+        for k in range(10)
+    )
+    h.feed([gpu_step(2100, 2200)])
+    h.proc.flush(h.out.append)
+    got = step_points(h, "nvml:0")
+    if not carried:
+        assert (got, h.proc.stats()["steps_missing:nvml:0"]) == ({}, 1)
+        return
+    f = got[0].fields
+    assert f["energy_joules"] == pytest.approx(612.5 * 0.1, rel=1e-12)
+    bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
+    assert bars == pytest.approx((0.0, 612.5 * 0.1, 612.5 * 0.1), rel=1e-12, abs=1e-12)
+
+
+def test_a_driver_sample_sent_again_at_the_same_time_replaces_the_first() -> None:
+    """Guards: a driver power sample sent again with the time of the newest one is no late
+    sample (not counted in ``samples_out_of_order``): it replaces that one. Samples at 300 W
+    every 20 ms to 1 s, then the one at 1 s again at 600 W; a step on the GPU from 0.9 to
+    1 s: 300 W × 0.08 s + (300 + 600) / 2 W × 0.02 s = 24 + 9 = 33 J."""
+    h = Harness(module_detail="off")
+    h.feed(
+        Point("gpu_sample", GPU, {"power_watts": 300.0}, T0 + t * MS) for t in range(0, 1001, 20)
+    )
+    h.feed([Point("gpu_sample", GPU, {"power_watts": 600.0}, T0 + 1000 * MS)])
+    h.feed([gpu_step(900, 1000), run_event("end", 1000)])
+    assert h.proc.stats()["samples_out_of_order"] == 0
+    f = step_points(h, "nvml:0")[0].fields
+    assert f["energy_joules"] == pytest.approx(33.0, rel=1e-12)

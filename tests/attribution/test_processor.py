@@ -594,3 +594,125 @@ def test_a_start_older_than_the_latest_step_is_no_restart() -> None:
     h.feed([run_event("end", 5000)])
     assert h.proc.stats()["steps_duplicate"] == 1
     assert [p.fields["step"] for p in h.out if p.tags.get("scope") == "step"] == [0, 1, 2, 0]
+
+
+def test_a_late_module_point_completes_the_steps_whose_point_came_before_it() -> None:
+    """Guards: a point of a later step completes the steps whose point came before it, also a
+    module point too late for its own step (already written, counted late). Replayed steps
+    arriving out of order, grace 2 s: step 5 (0.8–0.9 s) comes at data clock 1 s and is
+    written when grace has passed (3 s); step 3 (0.6–0.7 s) comes next, its grace ending at
+    5 s; then a module point of step 5: step 3 is written at once, 10 W × 0.1 s = 1 J."""
+    h = Harness(grace=2.0)
+    h.feed(counter("package", 10.0, 0, 1000))
+    h.feed([step(5, 800, 900), Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 3000 * MS)])
+    h.feed([step(3, 600, 700)])
+    assert [r[1:5] for r in h.rows()] == [("step", "", "", 5), ("unattributed", "", "", 5)]
+    h.feed([module(5, "fc1", "forward", 0.05, 900)])
+    assert h.rows()[2:] == [
+        ("rapl:package-0", "step", "", "", 3, 1.0, 0.1),
+        ("rapl:package-0", "unattributed", "", "", 3, 1.0, 0.1),
+    ]
+    assert h.proc.stats()["modules_late"] == 1
+
+
+def test_another_runs_start_writes_a_step_whose_grace_has_passed() -> None:
+    """Guards: a step waiting for late module points is written as soon as the data clock
+    passes its grace, whatever point moves it, here another run's start event: grace 1 s, step
+    0 of run r1 (0.25–0.55 s, 10 W) arrives at data clock 0.6 s; run r2 starts at 1.6 s: the
+    step's 3 J, fc1's 10 W × 0.1 s = 1 J, fc2's 10 W × 0.05 s = 0.5 J, 1.5 J unattributed."""
+    h = Harness(grace=1.0)
+    h.feed(counter("package", 10.0, 0, 600))
+    h.feed([*STEP0_MODULES, step(0, 250, 550)])
+    tags = {**RUN, "run": "r2"}
+    h.feed([Point("nrg_run", tags, {"event": "start", "pid": 2}, T0 + 1599 * MS)])
+    assert h.out == []
+    h.feed([Point("nrg_run", tags, {"event": "start", "pid": 2}, T0 + 1600 * MS)])
+    assert h.rows() == [
+        ("rapl:package-0", "step", "", "", 0, 3.0, 0.3),
+        ("rapl:package-0", "module", "fc1", "forward", 0, 1.0, 0.1),
+        ("rapl:package-0", "module", "fc2", "backward", 0, 0.5, 0.05),
+        ("rapl:package-0", "unattributed", "", "", 0, 1.5, 0.15),
+    ]
+
+
+def test_after_a_counter_reset_a_step_is_measured_from_the_new_readings_alone() -> None:
+    """Guards: a counter reset drops the old readings, their times and their values alike: 10 W
+    until 0.5 s (5 J), then the collector restarts and counts from 0 at 40 W (4, 8, 12, 16,
+    20 J at 0.6 to 1 s): step 1 (0.7–0.9 s) gets 16 − 8 = 8 J (40 W × 0.2 s), not a mix of
+    the old readings' values with the new ones' times."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 500))
+    h.feed(
+        Point(
+            "rapl",
+            {"socket": "0", "domain": "package"},
+            {"energy_joules": 40.0 * t / 1000},
+            T0 + (500 + t) * MS,
+        )
+        for t in range(100, 501, 100)
+    )
+    h.feed([step(1, 700, 900), run_event("end", 1000)])
+    assert h.proc.stats()["counter_resets"] == 1
+    assert h.rows() == [
+        ("rapl:package-0", "step", "", "", 1, 8.0, 0.2),
+        ("rapl:package-0", "unattributed", "", "", 1, 8.0, 0.2),
+    ]
+
+
+def test_a_run_restarted_again_before_a_step_drops_the_step_its_job_died_in() -> None:
+    """Guards: a run restarted again before the restarted job finished a step (it died in its
+    first step, after sending a module point) is restarted again: that step, which can never
+    end, is dropped, not merged into the next incarnation's step of the same number; the
+    restart's start event sent twice is one restart. 10 W; step 0 (0–1 s); a restart at 2 s,
+    "fc2" of its step 0 sent at 2.1 s, then the job died; a restart at 3 s, its step 0 (3–3.5
+    s) with "fc1" 0.1 s: 10 W × 0.5 s = 5 J, fc1 10 W × 0.1 s = 1 J, 4 J unattributed."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 5000))
+    h.feed([run_event("start", 0), step(0, 0, 1000)])
+    h.feed([run_event("start", 2000), module(0, "fc2", "backward", 0.2, 2100)])
+    h.feed([run_event("start", 3000), module(0, "fc1", "forward", 0.1, 3500)])
+    h.feed([run_event("start", 3000), step(0, 3000, 3500), run_event("end", 4000)])
+    assert h.rows() == [
+        ("rapl:package-0", "step", "", "", 0, 10.0, 1.0),
+        ("rapl:package-0", "unattributed", "", "", 0, 10.0, 1.0),
+        ("rapl:package-0", "step", "", "", 0, 5.0, 0.5),
+        ("rapl:package-0", "module", "fc1", "forward", 0, 1.0, 0.1),
+        ("rapl:package-0", "unattributed", "", "", 0, 4.0, 0.4),
+    ]
+    stats = h.proc.stats()
+    assert (stats["steps_dropped"], stats["steps_pending"]) == (1, 0)
+
+
+def test_a_lone_sample_before_a_silence_is_let_go_at_the_first_prune() -> None:
+    """Guards: a prune goes back to the last ``history`` (1 s here) whatever lies before it,
+    also a single older sample: RAPL read at 0 and 1 s, then every 10 ms from 1.5 s. At 2.12 s
+    there are 2 + 63 = 65 samples spanning 2.12 s (over 64 and over 2 × history): everything
+    before the last sample at or before 2.12 − 1 = 1.12 s (the one at 1 s) goes, the sample at
+    0 s alone: 64 left, from 1 s."""
+    h = Harness(history=1.0, grace=0.5)
+    samples = counter("package", 10.0, 0, 1000, 1000) + counter("package", 10.0, 1500, 2120, 10)
+    h.feed(samples[:-1])
+    kept = h.proc._sources["rapl:package-0"].counter.times
+    assert (len(kept), kept[0]) == (64, T0)
+    h.feed(samples[-1:])
+    kept = h.proc._sources["rapl:package-0"].counter.times
+    assert (len(kept), kept[0]) == (64, T0 + 1000 * MS)
+
+
+def test_a_source_that_cannot_bracket_a_step_leaves_the_others_measured() -> None:
+    """Guards: a source without samples around a step is left out of that step alone; the
+    sources seen after it still give theirs. A GPU first seen at 0.4 s, then RAPL read from
+    0 s at 10 W; a step from 0.25 to 0.55 s: RAPL's 10 W × 0.3 s = 3 J, the GPU counted as
+    missing it."""
+    h = Harness()
+    late = [
+        Point("gpu", {"gpu": "0"}, {"energy_joules": float(t)}, T0 + t * MS) for t in (400, 900)
+    ]
+    h.feed([*late, *counter("package", 10.0, 0, 1000)])
+    h.feed([step(0, 250, 550), run_event("end", 1000)])
+    assert h.rows() == [
+        ("rapl:package-0", "step", "", "", 0, 3.0, 0.3),
+        ("rapl:package-0", "unattributed", "", "", 0, 3.0, 0.3),
+    ]
+    stats = h.proc.stats()
+    assert (stats["steps_attributed"], stats["steps_missing:nvml:0"]) == (1, 1)

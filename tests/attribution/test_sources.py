@@ -240,6 +240,65 @@ def test_epoch_sums_of_an_ended_run_wait_for_its_last_step() -> None:
     assert all(p.fields["steps"] == 1 for p in modules)
 
 
+def test_at_shutdown_the_current_epochs_module_sums_are_written() -> None:
+    """Guards: the agent stopping in the middle of an epoch (no run end) writes that epoch's
+    module sums so far: steps 0 (0.1–0.3 s) and 1 (0.3–0.6 s) at 10 W, "fc" 50 ms of each:
+    2 steps, 10 W × 0.05 s × 2 = 1 J over 0.1 s, stamped at step 1's end."""
+    h = Harness(module_detail="epoch")
+    h.feed(counter("package", 10.0, 0, 1000))
+    h.feed([module(0, "fc", "forward", 0.05, 300), step(0, 100, 300)])
+    h.feed([module(1, "fc", "forward", 0.05, 600), step(1, 300, 600)])
+    h.proc.flush(h.out.append)
+    (fc,) = [p for p in h.out if p.tags["scope"] == "module"]
+    assert (fc.tags["module"], fc.fields["steps"], fc.fields["step"]) == ("fc", 2, 1)
+    assert fc.time_ns == T0 + 600 * MS
+    assert fc.fields["energy_joules"] == pytest.approx(1.0, rel=1e-12)
+    assert fc.fields["duration_seconds"] == pytest.approx(0.1, rel=1e-12)
+    assert h.proc.stats()["points_emitted"] == len(h.out) == 2 * 2 + 1
+
+
+def test_a_restart_writes_the_old_incarnations_epoch_sums_apart_from_the_new_ones() -> None:
+    """Guards: a run restarted in the middle of an epoch has the old incarnation's module sums
+    written at the restart; the new incarnation's steps of the same epoch are summed on their
+    own, not added to them. 10 W; steps 0 (0.1–0.3 s) and 1 (0.3–0.6 s), "fc" 50 ms of each;
+    the restart at 1 s, then its step 0 (1.1–1.4 s), "fc" 50 ms: 10 W × 0.05 s × 2 = 1 J over
+    2 steps stamped at 0.6 s, then 10 W × 0.05 s = 0.5 J over 1 step stamped at 1.4 s."""
+    h = Harness(module_detail="epoch")
+    h.feed(counter("package", 10.0, 0, 2000))
+    h.feed([run_event("start", 0), module(0, "fc", "forward", 0.05, 300), step(0, 100, 300)])
+    h.feed([module(1, "fc", "forward", 0.05, 600), step(1, 300, 600)])
+    h.feed([run_event("start", 1000), module(0, "fc", "forward", 0.05, 1400)])
+    h.feed([step(0, 1100, 1400), run_event("end", 2000)])
+    sums = [
+        (p.fields["steps"], p.fields["step"], p.time_ns - T0, p.fields["energy_joules"])
+        for p in h.out
+        if p.tags["scope"] == "module"
+    ]
+    assert sums == [
+        (2, 1, 600 * MS, pytest.approx(1.0, rel=1e-12)),
+        (1, 0, 1400 * MS, pytest.approx(0.5, rel=1e-12)),
+    ]
+
+
+def test_module_detail_auto_stays_per_epoch_once_a_runs_step_had_over_fifty_modules() -> None:
+    """Guards: with ``module_detail = "auto"``, once a step of a run reports more than 50
+    modules every later step of the run is summed per epoch too, also one reporting fewer (a
+    run's module points are all of one kind): step 0 with 51 modules, step 1 with 2 of them;
+    one sum per module over the epoch's 2 steps, layer0 and layer1 10 W × 1 ms × 2 = 0.02 J,
+    the 49 others 0.01 J (step 0 only), and no module point per step."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 2000))
+    h.feed([*many_modules(0, 51, 300), step(0, 100, 300)])
+    h.feed([*many_modules(1, 2, 600), step(1, 300, 600)])
+    h.feed([run_event("end", 2000)])
+    modules = [p for p in h.out if p.tags["scope"] == "module"]
+    assert [p.fields.get("steps") for p in modules] == [2] * 51
+    energy = {p.tags["module"]: p.fields["energy_joules"] for p in modules}
+    assert energy == {
+        f"layer{i}": pytest.approx(0.02 if i < 2 else 0.01, rel=1e-12) for i in range(51)
+    }
+
+
 def test_module_detail_is_checked() -> None:
     from acquisition.processors.attribution import AttributionConfig
 
@@ -330,3 +389,59 @@ def test_a_reading_that_arrives_again_is_not_an_interval_of_its_source() -> None
     assert sorted(walls) == list(range(80))
     assert walls[79] == pytest.approx(wall_energy(39_500, 40_000), rel=1e-12)
     assert "steps_missing:emonpi:5" not in h.proc.stats()
+
+
+@pytest.mark.parametrize(("short_gaps", "waited_s"), [(7, 30), (8, 3)])
+def test_a_source_is_waited_for_by_its_last_eight_sample_intervals(
+    short_gaps: int, waited_s: int
+) -> None:
+    """Guards: a source is waited for up to 3 × the longest of its last 8 sample intervals
+    (at least grace, 2 s) after its last reading: a wall meter read at 0 s, 10 s later, then
+    every second ``short_gaps`` times, then silent; a step ends 0.5 s after its last reading.
+    After 7 one-second intervals the 10 s one is still among the last 8: the step waits
+    3 × 10 = 30 s past the reading; after 8 it is forgotten: 3 × 1 = 3 s. Then the step is
+    written with RAPL alone, the meter counted missing for it."""
+    h = Harness()
+    last = 10_000 + short_gaps * 1000
+    walls = [wall(0), *(wall(t) for t in range(10_000, last + 1, 1000))]
+    events = sorted(
+        [*counter("package", PACKAGE_W, 0, last + 40_000), *walls, step(0, last - 500, last + 500)],
+        key=lambda p: p.time_ns,
+    )
+    due = T0 + (last + waited_s * 1000) * MS
+    h.feed(p for p in events if p.time_ns < due)
+    assert h.out == []
+    h.feed(p for p in events if p.time_ns == due)
+    assert by_step(h, "rapl:package-0", "step") == {0: pytest.approx(PACKAGE_W, rel=1e-12)}
+    assert h.proc.stats()["steps_missing:emonpi:5"] == 1
+
+
+def test_by_default_a_step_waits_2_s_for_late_module_points() -> None:
+    """Guards: the default ``grace`` is 2 s on the data clock: a step point that arrives at
+    0.6 s with nothing completing it is written at 2.6 s, not before."""
+    h = Harness()
+    h.feed(counter("package", 10.0, 0, 600))
+    h.feed([module(0, "fc", "forward", 0.1, 550), step(0, 250, 550)])
+    h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 2599 * MS)])
+    assert h.out == []
+    h.feed([Point("cpu", {}, {"busy_ratio": 0.5}, T0 + 2600 * MS)])
+    assert len(h.out) == 3  # the step, fc and the unattributed rest
+
+
+def test_a_wall_meter_read_twice_bounds_a_step_by_its_one_interval() -> None:
+    """Guards: with two readings, the fewest that bracket a step, the error bar of each edge
+    is the power swing over the one interval between them, also for an edge on the second
+    reading (the interval that ends there) and one in the first interval: a wall meter at
+    100 W at 0 s and 300 W at 1 s, a step from 0.5 to 1 s: (200 + 300) / 2 W × 0.5 s = 125 J;
+    each edge (300 − 100) W × 1 s = 200 J, the step 400 J (a power series: no counter to be
+    stale)."""
+    h = Harness()
+    h.feed(
+        Point("emonpi", {"node": "5"}, {"power1_watts": w}, T0 + t * MS)
+        for t, w in [(0, 100.0), (1000, 300.0)]
+    )
+    h.feed([step(0, 500, 1000), run_event("end", 1000)])
+    (f,) = [p.fields for p in h.out if p.tags["scope"] == "step"]
+    assert f["energy_joules"] == pytest.approx(125.0, rel=1e-12)
+    bars = (f["error_joules"], f["error_start_joules"], f["error_end_joules"])
+    assert bars == pytest.approx((400.0, 200.0, 200.0), rel=1e-12)
