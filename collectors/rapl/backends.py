@@ -298,7 +298,7 @@ def _lead_cpus(root: Path, io: RaplIO, per_die: bool) -> dict[tuple[int, int], i
     try:
         entries = os.listdir(root / "sys/devices/system/cpu")
     except OSError:
-        return {}
+        entries = []
     leads: dict[tuple[int, int], int] = {}
     for entry in sorted(entries):  # the same CPUs met in the same order on every start
         if not (entry.startswith("cpu") and entry[3:].isdigit()):
