@@ -123,9 +123,7 @@ def _encode_value(measurement: str, key: str, value: FieldValue) -> str:
         return "true" if value else "false"
     if kind is str:
         return '"' + value.translate(_ESC_STRING) + '"'  # type: ignore[union-attr]
-    # Subclasses (numpy scalars, IntEnum...) take the slow path.
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    # Subclasses (numpy scalars, IntEnum...) take the slow path; bool has none.
     if isinstance(value, int):
         return _encode_value(measurement, key, int(value))
     if isinstance(value, float):
