@@ -143,7 +143,17 @@ def test_cache_does_not_confuse_series_with_same_tag_values_in_other_keys() -> N
 
 @pytest.mark.parametrize(
     "line",
-    ["m", "m v=", "m v=1 abc", "m,t v=1 0", 'm v="open 0', "m v=nan 0", "m v=1 2 3", "# c"],
+    [
+        "m",
+        "m v=",
+        "m v=1 abc",
+        "m,t v=1 0",
+        'm v="open 0',
+        'm v="ab"c 0',  # text after a string's closing quote
+        "m v=nan 0",
+        "m v=1 2 3",
+        "# c",
+    ],
 )
 def test_decoder_rejects_malformed_lines(line: str) -> None:
     with pytest.raises(LineProtocolError):
