@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -53,6 +54,7 @@ _ESC_MEASUREMENT = str.maketrans({"\\": "\\\\", ",": "\\,", " ": "\\ ", **_CONTR
 _ESC_KEY = str.maketrans({"\\": "\\\\", ",": "\\,", "=": "\\=", " ": "\\ ", **_CONTROL})
 _ESC_STRING = str.maketrans({"\\": "\\\\", '"': '\\"', **_CONTROL})
 _UNESCAPE_CONTROL = {"n": "\n", "r": "\r", "t": "\t"}
+_ESCAPED = re.compile(r"\\(.)", re.DOTALL)
 
 _MAX_CACHE = 4_096
 """Field keys remembered in escaped form (every collector's together are a few hundred; new ones
@@ -123,9 +125,7 @@ def _encode_value(measurement: str, key: str, value: FieldValue) -> str:
         return "true" if value else "false"
     if kind is str:
         return '"' + value.translate(_ESC_STRING) + '"'  # type: ignore[union-attr]
-    # Subclasses (numpy scalars, IntEnum...) take the slow path.
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    # Subclasses (numpy scalars, IntEnum...) take the slow path; bool has none.
     if isinstance(value, int):
         return _encode_value(measurement, key, int(value))
     if isinstance(value, float):
@@ -465,21 +465,17 @@ def _split_sections(line: str) -> list[str]:
     return [head, *_split_unescaped(rest, " ", strings=True)] if len(series) > 1 else [head]
 
 
+def _unescaped(m: re.Match[str]) -> str:
+    c = m.group(1)
+    return _UNESCAPE_CONTROL.get(c, c)
+
+
 def _unescape(text: str) -> str:
+    """Each backslash and the character after it, left to right, as that character (``n``,
+    ``r``, ``t``: the control character); a lone backslash at the end stays."""
     if "\\" not in text:
         return text
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n:
-            nxt = text[i + 1]
-            out.append(_UNESCAPE_CONTROL.get(nxt, nxt))
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+    return _ESCAPED.sub(_unescaped, text)
 
 
 def _split_pair(item: str, what: str) -> tuple[str, str]:

@@ -410,12 +410,12 @@ class EmonPiCollector:
                 return
             counts["frames"] += 1
             fields = layout.decode(parsed.payload)
-            if self._implausible(fields, f"node {parsed.node} (layout {layout.name})"):
-                return
             if not fields:  # every member held its "no reading" sentinel
                 return
             if parsed.rssi:  # "(-0)" marks the emonPi's own readings: no radio, no RSSI
                 fields["rssi_dbm"] = parsed.rssi
+            if self._implausible(fields, f"node {parsed.node} (layout {layout.name})"):
+                return
             node, layout_name, averaged = str(parsed.node), layout.name, layout.averaged
         else:
             counts["value_lines"] += 1

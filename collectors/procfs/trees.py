@@ -255,8 +255,7 @@ def process_fields(
         out["cpu_utilization_ratio"] = d / tick.d_total
         out["cpu_cores"] = d * tick.n_online / tick.d_total
         if tick.d_busy > 0:
-            share = d / tick.d_busy
-            out["cpu_busy_share_ratio"] = share if share < 1.0 else 1.0
+            out["cpu_busy_share_ratio"] = min(d / tick.d_busy, 1.0)
     rss = rss_pages * tick.page_size
     out["rss_bytes"] = rss
     if tick.memory_detail and m is not None:

@@ -10,7 +10,7 @@ import errno
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -101,8 +101,8 @@ class Counter:
     failing: bool = False
     zone: str = ""  # powercap zone id, for the permission message
     assumed_range: bool = False  # max_energy_range_uj read 0: the 32-bit µJ wrap is assumed
-    num: int = 0  # unit as an integer ratio, for exact arithmetic on the hot path
-    den: int = 1
+    num: int = field(init=False)  # unit as an integer ratio, for exact arithmetic on the hot path
+    den: int = field(init=False)
     advance: Advance | None = None  # the proof that it measures (None: not checked)
     still_ns: int | None = None  # its last still reading's stamp, until its first move
 
@@ -298,7 +298,7 @@ def _lead_cpus(root: Path, io: RaplIO, per_die: bool) -> dict[tuple[int, int], i
     try:
         entries = os.listdir(root / "sys/devices/system/cpu")
     except OSError:
-        return {}
+        entries = []
     leads: dict[tuple[int, int], int] = {}
     for entry in sorted(entries):  # the same CPUs met in the same order on every start
         if not (entry.startswith("cpu") and entry[3:].isdigit()):

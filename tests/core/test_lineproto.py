@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import enum
+import gc
 import math
 import resource
+import weakref
 
 import pytest
 from hypothesis import example, given
@@ -21,7 +24,7 @@ from acquisition.lineproto import (
     encode_lines,
     encode_point,
 )
-from acquisition.point import Point
+from acquisition.point import FieldValue, Point
 from tests.core import lp_reference
 
 
@@ -90,6 +93,47 @@ def test_encode_lines_terminates_every_line() -> None:
     assert encode_lines(pts) == "m v=0i 0\nm v=1i 1\nm v=2i 2\n"
 
 
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+class _Count(int):
+    pass
+
+
+class _Ratio(float):
+    pass
+
+
+class _Name(str):
+    pass
+
+
+def test_subclasses_of_int_float_and_str_are_written_as_the_plain_values() -> None:
+    """Guards: a field holding a subclass of int, float or str (an ``IntEnum`` member, numpy's
+    ``float64``, a ``str`` subclass) is written as the plain value would be, on the first point
+    of its series and on the next; integers at the 64-bit bounds themselves are kept, one past
+    either bound is refused with the field and the value named."""
+    fields = {
+        "level": _Level.HIGH,
+        "top": _Count(2**63 - 1),
+        "bottom": _Count(-(2**63)),
+        "ratio": _Ratio(0.5),
+        "name": _Name('a "b"'),
+    }
+    # 2**63 - 1 = 9223372036854775807; -(2**63) = -9223372036854775808.
+    line = (
+        "m level=3i,top=9223372036854775807i,bottom=-9223372036854775808i,"
+        'ratio=0.5,name="a \\"b\\"" 7\n'
+    )
+    enc = LineEncoder()
+    assert enc.encode_many([Point("m", {}, fields, 7)] * 2) == line * 2
+    for bad in ("9223372036854775808", "-9223372036854775809"):
+        with pytest.raises(LineProtocolError) as err:
+            enc.encode_many([Point("m", {}, {"top": _Count(int(bad))}, 7)])
+        assert str(err.value) == f"field 'top' of 'm' is {bad}, outside the 64-bit integer range"
+
+
 def test_cache_does_not_confuse_series_with_same_tag_values_in_other_keys() -> None:
     enc = LineEncoder()
     a = enc.encode(Point("m", {"a": "1"}, {"v": 1}, 0))
@@ -99,7 +143,17 @@ def test_cache_does_not_confuse_series_with_same_tag_values_in_other_keys() -> N
 
 @pytest.mark.parametrize(
     "line",
-    ["m", "m v=", "m v=1 abc", "m,t v=1 0", 'm v="open 0', "m v=nan 0", "m v=1 2 3", "# c"],
+    [
+        "m",
+        "m v=",
+        "m v=1 abc",
+        "m,t v=1 0",
+        'm v="open 0',
+        'm v="ab"c 0',  # text after a string's closing quote
+        "m v=nan 0",
+        "m v=1 2 3",
+        "# c",
+    ],
 )
 def test_decoder_rejects_malformed_lines(line: str) -> None:
     with pytest.raises(LineProtocolError):
@@ -160,6 +214,21 @@ def test_points_that_differ_from_their_series_shape(
             enc.encode(odd)
     with pytest.raises(LineProtocolError, match="timestamp"):
         enc.encode(Point("m", {"t": "a"}, {"v": 0.5, "n": 2}, MAX_TIME_NS + 1))
+
+
+@pytest.mark.parametrize(
+    ("value", "text"), [(1, "ok=1i"), (0.0, "ok=0.0"), ("yes", 'ok="yes"'), (False, "ok=false")]
+)
+def test_a_bool_field_holding_another_type_later_is_written_as_that_type(
+    value: FieldValue, text: str
+) -> None:
+    """Guards: once a series with a bool field has its compiled formatter (third point), a later
+    point whose field holds an int, a float or a string is written as that value, not as
+    ``true``/``false`` by its truth."""
+    enc = LineEncoder()
+    for _ in range(3):
+        assert enc.encode(Point("m", {"t": "a"}, {"ok": True}, 7)) == "m,t=a ok=true 7"
+    assert enc.encode(Point("m", {"t": "a"}, {"ok": value}, 7)) == f"m,t=a {text} 7"
 
 
 def test_golden_procfs_like_batch() -> None:
@@ -310,6 +379,28 @@ def test_decoder_takes_only_plain_digits_for_integers(line: str) -> None:
 
 def _series_point(i: int) -> Point:
     return Point("process", {"pid": str(i), "scope": "self"}, {"rss_bytes": i}, i)
+
+
+class _Tags(dict[str, str]):
+    """A tags dict that can be watched with a weak reference."""
+
+
+def test_tags_dicts_of_series_gone_are_not_kept_alive() -> None:
+    """Guards: the encoder's index of tags dicts by identity keeps at most ``series_cache`` of
+    them: 50 series, each with its own tags dict in its own batch and never seen again, leave
+    at most 8 of their dicts alive with ``series_cache=8`` (a collector creating fresh dicts
+    for a long run keeps a flat memory)."""
+    enc = LineEncoder(series_cache=8)
+    alive: list[weakref.ref[_Tags]] = []
+    for i in range(50):
+        tags = _Tags(pid=str(i))
+        alive.append(weakref.ref(tags))
+        assert enc.encode_many([Point("process", tags, {"v": i}, i)]) == (
+            f"process,pid={i} v={i}i {i}\n"
+        )
+        del tags
+    gc.collect()
+    assert sum(ref() is not None for ref in alive) <= 8
 
 
 def test_series_cache_is_bounded_and_keeps_the_recently_used(

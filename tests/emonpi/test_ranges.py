@@ -11,10 +11,10 @@ from collectors.emonpi import EmonPiCollector, EmonPiConfig
 from .conftest import StepClock
 
 
-def emonth_frame(humidity_tenths: int, temp_tenths: int = 215) -> bytes:
+def emonth_frame(humidity_tenths: int, temp_tenths: int = 215, battery_tenths: int = 30) -> bytes:
     """An emonTH (node 19) frame: four little-endian int16 in tenths: the temperature given
-    (21.5 °C), 18.0 °C, the humidity given, 3.0 V."""
-    values = (temp_tenths, 180, humidity_tenths, 30)
+    (21.5 °C), 18.0 °C, the humidity given, the battery voltage given (3.0 V)."""
+    values = (temp_tenths, 180, humidity_tenths, battery_tenths)
     data = b"".join(v.to_bytes(2, "little", signed=True) for v in values)
     return b"OK 19 " + b" ".join(b"%d" % byte for byte in data)
 
@@ -89,6 +89,46 @@ def test_temperature_past_the_sensor_range_drops_the_frame(tenths: int) -> None:
     """Guards: −55.1 °C, −56 °C, 125.1 °C or 126 °C is past what the sensor can read: nothing
     of the frame is emitted, and it is counted."""
     points, stats = decode(emonth_frame(500, temp_tenths=tenths))
+    assert points == []
+    assert stats["implausible_frames"] == 1
+
+
+@pytest.mark.parametrize("tenths", [0, 100])
+def test_a_battery_from_0_to_10_volts_is_kept(tenths: int) -> None:
+    """Guards: an emonTH's battery reads 0–10 V (two AA cells give 3 V; 0 V when they are flat);
+    both ends are readings, kept with the frame's humidity."""
+    points, stats = decode(emonth_frame(500, battery_tenths=tenths))
+    (point,) = points
+    assert point.fields["battery_volts"] == pytest.approx(tenths / 10)
+    assert point.fields["humidity_percent"] == pytest.approx(50.0)
+    assert stats["implausible_frames"] == 0
+
+
+@pytest.mark.parametrize("tenths", [-1, 101])
+def test_a_battery_below_0_or_above_10_volts_drops_the_frame(tenths: int) -> None:
+    """Guards: −0.1 V or 10.1 V is no battery reading (a damaged frame or another node's
+    layout): nothing of the frame is emitted, and it is counted."""
+    points, stats = decode(emonth_frame(500, battery_tenths=tenths))
+    assert points == []
+    assert stats["implausible_frames"] == 1
+
+
+@pytest.mark.parametrize("dbm", [-140, -1])
+def test_a_radio_level_from_minus_140_to_0_dbm_is_kept(dbm: int) -> None:
+    """Guards: the RFM69's received signal strength spans −140 to 0 dBm; −140 and −1 dBm are
+    readings, kept with the frame's humidity."""
+    points, stats = decode(emonth_frame(500) + b" (%d)" % dbm)
+    (point,) = points
+    assert point.fields["rssi_dbm"] == dbm
+    assert point.fields["humidity_percent"] == pytest.approx(50.0)
+    assert stats["implausible_frames"] == 0
+
+
+@pytest.mark.parametrize("dbm", [-141, 1])
+def test_a_radio_level_below_minus_140_or_above_0_dbm_drops_the_frame(dbm: int) -> None:
+    """Guards: −141 dBm or +1 dBm is no radio level (a damaged line): nothing of the frame is
+    emitted, and it is counted."""
+    points, stats = decode(emonth_frame(500) + b" (%d)" % dbm)
     assert points == []
     assert stats["implausible_frames"] == 1
 

@@ -123,6 +123,21 @@ async def test_cpufreq_and_cpuidle_beside_the_cpus_change_nothing(tmp_path: Path
     await collector.aclose()
 
 
+async def test_an_entry_listed_before_cpu0_is_passed_over(tmp_path: Path) -> None:
+    """Guards: an entry that sorts before ``cpu0`` in /sys/devices/system/cpu (``amd_pstate``, on
+    an AMD machine whose kernel drives the CPU clock with it) is passed over, not the end of the
+    scan: cpu0 leads the package and the points are the fixture's."""
+
+    def amd_pstate(root: Path) -> None:
+        (root / "sys/devices/system/cpu/amd_pstate").mkdir()
+        (root / "sys/devices/system/cpu/amd_pstate/status").write_text("active\n")
+
+    points, collector = await run_msr("msr-amd-zen", tmp_path, prepare=amd_pstate)
+    assert collector.backend == "msr"
+    assert lines(points) == (FIXTURES / "msr-amd-zen" / "expected.lp").read_text()
+    await collector.aclose()
+
+
 async def test_msr_reads_one_cpu_per_die_on_multi_die_intel(tmp_path: Path) -> None:
     """Cascade Lake-AP keeps a package energy counter per die: read each die's first CPU."""
     root = install_tree("msr-skx-2s", tmp_path)
@@ -310,21 +325,70 @@ async def test_perf_backend(tmp_path: Path) -> None:
     assert sorted(io.closed) == [1001, 1002, 1003, 1004]
 
 
+@pytest.mark.parametrize(
+    ("event", "other_config", "other_domain"),
+    [("energy-ram", 2, "package"), ("energy-pkg", 3, "dram")],
+)
 async def test_a_perf_event_without_its_scale_is_skipped_with_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    event: str,
+    other_config: int,
+    other_domain: str,
 ) -> None:
-    """Guards: an event whose scale cannot be read (DRAM's here) is skipped with a warning that
-    names it and why; the package event is still read on both CPUs."""
+    """Guards: an event whose scale cannot be read (DRAM's, listed last; the package's, listed
+    first) is skipped with a warning that names it and why; the other event is still read on
+    both CPUs."""
 
-    def no_ram_scale(root: Path) -> None:
-        (root / "sys/bus/event_source/devices/power/events/energy-ram.scale").unlink()
+    def no_scale(root: Path) -> None:
+        (root / f"sys/bus/event_source/devices/power/events/{event}.scale").unlink()
 
     caplog.set_level(logging.WARNING, logger="collectors.rapl")
-    points, collector, io = await _run_perf(tmp_path, prepare=no_ram_scale)
-    assert io.opened == [(13, 2, 0), (13, 2, 1)]
-    assert {p.tags["domain"] for p in points} == {"package"}
+    points, collector, io = await _run_perf(tmp_path, prepare=no_scale)
+    assert io.opened == [(13, other_config, 0), (13, other_config, 1)]
+    assert {p.tags["domain"] for p in points} == {other_domain}
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert "skipping perf event energy-ram" in warning and "energy-ram.scale" in warning
+    assert f"skipping perf event {event}" in warning and f"{event}.scale" in warning
+    await collector.aclose()
+
+
+async def test_a_perf_event_that_cannot_open_on_one_cpu_is_read_on_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: perf_event_open failing for one event on one CPU (ENODEV, not a permission) is
+    warned about with the event, the CPU and why, and passes over that CPU only: the package is
+    read on cpu1 (socket 1) and DRAM on both."""
+
+    class NoPkgOnCpu0(FakePerfIO):
+        def perf_event_open(self, pmu_type: int, config: int, cpu: int) -> int:
+            if (config, cpu) == (2, 0):
+                raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+            return super().perf_event_open(pmu_type, config, cpu)
+
+    spec: dict[str, Any] = tomllib.loads((FIXTURES / "perf-2s" / "perf.toml").read_text())
+    io = NoPkgOnCpu0(
+        {k: dict(v) for k, v in spec["counts"].items()}, {2: "energy-pkg", 3: "energy-ram"}
+    )
+    caplog.set_level(logging.WARNING, logger="collectors.rapl")
+    collector = RaplCollector(
+        RaplConfig(root=str(install_tree("perf-2s", tmp_path))), context(), io=io
+    )
+    await collector.open()
+    assert collector.backend == "perf"
+    assert io.opened == [(13, 2, 1), (13, 3, 0), (13, 3, 1)]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["rapl: perf event energy-pkg on cpu0: [Errno 19] No such device"]
+    # 2^-32 J per count: 121 J = 121 * 4294967296 = 519691042816 counts in 1 s.
+    io.counts["energy-pkg"]["1"] = 519691042816
+    io.counts["energy-ram"] = {"0": 18 * 4294967296, "1": 16 * 4294967296}
+    io.now = 1_000_000_000
+    points: list[Point] = []
+    await collector.collect(points.append, 1)
+    assert [(p.tags["domain"], p.tags["socket"], dict(p.fields)) for p in points] == [
+        ("package", "1", {"energy_joules": 121.0, "power_watts": 121.0}),
+        ("dram", "0", {"energy_joules": 18.0, "power_watts": 18.0}),
+        ("dram", "1", {"energy_joules": 16.0, "power_watts": 16.0}),
+    ]
     await collector.aclose()
 
 
@@ -467,4 +531,35 @@ async def test_psys_unit_per_cpu_model(tmp_path: Path, model: int, psys_j: float
     points, collector = await run_msr("msr-spr-psys", tmp_path, ModelIO(model, was=0x8F))
     by = {(p.tags["domain"], p.time_ns): p.fields for p in points}
     assert by[("psys", 1763884801000000000)]["energy_joules"] == pytest.approx(psys_j)
+    await collector.aclose()
+
+
+async def test_a_client_cpus_core_and_uncore_domains_each_read_from_their_register(
+    tmp_path: Path,
+) -> None:
+    """Guards: on an Intel client CPU (Alder Lake-P, model 0x9A) the package (0x611), cores
+    (PP0, 0x639), client GPU (PP1, 0x641, "uncore") and platform (0x64D) counters are each read
+    from their own register in the unit register's 2^-14 J; DRAM (0x619) reads 0 there and is
+    left out. Ticks in one second: 30, 20, 5 and 45 J times 16,384."""
+    root = install_tree("msr-spr-psys", tmp_path)
+    write_msr_files(root, {"0": {}, "1": {}})  # the devices exist; the table holds the registers
+    io = ModelIO(0x9A, was=0x8F)
+    start = {0x611: 1000, 0x639: 500, 0x641: 100, 0x64D: 2000}  # joules since boot
+    regs = {0x606: 0xA0E03, 0x619: 0, **{a: j * 16384 for a, j in start.items()}}
+    io.msr_table = {0: dict(regs), 1: dict(regs)}
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=io)
+    io.now = 1_000_000_000
+    await collector.open()
+    assert collector.describe() == (
+        "msr: package (socket 0), core (socket 0), uncore (socket 0), psys (socket 0)"
+    )
+    for address, joules in {0x611: 30, 0x639: 20, 0x641: 5, 0x64D: 45}.items():
+        io.msr_table[0][address] += joules * 16384
+    io.now = 2_000_000_000
+    points: list[Point] = []
+    await collector.collect(points.append, 7)
+    assert [(p.tags, dict(p.fields)) for p in points] == [
+        ({"domain": d, "socket": "0"}, {"energy_joules": j, "power_watts": j})
+        for d, j in (("package", 30.0), ("core", 20.0), ("uncore", 5.0), ("psys", 45.0))
+    ]
     await collector.aclose()

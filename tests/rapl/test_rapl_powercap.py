@@ -156,6 +156,40 @@ async def test_zone_failing_at_open_starts_at_its_first_good_read(tmp_path: Path
     ]
 
 
+async def test_a_zone_unparsable_at_open_is_a_counted_failed_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Guards: an ``energy_uj`` that reads as no number at open (a torn, empty read) is a failed
+    read like an I/O error: counted in ``read_errors``, said once as a warning naming the file
+    and the text read, then "reads again" once it reads; its first good read is its baseline."""
+    caplog.set_level(logging.INFO, logger="collectors.rapl")
+    root = install_tree("xeon-2s-dram", tmp_path)
+    dram1 = Path(os.path.realpath(root / "sys/class/powercap/intel-rapl:1:0/energy_uj"))
+    good = dram1.read_text()
+    dram1.write_text("\n")
+    io = SteppedIO()
+    collector = RaplCollector(RaplConfig(root=str(root)), context(), io=io)
+    await collector.open()
+    assert collector.stats() == {"read_errors": 1, "wraps": 0}
+    label = str(root / "sys/class/powercap/intel-rapl:1:0/energy_uj")
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "collectors.rapl"]
+    assert (
+        logging.WARNING,
+        f"rapl: cannot read {label} ([Errno 5] not an unsigned 64-bit integer: '\\n'); "
+        "no point for it until it reads again",
+    ) in said
+    dram1.write_text(good)
+    for zone in ("intel-rapl:0", "intel-rapl:0:0", "intel-rapl:1"):
+        bump(root, zone, 1_000_000)
+    io.now = 1_000_000_000
+    tick1: list = []
+    await collector.collect(tick1.append, 1)
+    assert [p.tags["domain"] + p.tags["socket"] for p in tick1] == ["package0", "dram0", "package1"]
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "collectors.rapl"]
+    assert [m for lvl, m in said if lvl == logging.INFO] == [f"rapl: {label} reads again"]
+    assert collector.stats() == {"read_errors": 1, "wraps": 0}
+
+
 async def test_domains_filter(tmp_path: Path) -> None:
     points, _ = await run_powercap("xeon-2s-dram", tmp_path, RaplConfig(domains=["dram"]))
     assert {p.tags["domain"] for p in points} == {"dram"}
@@ -270,9 +304,11 @@ async def test_wrap_warning_when_the_interval_is_too_long(
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
-async def test_duplicate_zone_names_are_read_once(tmp_path: Path) -> None:
+async def test_duplicate_zone_names_are_read_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A tpmi zone naming the same package as an intel-rapl zone would make a second series
-    with the same tags: only the first is read."""
+    with the same tags: only the first is read, and a warning names both zones and the tags."""
     root = install_tree("xeon-2s-dram", tmp_path)
     devices = root / "sys/devices/virtual/powercap"
     shutil.copytree(
@@ -289,6 +325,11 @@ async def test_duplicate_zone_names_are_read_once(tmp_path: Path) -> None:
     assert collector.describe() == (
         "powercap: package (socket 0), dram (socket 0), package (socket 1), dram (socket 1)"
     )
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "rapl: powercap zone intel-rapl-tpmi:0 duplicates intel-rapl:0 "
+        "({'domain': 'package', 'socket': '0'}); reading intel-rapl:0 only"
+    ]
 
 
 async def test_a_zone_linked_twice_ahead_of_others_leaves_them_read(tmp_path: Path) -> None:
