@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 
@@ -212,19 +212,23 @@ def _stragglers(
     for k in (row.index(end) for row, end in zip(rows, latest, strict=True)):
         ranks[k].slowest_steps += 1
     span_s = [(b - a) / _NS for a, b in spans]
+    spans_positive = min(span_s, default=1.0) > 0
+    per_s: dict[int, list[float]] = {}  # a host's share per second of span, once per host
     for v, r, (own, share), took in zip(views, ranks, parts, durations, strict=True):
         waits = list(map(operator.truediv, map(operator.sub, latest, v.end), repeat(_NS)))
-        if min(took, default=1.0) <= 0 or min(span_s, default=1.0) <= 0:
+        if min(took, default=1.0) <= 0 or not spans_positive:
             _waits_one_by_one(r, waits, took, own, share, span_s)
             continue
-        waiting = list(map((0.0).__lt__, waits))
-        r.wait_s = functools.reduce(operator.add, compress(waits, waiting), r.wait_s)
-        power = map(
-            operator.add,
-            map(operator.truediv, own, took),
-            map(operator.truediv, share, span_s),
-        )
-        energy = compress(map(operator.mul, power, waits), waiting)
+        if (shared := per_s.get(id(share))) is None:
+            shared = per_s[id(share)] = list(map(operator.truediv, share, span_s))
+        power = map(operator.add, map(operator.truediv, own, took), shared)
+        energy: Iterator[float] = map(operator.mul, power, waits)
+        if 0.0 in waits:  # the steps it waits in, only (no wait is below 0)
+            waiting = list(map((0.0).__lt__, waits))
+            r.wait_s = functools.reduce(operator.add, compress(waits, waiting), r.wait_s)
+            energy = compress(energy, waiting)
+        else:
+            r.wait_s = functools.reduce(operator.add, waits, r.wait_s)
         r.wait_energy_j = functools.reduce(operator.add, energy, r.wait_energy_j)
 
 
