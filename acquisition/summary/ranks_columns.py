@@ -15,6 +15,7 @@ import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import compress, repeat
+from typing import cast
 
 from acquisition.point import FieldValue, Point
 from acquisition.summary.bounds import StepBound, add_bound
@@ -113,12 +114,16 @@ def _merged(
         if owner is not None:
             merged[source] = plan.views[owner].energy[source]
             continue
-        figures = _max_of(plan, source)
         curve = curves.get((plan.host, source)) if len(plan.views) > 1 else None
-        if curve is not None:
-            over = curve.energies(spans)
-            figures = [f if o is None else o for f, o in zip(figures, over, strict=True)]
-        merged[source] = figures
+        if curve is None:
+            merged[source] = _max_of(plan, source)
+            continue
+        over = curve.energies(spans)
+        if None not in over:  # its readings cover every step: the ranks' figures are not read
+            merged[source] = cast(list[float], over)
+            continue
+        figures = _max_of(plan, source)
+        merged[source] = [f if o is None else o for f, o in zip(figures, over, strict=True)]
     return merged
 
 
@@ -207,7 +212,7 @@ def _stragglers(
 ) -> None:
     """Per step, the slowest rank (the first of the latest ends); every other rank waits from
     its end to that one, at its mean power of the step."""
-    latest = list(map(max, *(v.end for v in views)))
+    latest = [end for _, end in spans]  # its ranks' latest end
     rows = zip(*(v.end for v in views), strict=True)
     for k in (row.index(end) for row, end in zip(rows, latest, strict=True)):
         ranks[k].slowest_steps += 1
