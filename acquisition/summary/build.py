@@ -49,7 +49,6 @@ from acquisition.summary.resources import resources
 from acquisition.summary.series import Cumulative
 from acquisition.summary.source_energy import (
     Series,
-    continuous,
     pieces,
     readings_by_source,
     source_energy,
@@ -125,7 +124,7 @@ def _curves(series: Mapping[tuple[str, str], Series]) -> dict[tuple[str, str], C
     out = {}
     for key, s in series.items():
         if len(s.counter) >= 2:
-            out[key] = Cumulative.counter(continuous(list(s.counter)))
+            out[key] = Cumulative.counter(s.continuous_counter())
         elif len(s.power) >= 2:
             out[key] = Cumulative.power(sorted(s.power))
     return out
@@ -204,12 +203,15 @@ class _Steps:
 def _collect_steps(points: list[Point]) -> _Steps:
     out = _Steps()
     for p in points:
+        measurement = p.measurement
+        if measurement != "nrg_step" and measurement != "nrg_energy":
+            continue  # most of a run's points (readings): no tags looked up
         host, rank = p.tags.get("host", ""), p.tags.get("rank", "")
-        if p.measurement == "nrg_step":
+        if measurement == "nrg_step":
             step = _int(p, "step")
             if step is not None:
                 out.steps[(host, rank, step)] = p
-        elif p.measurement == "nrg_energy":
+        else:
             energy = _number(p.fields.get("energy_joules"))
             step = _int(p, "step")
             scope, source = p.tags.get("scope", ""), p.tags.get("source", "")
