@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from acquisition.energy import energy_problems
+from acquisition.gc_pause import gc_paused
 from acquisition.point import FieldValue, Point
 from acquisition.processors.energy import is_number
 from acquisition.summary.bounds import StepBound, sum_bound
@@ -486,6 +487,19 @@ def summarize(
     from the points; ``exclude_ns``: intervals inside them that count in neither the duration
     nor the energy (a Tracker's own waits); ``columns``: the run's step lines as columns
     (:func:`acquisition.report.runs.load_run_columns`), the same figures as their points."""
+    with gc_paused():  # many objects, no cycles: see acquisition.gc_pause
+        return _summarize(points, options, exit_code, unavailable, window_ns, exclude_ns, columns)
+
+
+def _summarize(
+    points: Iterable[Point],
+    options: SummaryOptions | None,
+    exit_code: int | None,
+    unavailable: Mapping[str, str] | None,
+    window_ns: tuple[int, int] | None,
+    exclude_ns: Sequence[tuple[int, int]],
+    columns: StepColumns | None,
+) -> RunSummary:
     options = options or SummaryOptions()
     options.validate()
     pts, views = _views(list(points), columns)
