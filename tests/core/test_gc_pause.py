@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from acquisition.errors import NrgError
 from acquisition.gc_pause import gc_paused
 from acquisition.point import Point
+from acquisition.report import cli
 from acquisition.summary import build, summarize
 
 
@@ -59,4 +61,22 @@ def test_a_summary_is_made_with_the_collector_paused_and_leaves_it_running(
     assert gc.isenabled()
     with pytest.raises(ValueError):
         summarize([])
+    assert gc.isenabled()
+
+
+def test_a_report_command_runs_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards: ``nrg-collect report`` pauses the collector for the whole command (finding,
+    loading, summarising and printing), and leaves it running, an error included."""
+    seen: list[bool] = []
+
+    def command(argv: Any) -> int:
+        seen.append(gc.isenabled())
+        if argv:
+            raise NrgError("no such run")
+        return 0
+
+    monkeypatch.setattr(cli, "_report", command)
+    assert cli.report_main([]) == 0
+    assert cli.report_main(["x"]) == 2
+    assert seen == [False, False]
     assert gc.isenabled()
