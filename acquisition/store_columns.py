@@ -146,6 +146,10 @@ def skip_pattern(owners: Mapping[tuple[str, str], tuple[str, str]]) -> re.Patter
     return re.compile(b"\nnrg_energy," + _TAGS + b"host=)(?:" + b"|".join(hosts) + b")[^\n]*")
 
 
+_SAMPLE_FIELDS = ("power_watts",)
+"""What the summary reads of a driver sample, beside its time."""
+
+
 class _Samples:
     """A run's driver samples (``gpu_sample`` with a power) into :class:`DriverSamples`
     columns."""
@@ -262,8 +266,19 @@ class ColumnScanner:
 
     def indexed(self, path: Path) -> Iterator[Point] | None:
         """What :meth:`points` reads of ``path``, from its step index (None: no valid one)."""
-        index = read_index(path, self._wants, self.others.wants_reading)
+        index = read_index(path, self._wants, self._wants_reading)
         return None if index is None else self._from_index(index)
+
+    def _wants_reading(self, head: bytes) -> bool | tuple[str, ...]:
+        """Whether the query may want lines of an indexed reading series; of driver samples
+        kept as columns (:meth:`keeps`), their times and power only."""
+        if not self.others.wants_reading(head):
+            return False
+        q = self.query
+        if self.samples is None or q.start_ns is not None or q.end_ns is not None:
+            return True
+        found = store_readings.series_tags(head)
+        return _SAMPLE_FIELDS if found is not None and found[0] == "gpu_sample" else True
 
     def _wants(self, kind: int, head: bytes) -> bool:
         """Whether the query keeps an indexed series (as the text's regexes would)."""

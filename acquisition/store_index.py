@@ -187,7 +187,8 @@ def _absent(s: IndexedSeries) -> list[int]:
 def read_index(data: Path, wanted: Any = None, readings: Any = None) -> FileIndex | None:
     """The index of ``data`` when there is one and it matches the file, else None (a damaged
     one is logged). ``wanted(kind, head)`` says which step series to load and
-    ``readings(head)`` which reading series (default: all); the others come back empty."""
+    ``readings(head)`` which reading series (default: all), or which of its fields (a collection
+    of names: its times and those only, when it has them all); the others come back empty."""
     path = index_path(data)
     try:
         st = path.stat()
@@ -312,15 +313,32 @@ def _readings(mm: mmap.mmap, header: _Header, pos: int, wanted: Any) -> tuple[Re
         if pos + stored > len(mm):
             raise ValueError("cut short")
         s = ReadingSeries(r.head, r.keys, r.kinds, r.n, bounds=r.bounds, increasing=r.increasing)
-        if wanted is None or wanted(r.head):
-            s.time, s.place, *s.values = (
-                _column(mm, pos + k * r.n * 8, r.n, kind) for k, kind in enumerate("qq" + r.kinds)
-            )
+        want = True if wanted is None else wanted(r.head)
+        if want:
+            _load(s, mm, pos, want)
         series.append(s)
         pos += stored
     blocks = _column(mm, pos, 3 * header.blocks, "q")
     pos += len(blocks) * 8
     return Readings(series, b"", blocks, header.other_lines or 0), pos
+
+
+def _load(s: ReadingSeries, mm: mmap.mmap, pos: int, want: Any) -> None:
+    """The columns of ``s`` stored from ``pos`` on; ``want`` naming fields that ``s`` has: its
+    times and those fields' columns only (the others, and its places, left empty: a run's
+    driver samples are read for their power alone)."""
+    kinds = "qq" + s.kinds
+    only = None if want is True else set(want)
+    if only is None or not only <= set(s.keys):
+        s.time, s.place, *s.values = (
+            _column(mm, pos + k * s.n * 8, s.n, kind) for k, kind in enumerate(kinds)
+        )
+        return
+    s.time = _column(mm, pos, s.n, "q")
+    s.values = [
+        _column(mm, pos + k * s.n * 8, s.n, kinds[k]) if key in only else array(kinds[k])
+        for k, key in enumerate(s.keys, start=2)
+    ]
 
 
 def _column(mm: mmap.mmap, pos: int, n: int, kind: str) -> array[Any]:

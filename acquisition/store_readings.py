@@ -195,8 +195,8 @@ def build_points(s: ReadingSeries) -> list[Point]:
     found = series_tags(s.head)
     if found is None:  # never indexed so: a head that does not decode stays text
         raise ValueError(f"reading series {s.head!r} does not decode")
-    keys = s.keys
-    fields = [dict(zip(keys, row, strict=True)) for row in zip(*s.values, strict=True)]
+    rows = zip(*s.values, strict=True)  # a value per key on each: the index's columns
+    fields = map(dict, map(zip, repeat(s.keys), rows))
     return list(map(Point, repeat(found[0]), repeat(found[1]), fields, s.time))
 
 

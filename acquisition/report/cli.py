@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from acquisition.carbon import CarbonFigure
 from acquisition.config import load_config
 from acquisition.errors import ConfigError, NrgError
+from acquisition.gc_pause import gc_paused
 from acquisition.paths import data_dir
 from acquisition.report.compare import compare
 from acquisition.report.formats import (
@@ -244,7 +245,8 @@ PROFILE_NEEDS_TWO = "--profile compares exactly two trace files"
 
 def _run_cli(func: Any, argv: Sequence[str]) -> int:
     try:
-        return int(func(argv))
+        with gc_paused():  # the whole command: many objects, no cycles (acquisition.gc_pause)
+            return int(func(argv))
     except (NrgError, ValueError) as exc:
         print(f"nrg-collect: {exc}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from acquisition.errors import NrgError
+from acquisition.gc_pause import gc_paused
 from acquisition.point import Point
 from acquisition.store import Query, Store
 from acquisition.store_columns import read_columns, skip_pattern
@@ -142,6 +143,11 @@ def _add_series(runs: dict[tuple[str, str], RunInfo], s: Series) -> None:
 def find_runs(store: PointSource) -> list[RunInfo]:
     """Every run of the store, oldest first, with its power and event points (enough for the
     energy of ``--list``); from files, its steps as columns."""
+    with gc_paused():  # many objects, no cycles: see acquisition.gc_pause
+        return _find_runs(store)
+
+
+def _find_runs(store: PointSource) -> list[RunInfo]:
     runs: dict[tuple[str, str], RunInfo] = {}
     if isinstance(store, Store):
         points, columns = read_columns(store, Query.of(_LIST_MEASUREMENTS))
@@ -201,6 +207,11 @@ def load_run_columns(store: PointSource, info: RunInfo) -> tuple[list[Point], St
     to need it (a host with one rank, a rank's steps missing), the run is read again whole."""
     if not isinstance(store, Store):
         return load_run(store, info), None
+    with gc_paused():  # many objects, no cycles: see acquisition.gc_pause
+        return _load_columns(store, info)
+
+
+def _load_columns(store: Store, info: RunInfo) -> tuple[list[Point], StepColumns | None]:
     query = Query.of(tags=_run_tags(info))
     owners = gpu_owners(info.points)
     skip = skip_pattern(owners)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from acquisition.energy import energy_problems
+from acquisition.gc_pause import gc_paused
 from acquisition.point import FieldValue, Point
 from acquisition.processors.energy import is_number
 from acquisition.summary.bounds import StepBound, sum_bound
@@ -49,7 +50,6 @@ from acquisition.summary.resources import resources
 from acquisition.summary.series import Cumulative
 from acquisition.summary.source_energy import (
     Series,
-    continuous,
     pieces,
     readings_by_source,
     source_energy,
@@ -125,7 +125,7 @@ def _curves(series: Mapping[tuple[str, str], Series]) -> dict[tuple[str, str], C
     out = {}
     for key, s in series.items():
         if len(s.counter) >= 2:
-            out[key] = Cumulative.counter(continuous(list(s.counter)))
+            out[key] = Cumulative.counter(s.continuous_counter())
         elif len(s.power) >= 2:
             out[key] = Cumulative.power(sorted(s.power))
     return out
@@ -204,12 +204,15 @@ class _Steps:
 def _collect_steps(points: list[Point]) -> _Steps:
     out = _Steps()
     for p in points:
+        measurement = p.measurement
+        if measurement != "nrg_step" and measurement != "nrg_energy":
+            continue  # most of a run's points (readings): no tags looked up
         host, rank = p.tags.get("host", ""), p.tags.get("rank", "")
-        if p.measurement == "nrg_step":
+        if measurement == "nrg_step":
             step = _int(p, "step")
             if step is not None:
                 out.steps[(host, rank, step)] = p
-        elif p.measurement == "nrg_energy":
+        else:
             energy = _number(p.fields.get("energy_joules"))
             step = _int(p, "step")
             scope, source = p.tags.get("scope", ""), p.tags.get("source", "")
@@ -484,6 +487,19 @@ def summarize(
     from the points; ``exclude_ns``: intervals inside them that count in neither the duration
     nor the energy (a Tracker's own waits); ``columns``: the run's step lines as columns
     (:func:`acquisition.report.runs.load_run_columns`), the same figures as their points."""
+    with gc_paused():  # many objects, no cycles: see acquisition.gc_pause
+        return _summarize(points, options, exit_code, unavailable, window_ns, exclude_ns, columns)
+
+
+def _summarize(
+    points: Iterable[Point],
+    options: SummaryOptions | None,
+    exit_code: int | None,
+    unavailable: Mapping[str, str] | None,
+    window_ns: tuple[int, int] | None,
+    exclude_ns: Sequence[tuple[int, int]],
+    columns: StepColumns | None,
+) -> RunSummary:
     options = options or SummaryOptions()
     options.validate()
     pts, views = _views(list(points), columns)

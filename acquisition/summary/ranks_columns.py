@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import compress, repeat
+from typing import cast
 
 from acquisition.point import FieldValue, Point
 from acquisition.summary.bounds import StepBound, add_bound
@@ -113,12 +114,16 @@ def _merged(
         if owner is not None:
             merged[source] = plan.views[owner].energy[source]
             continue
-        figures = _max_of(plan, source)
         curve = curves.get((plan.host, source)) if len(plan.views) > 1 else None
-        if curve is not None:
-            over = curve.energies(spans)
-            figures = [f if o is None else o for f, o in zip(figures, over, strict=True)]
-        merged[source] = figures
+        if curve is None:
+            merged[source] = _max_of(plan, source)
+            continue
+        over = curve.energies(spans)
+        if None not in over:  # its readings cover every step: the ranks' figures are not read
+            merged[source] = cast(list[float], over)
+            continue
+        figures = _max_of(plan, source)
+        merged[source] = [f if o is None else o for f, o in zip(figures, over, strict=True)]
     return merged
 
 
@@ -207,24 +212,28 @@ def _stragglers(
 ) -> None:
     """Per step, the slowest rank (the first of the latest ends); every other rank waits from
     its end to that one, at its mean power of the step."""
-    latest = list(map(max, *(v.end for v in views)))
+    latest = [end for _, end in spans]  # its ranks' latest end
     rows = zip(*(v.end for v in views), strict=True)
     for k in (row.index(end) for row, end in zip(rows, latest, strict=True)):
         ranks[k].slowest_steps += 1
     span_s = [(b - a) / _NS for a, b in spans]
+    spans_positive = min(span_s, default=1.0) > 0
+    per_s: dict[int, list[float]] = {}  # a host's share per second of span, once per host
     for v, r, (own, share), took in zip(views, ranks, parts, durations, strict=True):
         waits = list(map(operator.truediv, map(operator.sub, latest, v.end), repeat(_NS)))
-        if min(took, default=1.0) <= 0 or min(span_s, default=1.0) <= 0:
+        if min(took, default=1.0) <= 0 or not spans_positive:
             _waits_one_by_one(r, waits, took, own, share, span_s)
             continue
-        waiting = list(map((0.0).__lt__, waits))
-        r.wait_s = functools.reduce(operator.add, compress(waits, waiting), r.wait_s)
-        power = map(
-            operator.add,
-            map(operator.truediv, own, took),
-            map(operator.truediv, share, span_s),
-        )
-        energy = compress(map(operator.mul, power, waits), waiting)
+        if (shared := per_s.get(id(share))) is None:
+            shared = per_s[id(share)] = list(map(operator.truediv, share, span_s))
+        power = map(operator.add, map(operator.truediv, own, took), shared)
+        energy: Iterator[float] = map(operator.mul, power, waits)
+        if 0.0 in waits:  # the steps it waits in, only (no wait is below 0)
+            waiting = list(map((0.0).__lt__, waits))
+            r.wait_s = functools.reduce(operator.add, compress(waits, waiting), r.wait_s)
+            energy = compress(energy, waiting)
+        else:
+            r.wait_s = functools.reduce(operator.add, waits, r.wait_s)
         r.wait_energy_j = functools.reduce(operator.add, energy, r.wait_energy_j)
 
 

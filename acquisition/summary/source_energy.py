@@ -58,6 +58,14 @@ class Series:
     sample_columns: list[DriverSamples] = field(default_factory=list)
     """More of them, read as columns."""
     _joined: Columns | None = field(default=None, repr=False)
+    _continuous: list[tuple[int, float]] | None = field(default=None, repr=False)
+
+    def continuous_counter(self) -> list[tuple[int, float]]:
+        """:func:`continuous` of the counter readings, worked out once (the energy and the curve
+        both read it; neither changes it)."""
+        if self._continuous is None:
+            self._continuous = continuous(self.counter)
+        return self._continuous
 
     def driver_samples(self) -> Columns:
         """Every driver sample in time order, as (times, watts): the columns as they are when
@@ -276,7 +284,7 @@ def source_energy(
     host: str, name: str, series: Series, pieces: Sequence[tuple[int, int]]
 ) -> SourceEnergy | None:
     use_counter = len(series.counter) >= 2
-    raw = continuous(series.counter) if use_counter else sorted(series.power)
+    raw = series.continuous_counter() if use_counter else sorted(series.power)
     if len(raw) < 2:
         return None
     energy = span = 0.0

@@ -70,6 +70,23 @@ def test_a_host_with_one_rank_reads_all_its_gpus(tmp_path: Path) -> None:
     assert '"nvml:10"' in new  # h3's unused GPUs count for its one rank
 
 
+def test_shared_readings_that_stop_before_the_last_steps(tmp_path: Path) -> None:
+    """A host's RAPL readings end halfway through the steps: its later steps take the ranks'
+    largest figure of the shared source, the earlier ones its readings, as from points."""
+    run = ClusterRun(gpus=4)
+    half = run.job_start + run.n_steps // 2 * round(run.period_s * NS)
+    points = [
+        p
+        for p in run.points()
+        if not (p.measurement == "rapl" and p.tags["host"] == "h2" and p.time_ns > half)
+    ]
+    old, new, fast = both(write(tmp_path, points))
+    assert fast
+    assert new == old
+    full, _, _ = both(write(tmp_path, run.points()))
+    assert new != full  # the figures of h2's later steps came from elsewhere
+
+
 def test_a_rank_missing_a_step_takes_the_general_way(tmp_path: Path) -> None:
     run = ClusterRun(gpus=4)
     points = [

@@ -11,7 +11,7 @@ from pathlib import Path
 from acquisition.point import Point
 from acquisition.store import Query, Store
 from acquisition.store_columns import build_index, read_columns
-from acquisition.store_index import MAGIC, index_files, index_path
+from acquisition.store_index import MAGIC, index_files, index_path, read_index
 from acquisition.store_readings import MIN_LINES
 
 T0 = 1_764_000_000_000_000_000
@@ -132,3 +132,36 @@ def test_an_index_without_reading_columns_is_still_read(tmp_path: Path) -> None:
     )
     path.write_bytes(b" " * (path.stat().st_size - 1) + b"\n")
     assert everything(tmp_path, use_index=True)[0] == text
+
+
+def test_driver_samples_kept_as_columns_are_read_for_their_times_and_power_only(
+    tmp_path: Path,
+) -> None:
+    """Guards: a report's read of an index takes of each driver sample series its times and
+    power (the same columns as from the text) and leaves its other fields' columns unread; a
+    series without a power, and any read of points, still get every column."""
+    lines = []
+    for k in range(MIN_LINES + 4):
+        t = T0 + k * S
+        lines.append(f"gpu_sample,gpu=0,host=h power_watts={k}.5,utilization_ratio=0.25 {t}")
+        lines.append(f"gpu_sample,gpu=1,host=h utilization_ratio={k}.0 {t + 1}")
+    path = tmp_path / "nrg-1.lp"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    _, from_text = read_columns(Store(tmp_path, use_index=False), Query(), samples=True)
+    index_files([tmp_path])
+    index = read_index(path, readings=lambda head: ("power_watts",))
+    assert index is not None
+    with_power, without = index.other.series
+    assert len(with_power.time) == MIN_LINES + 4 and not with_power.place
+    assert [len(v) for v in with_power.values] == [MIN_LINES + 4, 0]
+    assert [len(v) for v in without.values] == [MIN_LINES + 4] and len(without.place)
+    store = Store(tmp_path)
+    points, columns = read_columns(store, Query(), samples=True)
+    (samples,) = columns.samples
+    expected = [(t, w) for d in from_text.samples for t, w in zip(d.time, d.watts, strict=True)]
+    assert list(zip(samples.time, samples.watts, strict=True)) == expected
+    assert len(expected) == MIN_LINES + 4
+    assert [p.tags["gpu"] for p in points] == ["1"] * (MIN_LINES + 4)
+    assert [p.fields for p in store.points(["gpu_sample"])][:1] == [
+        {"power_watts": 0.5, "utilization_ratio": 0.25}
+    ]
