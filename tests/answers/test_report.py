@@ -338,3 +338,27 @@ def test_compare_experiments_where_only_some_runs_have_a_meter() -> None:
     assert wall_b.sd == pytest.approx(26.0 / 2**0.5)
     assert wall_b.error == pytest.approx(26.0)
     assert wall_b.diff == pytest.approx(13.0) and wall_b.significant is None
+
+
+def test_compare_a_run_without_steps_beside_one_with_steps() -> None:
+    """Guards: a run that recorded no training steps (the agent alone, no Tracker) compares
+    beside one that did: its step figures are empty (no value, n = 0, no difference), not a
+    crash, and the other run's are shown. KnownRun: RAPL 25 + 5 = 30 W; 4 steps of 0.2 s an
+    epoch: 30 × 0.2 = 6 J a step, 4 × 6 = 24 J an epoch, 6 J / 32 samples a sample."""
+    step_kinds = ("nrg_step", "nrg_energy", "nrg_model")
+    plain = [p for p in KnownRun(run="a").points() if p.measurement not in step_kinds]
+    a = summarize(plain)
+    assert a.steps.energy_j is None and a.epochs == []
+    b = summarize(KnownRun(run="b").points())
+    fig = {f.name: f for f in compare(["a", "b"], [[a], [b]]).figures}
+    for name, expected in (
+        ("energy per step", 6.0),
+        ("energy per epoch", 24.0),
+        ("energy per sample", 6.0 / 32),
+    ):
+        none, value = fig[name].values
+        assert (none.value, none.error, none.n) == (None, None, 0), name
+        assert (value.value, value.n) == (pytest.approx(expected), 1), name
+        assert (value.diff, value.significant) == (None, None), name
+    assert [v.value for v in fig["energy per forward FLOP"].values] == [None, None]
+    assert [v.n for v in fig["energy"].values] == [1, 1]
