@@ -495,6 +495,67 @@ def test_excluded_intervals_count_in_neither_the_duration_nor_the_energy() -> No
     assert whole.energy.total_j == pytest.approx(250.0, rel=1e-9)
 
 
+def test_waits_outside_the_window_or_of_no_length_change_nothing() -> None:
+    """Guards: of the tracker's waits (``exclude_ns``), one wholly before the window and one
+    that lasted no time (two readings of the clock alike) take nothing out, and a wait after
+    them still does; a GPU counter's edges still get the power readings there.
+
+    An NVML counter at 300 W read at 1, 2, 3 and 4 s (300 J a second), power readings of
+    300 W every second from 0 to 5 s; the window [0, 5] s less the waits [−2, −1] s, [0.5,
+    0.5] s and [2, 3] s: [0, 2] and [3, 5] s, 4 s. Counter: 600 − 300 = 300 J over [1, 2] s and
+    1200 − 900 = 300 J over [3, 4] s; power readings beyond it: 300 W × 1 s over [0, 1] s and
+    [4, 5] s, 600 J. 1200 J over 4 s: 300 W; every part covered and the readings agree with
+    the counter: no error bar."""
+    t0 = 1_700_000_000 * NS
+    tags = {"gpu": "0", "host": "h1"}
+    points = [
+        Point("gpu", tags, {"energy_joules": 300.0 * sec}, t0 + sec * NS) for sec in range(1, 5)
+    ]
+    points += [Point("gpu", tags, {"power_watts": 300.0}, t0 + sec * NS) for sec in range(6)]
+    window = (t0, t0 + 5 * NS)
+    waits = [(t0 - 2 * NS, t0 - NS), (t0 + NS // 2, t0 + NS // 2), (t0 + 2 * NS, t0 + 3 * NS)]
+    s = summarize(points, window_ns=window, exclude_ns=waits)
+    assert s.duration_s == pytest.approx(4.0, rel=REL)
+    gpu = by_source(s)["nvml:0"]
+    assert gpu.energy_j == pytest.approx(1200.0, rel=REL)
+    assert gpu.mean_w == pytest.approx(300.0, rel=REL)
+    assert gpu.error_j == pytest.approx(0.0, abs=1e-6)
+    assert s.energy.total_j == pytest.approx(1200.0, rel=REL)
+    assert s.energy.mean_w == pytest.approx(300.0, rel=REL)
+
+
+@pytest.mark.parametrize("readings", [0, 1], ids=["no power reading", "one power reading"])
+def test_a_window_beyond_a_counter_without_two_power_readings_is_its_error_bar(
+    readings: int,
+) -> None:
+    """Guards: a counter with fewer than two power readings beside it (RAPL reads none; an
+    NVML counter read once with its power) has nothing to extend it beyond its readings: the
+    window's part outside them adds no energy and no covered time, only its error bar.
+
+    The counter at 25 W read at 0, 1, 2, 3 and 4 s (0 to 100 J); the window [−2, 4] s.
+    100 J over the 4 s read: 25 W; the 2 s before the first reading at that mean power:
+    25 W × 2 s = 50 J of error bar."""
+    t0 = 1_700_000_000 * NS
+    if readings:
+        tags, name = {"gpu": "0", "host": "h1"}, "nvml:0"
+        points = [
+            Point("gpu", tags, {"energy_joules": 25.0 * sec}, t0 + sec * NS) for sec in range(5)
+        ]
+        points[2] = Point("gpu", tags, {"energy_joules": 50.0, "power_watts": 25.0}, t0 + 2 * NS)
+    else:
+        tags, name = {"host": "h1", "socket": "0", "domain": "package"}, "rapl:package-0"
+        points = [
+            Point("rapl", tags, {"energy_joules": 25.0 * sec}, t0 + sec * NS) for sec in range(5)
+        ]
+    s = summarize(points, window_ns=(t0 - 2 * NS, t0 + 4 * NS))
+    src = by_source(s)[name]
+    assert src.energy_j == pytest.approx(100.0, rel=REL)
+    assert src.mean_w == pytest.approx(25.0, rel=REL)
+    assert src.error_j == pytest.approx(50.0, rel=REL)
+    assert src.origin == "energy_joules counter, differenced"
+    assert s.energy.total_j == pytest.approx(100.0, rel=REL)
+
+
 class _Bytes(float):
     """A float subclass (as numpy's float64 is): a number the summary must still read."""
 
