@@ -404,8 +404,8 @@ FRESH = [
     _M(
         "one run's error dropped",
         COMPARE_PY,
-        "return Value(values[0], pairs[0][1], None, 1)",
-        "return Value(values[0], None, None, 1)",
+        "return Value(values[0], pairs[0][1])",
+        "return Value(values[0], None)",
         COMPARE,
     ),
     _M(
