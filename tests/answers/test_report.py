@@ -120,15 +120,17 @@ def _with_rss(run: KnownRun, combined_bytes: list[int]) -> list[Point]:
 @pytest.mark.parametrize("unit", ["bytes", "megabytes", "gigabytes"])
 def test_compare_peak_memory_is_in_decimal_megabytes(unit: str) -> None:
     """Guards: compare's peak memory is the combined RSS peak in MB (10**6 bytes, the unit
-    it states), whatever unit the summaries were made in. Peaks 320_000_000 and 500_000_000
-    bytes: 320 MB and 500 MB, 180 MB apart (in MiB it would read 305.2 and 476.8)."""
+    it states), whatever unit the summaries were made in, to a fraction of a megabyte. Peaks
+    320_500_000 and 500_250_000 bytes: 320.5 MB and 500.25 MB, 179.75 MB apart (in MiB it
+    would read 305.7 and 477.1; whole megabytes, 320 and 500)."""
     opts = SummaryOptions(ram_unit=unit)  # type: ignore[arg-type]
-    a = summarize(_with_rss(KnownRun(run="a"), [100_000_000, 320_000_000]), opts)
-    b = summarize(_with_rss(KnownRun(run="b"), [500_000_000, 200_000_000]), opts)
+    a = summarize(_with_rss(KnownRun(run="a"), [100_000_000, 320_500_000]), opts)
+    b = summarize(_with_rss(KnownRun(run="b"), [500_250_000, 200_000_000]), opts)
     fig = next(f for f in compare(["a", "b"], [[a], [b]]).figures if f.name.startswith("peak"))
     assert fig.unit == "MB"
-    assert [v.value for v in fig.values] == [pytest.approx(320.0), pytest.approx(500.0)]
-    assert fig.values[1].diff == pytest.approx(180.0)
+    values = [v.value for v in fig.values]
+    assert values == [pytest.approx(320.5, rel=1e-12), pytest.approx(500.25, rel=1e-12)]
+    assert fig.values[1].diff == pytest.approx(179.75, rel=1e-12)
 
 
 def test_select_and_errors(tmp_path: Path) -> None:
