@@ -383,8 +383,8 @@ FRESH = [
     _M(
         "per-step error over n",
         COMPARE_PY,
-        'e.get("sd", 0.0) / math.sqrt(n) if n > 1',
-        'e.get("sd", 0.0) / n if n > 1',
+        'e["sd"] / math.sqrt(n) if n > 1',
+        'e["sd"] / n if n > 1',
         COMPARE,
     ),
     _M(

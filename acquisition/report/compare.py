@@ -75,7 +75,7 @@ def _per_step(s: RunSummary) -> tuple[float | None, float | None]:
     if e is None:
         return None, None
     n = s.steps.count
-    return e["mean"], (e.get("sd", 0.0) / math.sqrt(n) if n > 1 else None)
+    return e["mean"], (e["sd"] / math.sqrt(n) if n > 1 else None)
 
 
 def _peak_rss(s: RunSummary) -> tuple[float | None, float | None]:
