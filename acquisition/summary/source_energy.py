@@ -300,9 +300,9 @@ def source_energy(
         if use_counter
         else "power readings, integrated by trapezoids"
     )
-    mean = energy / span if span > 0 else None
+    mean = energy / span  # span > 0: there is a clip (peaks), and a clip's two ends differ
     uncovered = max(sum(b - a for a, b in pieces) / _NS - span - edges[1], 0.0)
-    error = mean * uncovered + edges[2] if mean is not None else None
+    error = mean * uncovered + edges[2]
     if edges[1]:
         origin += ", power readings beyond it"
         mean = (energy + edges[0]) / (span + edges[1])
@@ -360,8 +360,7 @@ def counter_edges(
     (first, first_j), (last, last_j) = data[0], data[-1]
     energy = covered = 0.0
     for a, b in ((window[0], first), (last, window[1])):
-        part = _clip_columns(times, watts, a, b) if b > a else None
-        if part is not None:
+        if (part := _clip_columns(times, watts, a, b)) is not None:  # None where b <= a too
             energy += _trapezoid_columns(*part)
             covered += (part[0][-1] - part[0][0]) / _NS
     if not covered:
