@@ -327,8 +327,8 @@ FRESH = [
     _M(
         "mean power 0 without energy",
         BUILD,
-        "mean_w=total / duration if counted and duration > 0 else None",
-        "mean_w=total / duration if counted and duration > 0 else 0.0",
+        "mean_w=total / duration if counted else None",
+        "mean_w=total / duration if counted else 0.0",
         SUMMARY,
     ),
     _M(

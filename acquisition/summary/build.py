@@ -510,7 +510,7 @@ def summarize(
         total_kwh=total / J_PER_KWH,
         outside_steps_j=(total - inside) if totals and counted else None,
         sources=sources,
-        mean_w=total / duration if counted and duration > 0 else None,
+        mean_w=total / duration if counted else None,  # a counted source spans some time
         peak_w=sum(peaks) if peaks else None,
     )
     flops = [
