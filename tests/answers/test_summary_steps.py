@@ -207,6 +207,23 @@ def test_module_shares_are_zero_when_the_steps_used_no_energy() -> None:
     assert line.split() == ["fc", "0.000", "J", "0.0", "%"]
 
 
+def test_module_shares_of_steps_under_a_joule() -> None:
+    """Guards: a module's share of the steps' energy is taken however small that energy is (an
+    idle CPU, a tiny model): not 0 % below some threshold. Steps of 1, 2 and 6 J scaled by
+    0.05: 0.05 + 0.1 + 0.3 = 0.45 J; the module ``fc`` 0.09 J of RAPL package: 0.09 / 0.45 =
+    20 %."""
+    module_energy = Point(
+        "nrg_energy",
+        {**TAGS, "epoch": "0", "source": "rapl:package-0", "scope": "module", "module": "fc"},
+        {"step": 0, "energy_joules": 0.09},
+        T0 + S,
+    )
+    s = summarize([*points(scale=0.05), module_energy])
+    ((module, energy, share),) = [(m.module, m.energy_j, m.share) for m in s.modules]
+    assert (module, energy) == ("fc", pytest.approx(0.09, rel=1e-12))
+    assert share == pytest.approx(0.2, rel=1e-12)
+
+
 def test_a_step_without_an_epoch_is_in_epoch_0() -> None:
     """Guards: a step point that names no epoch (no ``epoch`` tag, no integer ``epoch`` field;
     a writer other than the training library) is in epoch 0, the library's first, beside the
