@@ -76,7 +76,7 @@ def test_a_rank_known_only_from_its_step_lines_is_among_the_runs_ranks(tmp_path:
     ranks when those lines are read as columns, as when they are read as points: the lines'
     tags count, not only the points'. Two hosts of two ranks; rank 3's points other than its
     step lines left out: ranks 0 to 3, per-rank rows for all four."""
-    run = ClusterRun(gpus=4)
+    run = ClusterRun(gpus=2, epochs=1, steps=3, startup_s=0.1, tail_s=0.1)
     points = [p for p in run.points() if p.tags.get("rank") != "3" or step_lines([p])]
     store = write(tmp_path, points)
     (info,) = find_runs(store)
