@@ -719,6 +719,16 @@ def test_peak_power_is_the_largest_power_seen(case: str, peak_w: float) -> None:
     assert src.peak_w == pytest.approx(peak_w, rel=REL)
 
 
+def test_the_start_and_end_are_to_the_millisecond() -> None:
+    """Guards: the summary's start and end (ISO 8601, UTC) keep their milliseconds. The window
+    [1,700,000,000.25, 1,700,000,003.75] s since the epoch: 2023-11-14 22:13:20.250 to
+    22:13:23.750 UTC (1,700,000,000 s is 22:13:20 on 14 November 2023)."""
+    points = [Point("rapl", RAPL, {"energy_joules": 25.0 * sec}, T1 + sec * NS) for sec in range(5)]
+    s = summarize(points, window_ns=(T1 + NS // 4, T1 + 3 * NS + 3 * NS // 4))
+    assert (s.start, s.end) == ("2023-11-14T22:13:20.250+00:00", "2023-11-14T22:13:23.750+00:00")
+    assert s.duration_s == pytest.approx(3.5, rel=REL)
+
+
 class _Bytes(float):
     """A float subclass (as numpy's float64 is): a number the summary must still read."""
 

@@ -272,3 +272,21 @@ def test_step_energy_of_a_source_of_unknown_kind_is_listed_not_added() -> None:
     assert epoch.energy_j == pytest.approx(3.0, rel=1e-12)
     assert epoch.error_j == pytest.approx(0.2, rel=1e-12)
     assert epoch.sources == {"rapl:package-0": pytest.approx(3.0), "amdsmi:0": pytest.approx(10.0)}
+
+
+@pytest.mark.parametrize("edge", ["error_start_joules", "error_end_joules"])
+def test_a_step_with_one_edge_bound_keeps_its_own_error_bar(edge: str) -> None:
+    """Guards: a step energy point that gives the bound at only one of its edges (another
+    writer's, or a field lost) is bounded by its own error, not by that one edge and nothing
+    at the other. One step of 1 J, ± 0.5 J, 0.1 J at one edge: 0.5 J."""
+    tags = {**TAGS, "epoch": "0", "source": "rapl:package-0", "scope": "step"}
+    step = {"step": 0, "start_time_ns": T0, "end_time_ns": T0 + S}
+    energy = {"step": 0, "energy_joules": 1.0, "error_joules": 0.5, edge: 0.1}
+    s = summarize(
+        [
+            Point("nrg_step", {**TAGS, "epoch": "0"}, step, T0 + S),
+            Point("nrg_energy", tags, energy, T0 + S),
+        ]
+    )
+    assert s.steps.error_j == pytest.approx(0.5, rel=1e-12)
+    assert [e.error_j for e in s.epochs] == [pytest.approx(0.5, rel=1e-12)]
