@@ -462,6 +462,22 @@ def test_a_counter_reading_sent_twice_is_counted_once_and_the_rest_kept() -> Non
     assert s.energy.total_j == pytest.approx(100.0, rel=1e-9)
 
 
+def test_a_counter_stored_out_of_order_counts_in_time_order() -> None:
+    """Guards: a counter's readings stored out of time order (a batch re-sent after later ones
+    reached storage) are taken in time order, not as a counter restart. A RAPL counter at 25 W
+    read every second from 0 to 4 s (0, 25, 50, 75, 100 J), stored as the readings of 0, 2, 1,
+    3 and 4 s: over [0, 4] s, 100 J, 25 W, every second bracketed (no error)."""
+    t0 = 1_700_000_000 * NS
+    rapl = {"host": "h1", "socket": "0", "domain": "package"}
+    counter = [
+        Point("rapl", rapl, {"energy_joules": 25.0 * sec}, t0 + sec * NS) for sec in (0, 2, 1, 3, 4)
+    ]
+    pkg = by_source(summarize(counter, window_ns=(t0, t0 + 4 * NS)))["rapl:package-0"]
+    assert pkg.energy_j == pytest.approx(100.0, rel=1e-9)
+    assert pkg.mean_w == pytest.approx(25.0, rel=1e-9)
+    assert pkg.error_j == pytest.approx(0.0, abs=1e-9)
+
+
 def test_the_run_host_and_experiment_are_the_names_on_most_points() -> None:
     """Guards: the summary's run, experiment and host are the values most points carry, each
     point counted once whether its series shares one tags mapping (as stored points do) or
