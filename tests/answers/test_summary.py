@@ -671,6 +671,20 @@ def test_sources_whose_readings_end_where_the_window_starts_are_not_listed() -> 
     assert s.no_energy_reason is not None
 
 
+def test_a_wall_meters_uneven_readings_are_integrated_by_trapezoids() -> None:
+    """Guards: every power reading inside the window takes part in the integral, the first and
+    the last inner ones too. A wall meter read at 0, 1, 2, 3 and 4 s: 80, 120, 90, 100 and
+    85 W; over [0, 4] s: (80 + 120) / 2 + (120 + 90) / 2 + (90 + 100) / 2 + (100 + 85) / 2 =
+    100 + 105 + 95 + 92.5 = 392.5 J, 392.5 / 4 = 98.125 W; peak 120 W."""
+    wall = {"host": "h1", "node": "5"}
+    watts = [80.0, 120.0, 90.0, 100.0, 85.0]
+    points = [Point("emonpi", wall, {"power1_watts": w}, T1 + k * NS) for k, w in enumerate(watts)]
+    src = by_source(summarize(points, window_ns=(T1, T1 + 4 * NS)))["emonpi:5"]
+    assert src.energy_j == pytest.approx(392.5, rel=REL)
+    assert src.mean_w == pytest.approx(98.125, rel=REL)
+    assert src.peak_w == pytest.approx(120.0, rel=REL)
+
+
 def _peak_run(case: str) -> tuple[list[Point], tuple[int, int], list[tuple[int, int]]]:
     """The points, window and waits of each case of the peak power test."""
     window, waits = (T1, T1 + 4 * NS), []
