@@ -177,19 +177,20 @@ def test_energy_outside_steps_only_with_both_steps_and_sources() -> None:
 def test_an_incomplete_energy_point_is_left_out(fields: dict[str, object], source: str) -> None:
     """Guards: a step's energy point without its step number, its energy or its source (a line
     written by hand or by another tool) is left out, and the points after it are still read:
-    stored first, the three steps stay 1, 2 and 6 J (mean 3 J, p50 2 J, 9 J in all), not a
-    fourth step or a 100 J one, nor none."""
+    stored first or last, the three steps stay 1, 2 and 6 J (mean 3 J, p50 2 J, 9 J in all),
+    not a fourth step or a 100 J one, nor none."""
     tags = {**TAGS, "epoch": "0", "scope": "step"}
     if source:
         tags["source"] = source
     stray = Point("nrg_energy", tags, fields, T0 + 2 * S)  # type: ignore[arg-type]
-    s = summarize([stray, *points()])
-    assert s.steps.count == 3
-    assert s.steps.energy_j is not None
-    assert s.steps.energy_j["mean"] == pytest.approx(3.0, rel=1e-12)
-    assert s.steps.energy_j["p50"] == pytest.approx(2.0, rel=1e-12)
-    (epoch,) = s.epochs
-    assert epoch.energy_j == pytest.approx(9.0, rel=1e-12)
+    for stored in ([stray, *points()], [*points(), stray]):
+        s = summarize(stored)
+        assert s.steps.count == 3
+        assert s.steps.energy_j is not None
+        assert s.steps.energy_j["mean"] == pytest.approx(3.0, rel=1e-12)
+        assert s.steps.energy_j["p50"] == pytest.approx(2.0, rel=1e-12)
+        (epoch,) = s.epochs
+        assert epoch.energy_j == pytest.approx(9.0, rel=1e-12)
 
 
 def test_module_shares_are_zero_when_the_steps_used_no_energy() -> None:
