@@ -331,8 +331,8 @@ FRESH = [
     _M(
         "mean power 0 without energy",
         BUILD,
-        "mean_w=total / duration if counted and duration > 0 else None",
-        "mean_w=total / duration if counted and duration > 0 else 0.0",
+        "mean_w=total / duration if counted else None",
+        "mean_w=total / duration if counted else 0.0",
         SUMMARY,
     ),
     _M(
@@ -387,8 +387,8 @@ FRESH = [
     _M(
         "per-step error over n",
         COMPARE_PY,
-        'e.get("sd", 0.0) / math.sqrt(n) if n > 1',
-        'e.get("sd", 0.0) / n if n > 1',
+        'e["sd"] / math.sqrt(n) if n > 1',
+        'e["sd"] / n if n > 1',
         COMPARE,
     ),
     _M(
@@ -408,8 +408,8 @@ FRESH = [
     _M(
         "one run's error dropped",
         COMPARE_PY,
-        "return Value(values[0], pairs[0][1], None, 1)",
-        "return Value(values[0], None, None, 1)",
+        "return Value(values[0], pairs[0][1])",
+        "return Value(values[0], None)",
         COMPARE,
     ),
     _M(

@@ -80,8 +80,8 @@ THIRD = [
     _M(
         "[3] a single run's error bar dropped",
         COMPARE_PY,
-        "return Value(values[0], pairs[0][1], None, 1)",
-        "return Value(values[0], None, None, 1)",
+        "return Value(values[0], pairs[0][1])",
+        "return Value(values[0], None)",
         COMPARE,
     ),
     _M(

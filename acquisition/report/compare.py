@@ -75,7 +75,7 @@ def _per_step(s: RunSummary) -> tuple[float | None, float | None]:
     if e is None:
         return None, None
     n = s.steps.count
-    return e["mean"], (e.get("sd", 0.0) / math.sqrt(n) if n > 1 else None)
+    return e["mean"], (e["sd"] / math.sqrt(n) if n > 1 else None)
 
 
 def _peak_rss(s: RunSummary) -> tuple[float | None, float | None]:
@@ -139,7 +139,7 @@ def _value(runs: Sequence[RunSummary], extract: Extract) -> Value:
     if not values:
         return Value(None, n=0)
     if len(runs) == 1:
-        return Value(values[0], pairs[0][1], None, 1)
+        return Value(values[0], pairs[0][1])
     sd = statistics.stdev(values) if len(values) > 1 else None
     err = 2 * sd / math.sqrt(len(values)) if sd is not None else None
     return Value(statistics.fmean(values), err, sd, len(values))

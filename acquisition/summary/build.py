@@ -252,11 +252,9 @@ def _sum_bound(data: _Steps, keys: Iterable[tuple[str, str, int]]) -> float | No
 
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
     pos = q * (len(ordered) - 1)
     lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
+    hi = min(lo + 1, len(ordered) - 1)  # q < 1: the value after lo, or lo itself when alone
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
@@ -528,7 +526,7 @@ def _summarize(
         total_kwh=total / J_PER_KWH,
         outside_steps_j=(total - inside) if totals and counted else None,
         sources=sources,
-        mean_w=total / duration if counted and duration > 0 else None,
+        mean_w=total / duration if counted else None,  # a counted source spans some time
         peak_w=sum(peaks) if peaks else None,
     )
     flops = [

@@ -262,10 +262,8 @@ def _rough_integral(times: Sequence[int], watts: Sequence[float]) -> float:
     """:func:`_trapezoid_columns` summed as Σ v_i × (t_i+1 − t_i−1) (each reading times the
     span of its two neighbours; the ends with their one), halved and scaled once at the end:
     two passes instead of five, its rounding differs in the last bits. For an error estimate
-    over all of a run's driver samples, never for an energy figure."""
-    n = len(times)
-    if n < 2:
-        return 0.0
+    over all of a run's driver samples, never for an energy figure. At least two readings (a
+    clip of them, which has its two edges)."""
     inner: float = sum(map(operator.mul, watts[1:-1], map(operator.sub, times[2:], times)))
     ends = watts[0] * (times[1] - times[0]) + watts[-1] * (times[-1] - times[-2])
     return (inner + ends) / 2 / _NS
@@ -310,9 +308,9 @@ def source_energy(
         if use_counter
         else "power readings, integrated by trapezoids"
     )
-    mean = energy / span if span > 0 else None
+    mean = energy / span  # span > 0: there is a clip (peaks), and a clip's two ends differ
     uncovered = max(sum(b - a for a, b in pieces) / _NS - span - edges[1], 0.0)
-    error = mean * uncovered + edges[2] if mean is not None else None
+    error = mean * uncovered + edges[2]
     if edges[1]:
         origin += ", power readings beyond it"
         mean = (energy + edges[0]) / (span + edges[1])
@@ -370,8 +368,7 @@ def counter_edges(
     (first, first_j), (last, last_j) = data[0], data[-1]
     energy = covered = 0.0
     for a, b in ((window[0], first), (last, window[1])):
-        part = _clip_columns(times, watts, a, b) if b > a else None
-        if part is not None:
+        if (part := _clip_columns(times, watts, a, b)) is not None:  # None where b <= a too
             energy += _trapezoid_columns(*part)
             covered += (part[0][-1] - part[0][0]) / _NS
     if not covered:

@@ -231,3 +231,38 @@ def test_a_rank_s_gpu_is_its_device_as_last_seen() -> None:
     # renumbered back: the device is GPU 0 again
     points.append(Point("gpu", first, {"energy_joules": 5.0}, T0 + 4 * NS))
     assert gpu_owners(iter(points))[("a", "0")] == ("nvml:0", "ab12")
+
+
+@dataclass
+class CounterReadTwice(ClusterRun):
+    """One host of two ranks that take turns to be slower: rank 0 ends its steps 0.2, 0.35 and
+    0.6 s after the job's start, rank 1 at 0.15, 0.4 and 0.55 s; the RAPL package counter is
+    read only twice, at T0 and at the last sample."""
+
+    def ends(self, rank: int) -> list[int]:
+        at = {0: (0.2, 0.35, 0.6), 1: (0.15, 0.4, 0.55)}[rank]
+        return [self.job_start + round(s * NS) for s in at]
+
+    def host_points(self, host: str) -> list[Point]:
+        points = [p for p in super().host_points(host) if p.measurement != "rapl"]
+        tags = {"host": host, "run": self.run, "experiment": "e", "socket": "0"}
+        last = self.job_end + round(self.tail_s * NS)
+        return points + [
+            Point("rapl", {**tags, "domain": "package"}, {"energy_joules": 40.0 * (t - T0) / NS}, t)
+            for t in (T0, last)
+        ]
+
+
+def test_a_counter_read_twice_gives_each_global_step_its_span() -> None:
+    """Guards: a shared counter with two readings, the fewest that bracket any time, gives a
+    run's step its energy over the step's span across ranks, not the larger of the ranks' own
+    figures. The run's steps: [0, 0.2], [0.2, 0.4] and [0.4, 0.6] s (each from the later of
+    the earliest start and the step before's end, to the latest end); RAPL's 40 W over each:
+    8 J (rank 1's own [0.15, 0.4] s would give 10 J). Each rank's GPU (100 W) over the rank's
+    own step: 20 + 15 = 35 J, then 15 + 25 = 40 J and 25 + 15 = 40 J. Steps 43, 48, 48 J."""
+    run = CounterReadTwice(hosts=("h1",), gpus=2, epochs=1, steps=3, slow_rank=None)
+    points = run.points()
+    assert step_energies(points) == pytest.approx([43.0, 48.0, 48.0], rel=REL)
+    s = summarize(points)
+    assert s.steps.energy_j is not None
+    assert s.steps.energy_j["mean"] == pytest.approx((43 + 48 + 48) / 3, rel=REL)

@@ -120,15 +120,17 @@ def _with_rss(run: KnownRun, combined_bytes: list[int]) -> list[Point]:
 @pytest.mark.parametrize("unit", ["bytes", "megabytes", "gigabytes"])
 def test_compare_peak_memory_is_in_decimal_megabytes(unit: str) -> None:
     """Guards: compare's peak memory is the combined RSS peak in MB (10**6 bytes, the unit
-    it states), whatever unit the summaries were made in. Peaks 320_000_000 and 500_000_000
-    bytes: 320 MB and 500 MB, 180 MB apart (in MiB it would read 305.2 and 476.8)."""
+    it states), whatever unit the summaries were made in, to a fraction of a megabyte. Peaks
+    320_500_000 and 500_250_000 bytes: 320.5 MB and 500.25 MB, 179.75 MB apart (in MiB it
+    would read 305.7 and 477.1; whole megabytes, 320 and 500)."""
     opts = SummaryOptions(ram_unit=unit)  # type: ignore[arg-type]
-    a = summarize(_with_rss(KnownRun(run="a"), [100_000_000, 320_000_000]), opts)
-    b = summarize(_with_rss(KnownRun(run="b"), [500_000_000, 200_000_000]), opts)
+    a = summarize(_with_rss(KnownRun(run="a"), [100_000_000, 320_500_000]), opts)
+    b = summarize(_with_rss(KnownRun(run="b"), [500_250_000, 200_000_000]), opts)
     fig = next(f for f in compare(["a", "b"], [[a], [b]]).figures if f.name.startswith("peak"))
     assert fig.unit == "MB"
-    assert [v.value for v in fig.values] == [pytest.approx(320.0), pytest.approx(500.0)]
-    assert fig.values[1].diff == pytest.approx(180.0)
+    values = [v.value for v in fig.values]
+    assert values == [pytest.approx(320.5, rel=1e-12), pytest.approx(500.25, rel=1e-12)]
+    assert fig.values[1].diff == pytest.approx(179.75, rel=1e-12)
 
 
 def test_select_and_errors(tmp_path: Path) -> None:
@@ -338,3 +340,27 @@ def test_compare_experiments_where_only_some_runs_have_a_meter() -> None:
     assert wall_b.sd == pytest.approx(26.0 / 2**0.5)
     assert wall_b.error == pytest.approx(26.0)
     assert wall_b.diff == pytest.approx(13.0) and wall_b.significant is None
+
+
+def test_compare_a_run_without_steps_beside_one_with_steps() -> None:
+    """Guards: a run that recorded no training steps (the agent alone, no Tracker) compares
+    beside one that did: its step figures are empty (no value, n = 0, no difference), not a
+    crash, and the other run's are shown. KnownRun: RAPL 25 + 5 = 30 W; 4 steps of 0.2 s an
+    epoch: 30 × 0.2 = 6 J a step, 4 × 6 = 24 J an epoch, 6 J / 32 samples a sample."""
+    step_kinds = ("nrg_step", "nrg_energy", "nrg_model")
+    plain = [p for p in KnownRun(run="a").points() if p.measurement not in step_kinds]
+    a = summarize(plain)
+    assert a.steps.energy_j is None and a.epochs == []
+    b = summarize(KnownRun(run="b").points())
+    fig = {f.name: f for f in compare(["a", "b"], [[a], [b]]).figures}
+    for name, expected in (
+        ("energy per step", 6.0),
+        ("energy per epoch", 24.0),
+        ("energy per sample", 6.0 / 32),
+    ):
+        none, value = fig[name].values
+        assert (none.value, none.error, none.n) == (None, None, 0), name
+        assert (value.value, value.n) == (pytest.approx(expected), 1), name
+        assert (value.diff, value.significant) == (None, None), name
+    assert [v.value for v in fig["energy per forward FLOP"].values] == [None, None]
+    assert [v.n for v in fig["energy"].values] == [1, 1]

@@ -87,6 +87,23 @@ def test_shared_readings_that_stop_before_the_last_steps(tmp_path: Path) -> None
     assert new != full  # the figures of h2's later steps came from elsewhere
 
 
+def test_a_rank_known_only_from_its_step_lines_is_among_the_runs_ranks(tmp_path: Path) -> None:
+    """Guards: a rank known from its step lines alone (its start and end events and the rest
+    of its points lost, or written by a tool that sends only step lines) is one of the run's
+    ranks when those lines are read as columns, as when they are read as points: the lines'
+    tags count, not only the points'. Two hosts of two ranks; rank 3's points other than its
+    step lines left out: ranks 0 to 3, per-rank rows for all four."""
+    run = ClusterRun(gpus=2, epochs=1, steps=3, startup_s=0.1, tail_s=0.1)
+    points = [p for p in run.points() if p.tags.get("rank") != "3" or step_lines([p])]
+    store = write(tmp_path, points)
+    (info,) = find_runs(store)
+    loaded, columns = load_run_columns(store, info)
+    assert columns is not None and regular_views(loaded, columns) is not None
+    for s in (summarize(load_run(store, info)), summarize(loaded, columns=columns)):
+        assert (s.ranks, s.hosts) == (["0", "1", "2", "3"], ["h1", "h2"])
+        assert sorted(str(r["rank"]) for r in s.per_rank) == ["0", "1", "2", "3"]
+
+
 def test_a_rank_missing_a_step_takes_the_general_way(tmp_path: Path) -> None:
     run = ClusterRun(gpus=4)
     points = [

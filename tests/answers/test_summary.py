@@ -462,6 +462,22 @@ def test_a_counter_reading_sent_twice_is_counted_once_and_the_rest_kept() -> Non
     assert s.energy.total_j == pytest.approx(100.0, rel=1e-9)
 
 
+def test_a_counter_stored_out_of_order_counts_in_time_order() -> None:
+    """Guards: a counter's readings stored out of time order (a batch re-sent after later ones
+    reached storage) are taken in time order, not as a counter restart. A RAPL counter at 25 W
+    read every second from 0 to 4 s (0, 25, 50, 75, 100 J), stored as the readings of 0, 2, 1,
+    3 and 4 s: over [0, 4] s, 100 J, 25 W, every second bracketed (no error)."""
+    t0 = 1_700_000_000 * NS
+    rapl = {"host": "h1", "socket": "0", "domain": "package"}
+    counter = [
+        Point("rapl", rapl, {"energy_joules": 25.0 * sec}, t0 + sec * NS) for sec in (0, 2, 1, 3, 4)
+    ]
+    pkg = by_source(summarize(counter, window_ns=(t0, t0 + 4 * NS)))["rapl:package-0"]
+    assert pkg.energy_j == pytest.approx(100.0, rel=1e-9)
+    assert pkg.mean_w == pytest.approx(25.0, rel=1e-9)
+    assert pkg.error_j == pytest.approx(0.0, abs=1e-9)
+
+
 def test_the_run_host_and_experiment_are_the_names_on_most_points() -> None:
     """Guards: the summary's run, experiment and host are the values most points carry, each
     point counted once whether its series shares one tags mapping (as stored points do) or
@@ -493,6 +509,254 @@ def test_excluded_intervals_count_in_neither_the_duration_nor_the_energy() -> No
     whole = summarize(counter, window_ns=window)
     assert whole.duration_s == pytest.approx(10.0, rel=1e-9)
     assert whole.energy.total_j == pytest.approx(250.0, rel=1e-9)
+
+
+def test_waits_outside_the_window_or_of_no_length_change_nothing() -> None:
+    """Guards: of the tracker's waits (``exclude_ns``), one wholly before the window and one
+    that lasted no time (two readings of the clock alike) take nothing out, and a wait after
+    them still does; a GPU counter's edges still get the power readings there.
+
+    An NVML counter at 300 W read at 1, 2, 3 and 4 s (300 J a second), power readings of
+    300 W every second from 0 to 5 s; the window [0, 5] s less the waits [−2, −1] s, [0.5,
+    0.5] s and [2, 3] s: [0, 2] and [3, 5] s, 4 s. Counter: 600 − 300 = 300 J over [1, 2] s and
+    1200 − 900 = 300 J over [3, 4] s; power readings beyond it: 300 W × 1 s over [0, 1] s and
+    [4, 5] s, 600 J. 1200 J over 4 s: 300 W; every part covered and the readings agree with
+    the counter: no error bar."""
+    t0 = 1_700_000_000 * NS
+    tags = {"gpu": "0", "host": "h1"}
+    points = [
+        Point("gpu", tags, {"energy_joules": 300.0 * sec}, t0 + sec * NS) for sec in range(1, 5)
+    ]
+    points += [Point("gpu", tags, {"power_watts": 300.0}, t0 + sec * NS) for sec in range(6)]
+    window = (t0, t0 + 5 * NS)
+    waits = [(t0 - 2 * NS, t0 - NS), (t0 + NS // 2, t0 + NS // 2), (t0 + 2 * NS, t0 + 3 * NS)]
+    s = summarize(points, window_ns=window, exclude_ns=waits)
+    assert s.duration_s == pytest.approx(4.0, rel=REL)
+    gpu = by_source(s)["nvml:0"]
+    assert gpu.energy_j == pytest.approx(1200.0, rel=REL)
+    assert gpu.mean_w == pytest.approx(300.0, rel=REL)
+    assert gpu.error_j == pytest.approx(0.0, abs=1e-6)
+    assert gpu.origin == "energy_joules counter, differenced, power readings beyond it"
+    assert s.energy.total_j == pytest.approx(1200.0, rel=REL)
+    assert s.energy.mean_w == pytest.approx(300.0, rel=REL)
+
+
+@pytest.mark.parametrize("readings", [0, 1], ids=["no power reading", "one power reading"])
+def test_a_window_beyond_a_counter_without_two_power_readings_is_its_error_bar(
+    readings: int,
+) -> None:
+    """Guards: a counter with fewer than two power readings beside it (RAPL reads none; an
+    NVML counter read once with its power) has nothing to extend it beyond its readings: the
+    window's part outside them adds no energy and no covered time, only its error bar.
+
+    The counter at 25 W read at 0, 1, 2, 3 and 4 s (0 to 100 J); the window [−2, 4] s.
+    100 J over the 4 s read: 25 W; the 2 s before the first reading at that mean power:
+    25 W × 2 s = 50 J of error bar."""
+    t0 = 1_700_000_000 * NS
+    if readings:
+        tags, name = {"gpu": "0", "host": "h1"}, "nvml:0"
+        points = [
+            Point("gpu", tags, {"energy_joules": 25.0 * sec}, t0 + sec * NS) for sec in range(5)
+        ]
+        points[2] = Point("gpu", tags, {"energy_joules": 50.0, "power_watts": 25.0}, t0 + 2 * NS)
+    else:
+        tags, name = {"host": "h1", "socket": "0", "domain": "package"}, "rapl:package-0"
+        points = [
+            Point("rapl", tags, {"energy_joules": 25.0 * sec}, t0 + sec * NS) for sec in range(5)
+        ]
+    s = summarize(points, window_ns=(t0 - 2 * NS, t0 + 4 * NS))
+    src = by_source(s)[name]
+    assert src.energy_j == pytest.approx(100.0, rel=REL)
+    assert src.mean_w == pytest.approx(25.0, rel=REL)
+    assert src.error_j == pytest.approx(50.0, rel=REL)
+    assert src.origin == "energy_joules counter, differenced"
+    assert s.energy.total_j == pytest.approx(100.0, rel=REL)
+
+
+T1 = 1_700_000_000 * NS
+GPU = {"gpu": "0", "host": "h1"}
+RAPL = {"host": "h1", "socket": "0", "domain": "package"}
+
+
+def _gpu_counter(
+    joules: list[tuple[float, float]], watts: list[tuple[float, float]]
+) -> list[Point]:
+    """An NVML counter read at (s, J) and its power readings at (s, W), as separate points."""
+    points = [Point("gpu", GPU, {"energy_joules": j}, T1 + round(t * NS)) for t, j in joules]
+    points += [Point("gpu", GPU, {"power_watts": w}, T1 + round(t * NS)) for t, w in watts]
+    return points
+
+
+def test_a_counter_extended_by_readings_that_cover_part_of_the_rest() -> None:
+    """Guards: where the power readings beyond a counter's readings cover only part of the
+    window's rest, that part gets their energy and the part no reading brackets the error bar
+    (mean power × its seconds), and the source says where its figure comes from.
+
+    An NVML counter at 300 W read at 1, 2, 3 and 4 s; power readings of 300 W every 0.5 s
+    from 0.5 to 4.5 s; the window [0.2, 5] s. Counter: 900 J over 3 s. Readings beyond it:
+    [0.5, 1] and [4, 4.5] s, 300 W × 1 s = 300 J. 1200 J over 4 s: 300 W. Not bracketed:
+    [0.2, 0.5] and [4.5, 5] s, 0.8 s: 300 W × 0.8 s = 240 J."""
+    watts = [(k / 2, 300.0) for k in range(1, 10)]
+    points = _gpu_counter([(sec, 300.0 * sec) for sec in range(1, 5)], watts)
+    s = summarize(points, window_ns=(T1 + NS // 5, T1 + 5 * NS))
+    gpu = by_source(s)["nvml:0"]
+    assert gpu.energy_j == pytest.approx(1200.0, rel=REL)
+    assert gpu.mean_w == pytest.approx(300.0, rel=REL)
+    assert gpu.error_j == pytest.approx(240.0, rel=REL)
+    assert gpu.origin == "energy_joules counter, differenced, power readings beyond it"
+
+
+@pytest.mark.parametrize(
+    ("counter_w", "energy_j", "mean_w", "error_j"),
+    [(0.0, 600.0, 120.0, 600.0), (0.2, 1.0, 0.2, 0.0)],
+    ids=["a counter that does not move", "a counter moving 0.2 J a second"],
+)
+def test_the_error_bar_beyond_a_counter_that_moves_little_or_not_at_all(
+    counter_w: float, energy_j: float, mean_w: float, error_j: float
+) -> None:
+    """Guards: the error bar of the window's parts beyond a GPU's counter readings when the
+    counter moved less than a joule over its span (readings compared with it as they are) or
+    not at all (a stuck driver: nothing to compare with; the whole extension is the bar).
+
+    A counter read at 1, 2, 3 and 4 s, from 1000 J, at ``counter_w``; power readings of
+    ``counter_w`` W (300 W beside the stuck counter) every second from 0 to 5 s; the window
+    [0, 5] s. Stuck: 0 J over 3 s, and 300 W × 2 s = 600 J beyond it: 600 J over 5 s, 120 W;
+    the bar 600 J. At 0.2 W: 0.6 J over 3 s and 0.2 W × 2 s = 0.4 J beyond: 1 J over 5 s,
+    0.2 W; the readings say 0.2 W × 3 s = 0.6 J as the counter does: no bar."""
+    watts = [(sec, counter_w or 300.0) for sec in range(6)]
+    joules = [(sec, 1000.0 + counter_w * (sec - 1)) for sec in range(1, 5)]
+    gpu = by_source(summarize(_gpu_counter(joules, watts), window_ns=(T1, T1 + 5 * NS)))["nvml:0"]
+    assert gpu.energy_j == pytest.approx(energy_j, rel=REL)
+    assert gpu.mean_w == pytest.approx(mean_w, rel=REL)
+    assert gpu.error_j == pytest.approx(error_j, rel=REL, abs=1e-9)
+
+
+def test_readings_of_0_w_beyond_a_counter_cover_their_time() -> None:
+    """Guards: power readings of 0 W beyond a counter's readings are readings: their time is
+    covered (0 J), the mean power is over it, and the source says it.
+
+    An NVML counter at 300 W read at 1, 2, 3 and 4 s (900 J); power readings of 0 W at 0 and
+    1 s; the window [0, 4] s: 900 J + 0 J over 3 + 1 s = 225 W, every second bracketed."""
+    points = _gpu_counter([(sec, 300.0 * sec) for sec in range(1, 5)], [(0, 0.0), (1, 0.0)])
+    gpu = by_source(summarize(points, window_ns=(T1, T1 + 4 * NS)))["nvml:0"]
+    assert gpu.energy_j == pytest.approx(900.0, rel=REL)
+    assert gpu.mean_w == pytest.approx(225.0, rel=REL)
+    assert gpu.error_j == pytest.approx(0.0, abs=1e-9)
+    assert gpu.origin == "energy_joules counter, differenced, power readings beyond it"
+
+
+def test_a_gpu_counter_read_once_gives_way_to_its_power_readings() -> None:
+    """Guards: a counter read only once (a run shorter than the counter's period) brackets
+    nothing; the source's power readings give its energy instead of the source being lost.
+
+    The counter read at 1 s; power readings of 300 W every second from 0 to 4 s; the window
+    [0, 4] s: 300 W × 4 s = 1200 J, integrated by trapezoids."""
+    points = _gpu_counter([(1, 5000.0)], [(sec, 300.0) for sec in range(5)])
+    gpu = by_source(summarize(points, window_ns=(T1, T1 + 4 * NS)))["nvml:0"]
+    assert gpu.energy_j == pytest.approx(1200.0, rel=REL)
+    assert gpu.origin == "power readings, integrated by trapezoids"
+
+
+def test_sources_whose_readings_end_where_the_window_starts_are_not_listed() -> None:
+    """Guards: a source whose last reading is the window's first instant brackets none of it:
+    it is left out (no 0 J source, no crash on a stretch of no length), for a counter and for
+    power readings alike. A RAPL counter and a wall meter read at 0, 1 and 2 s; the window
+    [2, 4] s: no energy measured."""
+    points = [Point("rapl", RAPL, {"energy_joules": 25.0 * sec}, T1 + sec * NS) for sec in range(3)]
+    wall = {"host": "h1", "node": "5"}
+    points += [Point("emonpi", wall, {"power1_watts": 80.0}, T1 + sec * NS) for sec in range(3)]
+    s = summarize(points, window_ns=(T1 + 2 * NS, T1 + 4 * NS))
+    assert s.energy.sources == []
+    assert s.energy.total_j == 0.0
+    assert s.no_energy_reason is not None
+
+
+def test_a_wall_meters_uneven_readings_are_integrated_by_trapezoids() -> None:
+    """Guards: every power reading inside the window takes part in the integral, the first and
+    the last inner ones too. A wall meter read at 0, 1, 2, 3 and 4 s: 80, 120, 90, 100 and
+    85 W; over [0, 4] s: (80 + 120) / 2 + (120 + 90) / 2 + (90 + 100) / 2 + (100 + 85) / 2 =
+    100 + 105 + 95 + 92.5 = 392.5 J, 392.5 / 4 = 98.125 W; peak 120 W."""
+    wall = {"host": "h1", "node": "5"}
+    watts = [80.0, 120.0, 90.0, 100.0, 85.0]
+    points = [Point("emonpi", wall, {"power1_watts": w}, T1 + k * NS) for k, w in enumerate(watts)]
+    src = by_source(summarize(points, window_ns=(T1, T1 + 4 * NS)))["emonpi:5"]
+    assert src.energy_j == pytest.approx(392.5, rel=REL)
+    assert src.mean_w == pytest.approx(98.125, rel=REL)
+    assert src.peak_w == pytest.approx(120.0, rel=REL)
+
+
+def _peak_run(case: str) -> tuple[list[Point], tuple[int, int], list[tuple[int, int]]]:
+    """The points, window and waits of each case of the peak power test."""
+    window, waits = (T1, T1 + 4 * NS), []
+    if case == "a wall meter's largest reading":
+        wall = {"host": "h1", "node": "5"}
+        watts = [80.0, 120.0, 90.0, 100.0, 85.0]
+        points = [
+            Point("emonpi", wall, {"power1_watts": w}, T1 + k * NS) for k, w in enumerate(watts)
+        ]
+        return points, window, waits
+    if case == "a counter's mean between readings":
+        # every 0.5 s, 10.3 J a half second except 20.6 J in the third: 20.6 and 41.2 W
+        gains = [10.3, 10.3, 20.6, 10.3, 10.3, 10.3, 10.3, 10.3]
+        joules = [sum(gains[:k]) for k in range(9)]
+        points = [
+            Point("rapl", RAPL, {"energy_joules": j}, T1 + k * NS // 2)
+            for k, j in enumerate(joules)
+        ]
+        return points, window, waits
+    # 25 W read every second with a power_watts reading of 24 W, 60 W at one time
+    at = {"a reading at the window's start": 0, "a reading at the window's end": 4}.get(case, 1)
+    if case == "the larger of two stretches":
+        waits = [(T1 + 2 * NS, T1 + 3 * NS)]
+    if case == "a reading beside a counter among power readings":
+        tags = GPU
+        extra = [Point("gpu", GPU, {"power_watts": 24.0}, T1 + NS // 2)]  # power alone
+    else:
+        tags, extra = RAPL, []
+    points = [
+        Point(
+            "rapl" if tags is RAPL else "gpu",
+            tags,
+            {"energy_joules": 25.0 * sec, "power_watts": 60.0 if sec == at else 24.0},
+            T1 + sec * NS,
+        )
+        for sec in range(5)
+    ]
+    return points + extra, window, waits
+
+
+@pytest.mark.parametrize(
+    ("case", "peak_w"),
+    [
+        ("a wall meter's largest reading", 120.0),
+        ("a counter's mean between readings", 41.2),
+        ("a reading at the window's start", 60.0),
+        ("a reading at the window's end", 60.0),
+        ("the larger of two stretches", 60.0),
+        ("a reading beside a counter among power readings", 60.0),
+    ],
+)
+def test_peak_power_is_the_largest_power_seen(case: str, peak_w: float) -> None:
+    """Guards: a source's peak power is the largest power seen over the window: a power
+    reading; a counter's mean power between two readings (gain ÷ interval: 20.6 J ÷ 0.5 s =
+    41.2 W beside 10.3 J ÷ 0.5 s = 20.6 W); a ``power_watts`` reading beside a counter, also
+    at the window's first or last instant, and also in a series where some points carry power
+    alone; the larger of the peaks of the window's stretches (the wait [2, 3] s leaves [0, 2]
+    and [3, 4] s, 60 W at 1 s in the first, 25 W in the second). The counter otherwise draws
+    25 W (25 J a second) beside readings of 24 W."""
+    points, window, waits = _peak_run(case)
+    (src,) = summarize(points, window_ns=window, exclude_ns=waits).energy.sources
+    assert src.peak_w == pytest.approx(peak_w, rel=REL)
+
+
+def test_the_start_and_end_are_to_the_millisecond() -> None:
+    """Guards: the summary's start and end (ISO 8601, UTC) keep their milliseconds. The window
+    [1,700,000,000.25, 1,700,000,003.75] s since the epoch: 2023-11-14 22:13:20.250 to
+    22:13:23.750 UTC (1,700,000,000 s is 22:13:20 on 14 November 2023)."""
+    points = [Point("rapl", RAPL, {"energy_joules": 25.0 * sec}, T1 + sec * NS) for sec in range(5)]
+    s = summarize(points, window_ns=(T1 + NS // 4, T1 + 3 * NS + 3 * NS // 4))
+    assert (s.start, s.end) == ("2023-11-14T22:13:20.250+00:00", "2023-11-14T22:13:23.750+00:00")
+    assert s.duration_s == pytest.approx(3.5, rel=REL)
 
 
 class _Bytes(float):

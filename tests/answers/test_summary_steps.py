@@ -176,19 +176,21 @@ def test_energy_outside_steps_only_with_both_steps_and_sources() -> None:
 )
 def test_an_incomplete_energy_point_is_left_out(fields: dict[str, object], source: str) -> None:
     """Guards: a step's energy point without its step number, its energy or its source (a line
-    written by hand or by another tool) is left out: the three steps stay 1, 2 and 6 J (mean
-    3 J, p50 2 J, 9 J in all), not a fourth step or a 100 J one."""
+    written by hand or by another tool) is left out, and the points after it are still read:
+    stored first or last, the three steps stay 1, 2 and 6 J (mean 3 J, p50 2 J, 9 J in all),
+    not a fourth step or a 100 J one, nor none."""
     tags = {**TAGS, "epoch": "0", "scope": "step"}
     if source:
         tags["source"] = source
     stray = Point("nrg_energy", tags, fields, T0 + 2 * S)  # type: ignore[arg-type]
-    s = summarize([*points(), stray])
-    assert s.steps.count == 3
-    assert s.steps.energy_j is not None
-    assert s.steps.energy_j["mean"] == pytest.approx(3.0, rel=1e-12)
-    assert s.steps.energy_j["p50"] == pytest.approx(2.0, rel=1e-12)
-    (epoch,) = s.epochs
-    assert epoch.energy_j == pytest.approx(9.0, rel=1e-12)
+    for stored in ([stray, *points()], [*points(), stray]):
+        s = summarize(stored)
+        assert s.steps.count == 3
+        assert s.steps.energy_j is not None
+        assert s.steps.energy_j["mean"] == pytest.approx(3.0, rel=1e-12)
+        assert s.steps.energy_j["p50"] == pytest.approx(2.0, rel=1e-12)
+        (epoch,) = s.epochs
+        assert epoch.energy_j == pytest.approx(9.0, rel=1e-12)
 
 
 def test_module_shares_are_zero_when_the_steps_used_no_energy() -> None:
@@ -204,3 +206,88 @@ def test_module_shares_are_zero_when_the_steps_used_no_energy() -> None:
     assert [(m.module, m.energy_j, m.share) for m in s.modules] == [("fc", 0.0, 0.0)]
     (line,) = [row for row in format_text(s).splitlines() if row.strip().startswith("fc ")]
     assert line.split() == ["fc", "0.000", "J", "0.0", "%"]
+
+
+def test_module_shares_of_steps_under_a_joule() -> None:
+    """Guards: a module's share of the steps' energy is taken however small that energy is (an
+    idle CPU, a tiny model): not 0 % below some threshold. Steps of 1, 2 and 6 J scaled by
+    0.05: 0.05 + 0.1 + 0.3 = 0.45 J; the module ``fc`` 0.09 J of RAPL package: 0.09 / 0.45 =
+    20 %."""
+    module_energy = Point(
+        "nrg_energy",
+        {**TAGS, "epoch": "0", "source": "rapl:package-0", "scope": "module", "module": "fc"},
+        {"step": 0, "energy_joules": 0.09},
+        T0 + S,
+    )
+    s = summarize([*points(scale=0.05), module_energy])
+    ((module, energy, share),) = [(m.module, m.energy_j, m.share) for m in s.modules]
+    assert (module, energy) == ("fc", pytest.approx(0.09, rel=1e-12))
+    assert share == pytest.approx(0.2, rel=1e-12)
+
+
+def test_a_step_without_an_epoch_is_in_epoch_0() -> None:
+    """Guards: a step point that names no epoch (no ``epoch`` tag, no integer ``epoch`` field;
+    a writer other than the training library) is in epoch 0, the library's first, beside the
+    steps tagged 0; an integer ``epoch`` field still names its epoch.
+
+    Steps of 1 s and 1, 2 and 6 J: the first tagged epoch 0, the second untagged, the third
+    with the field ``epoch=2``. Epoch 0: 2 steps, 0 → 2 s, 1 + 2 = 3 J; epoch 2: 1 step, 6 J."""
+    epochs: list[dict[str, str]] = [{"epoch": "0"}, {}, {}]
+    fields: list[dict[str, int]] = [{}, {}, {"epoch": 2}]
+    out = []
+    for n, joules in enumerate((1.0, 2.0, 6.0)):
+        end = T0 + (n + 1) * S
+        step = {"step": n, "start_time_ns": end - S, "end_time_ns": end, **fields[n]}
+        out.append(Point("nrg_step", {**TAGS, **epochs[n]}, step, end))
+        tags = {**TAGS, **epochs[n], "source": "rapl:package-0", "scope": "step"}
+        out.append(Point("nrg_energy", tags, {"step": n, "energy_joules": joules}, end))
+    s = summarize(out)
+    got = [(e.epoch, e.steps, e.duration_s, e.energy_j) for e in s.epochs]
+    assert got == [(0, 2, 2.0, pytest.approx(3.0)), (2, 1, 1.0, pytest.approx(6.0))]
+
+
+def test_step_energy_of_a_source_of_unknown_kind_is_listed_not_added() -> None:
+    """Guards: stored step energies of a source whose kind the summary does not know (another
+    writer's, or a newer collector's: ``amdsmi:0``) are listed in their epoch, and neither
+    added to the steps' energy nor to their error bars (it may overlap what is counted), and
+    do not stop the summary.
+
+    Two steps of 1 s: RAPL package 1 and 2 J (± 0.1 J each), the other source 5 J each. Steps:
+    mean (1 + 2) / 2 = 1.5 J, error bar 0.1 + 0.1 = 0.2 J; the epoch: 3 J, and the other
+    source's 5 + 5 = 10 J beside RAPL's 3 J."""
+    out = []
+    for n, package in enumerate((1.0, 2.0)):
+        end = T0 + (n + 1) * S
+        fields = {"step": n, "start_time_ns": end - S, "end_time_ns": end}
+        out.append(Point("nrg_step", {**TAGS, "epoch": "0"}, fields, end))
+        for source, joules in (("rapl:package-0", package), ("amdsmi:0", 5.0)):
+            tags = {**TAGS, "epoch": "0", "source": source, "scope": "step"}
+            energy = {"step": n, "energy_joules": joules, "error_joules": 0.1}
+            out.append(Point("nrg_energy", tags, energy, end))
+    s = summarize(out)
+    assert s.steps.count == 2
+    assert s.steps.energy_j is not None
+    assert s.steps.energy_j["mean"] == pytest.approx(1.5, rel=1e-12)
+    assert s.steps.error_j == pytest.approx(0.2, rel=1e-12)
+    (epoch,) = s.epochs
+    assert epoch.energy_j == pytest.approx(3.0, rel=1e-12)
+    assert epoch.error_j == pytest.approx(0.2, rel=1e-12)
+    assert epoch.sources == {"rapl:package-0": pytest.approx(3.0), "amdsmi:0": pytest.approx(10.0)}
+
+
+@pytest.mark.parametrize("edge", ["error_start_joules", "error_end_joules"])
+def test_a_step_with_one_edge_bound_keeps_its_own_error_bar(edge: str) -> None:
+    """Guards: a step energy point that gives the bound at only one of its edges (another
+    writer's, or a field lost) is bounded by its own error, not by that one edge and nothing
+    at the other. One step of 1 J, ± 0.5 J, 0.1 J at one edge: 0.5 J."""
+    tags = {**TAGS, "epoch": "0", "source": "rapl:package-0", "scope": "step"}
+    step = {"step": 0, "start_time_ns": T0, "end_time_ns": T0 + S}
+    energy = {"step": 0, "energy_joules": 1.0, "error_joules": 0.5, edge: 0.1}
+    s = summarize(
+        [
+            Point("nrg_step", {**TAGS, "epoch": "0"}, step, T0 + S),
+            Point("nrg_energy", tags, energy, T0 + S),
+        ]
+    )
+    assert s.steps.error_j == pytest.approx(0.5, rel=1e-12)
+    assert [e.error_j for e in s.epochs] == [pytest.approx(0.5, rel=1e-12)]
