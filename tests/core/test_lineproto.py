@@ -150,6 +150,7 @@ def test_cache_does_not_confuse_series_with_same_tag_values_in_other_keys() -> N
         "m,t v=1 0",
         'm v="open 0',
         'm v="ab"c 0',  # text after a string's closing quote
+        'm v=" 0',  # a lone quote: opened, never closed
         "m v=nan 0",
         "m v=1 2 3",
         "# c",
@@ -158,6 +159,15 @@ def test_cache_does_not_confuse_series_with_same_tag_values_in_other_keys() -> N
 def test_decoder_rejects_malformed_lines(line: str) -> None:
     with pytest.raises(LineProtocolError):
         decode_line(line)
+
+
+def test_unsigned_fields_from_zero_up_and_no_lower() -> None:
+    """Guards: an unsigned field of 0 (``0u``, a counter at its start) is read as 0, and a
+    negative one is refused; the bound lies between -1 and 0."""
+    assert decode_line("m v=0u 5").fields == {"v": 0}
+    assert decode_line("m v=1u 5").fields == {"v": 1}
+    with pytest.raises(LineProtocolError):
+        decode_line("m v=-1u 5")
 
 
 text = st.text(
