@@ -656,3 +656,18 @@ def test_a_malformed_line_gets_the_same_error_with_or_without_escapes(
         with pytest.raises(LineProtocolError) as caught:
             decode_line(line.replace("ab", measurement, 1))
         assert str(caught.value) == error
+
+
+def test_fresh_tags_dicts_are_indexed_by_identity_1024_times_then_16_a_batch() -> None:
+    """Guards the bound on the by-identity index's work for a collector that builds a fresh tags
+    dict for every point (such dicts never hit): 1,024 insertions at first, then 16 per batch
+    as a probe, so a batch of 2,000 such points indexes 1,024 and the next one 16 more."""
+    enc = lineproto.LineEncoder()
+
+    def fresh(first: int, n: int) -> list[Point]:
+        return [Point("m", {"host": f"h{i}"}, {"v": 1}, 0) for i in range(first, first + n)]
+
+    enc.encode_many(fresh(0, 2000))
+    assert len(enc._by_id) == 1024
+    enc.encode_many(fresh(2000, 100))
+    assert len(enc._by_id) == 1024 + 16
