@@ -193,15 +193,20 @@ def test_an_incomplete_energy_point_is_left_out(fields: dict[str, object], sourc
         assert epoch.energy_j == pytest.approx(9.0, rel=1e-12)
 
 
+def fc_energy(joules: float) -> Point:
+    """Step 0's energy of the module ``fc`` from RAPL package."""
+    return Point(
+        "nrg_energy",
+        {**TAGS, "epoch": "0", "source": "rapl:package-0", "scope": "module", "module": "fc"},
+        {"step": 0, "energy_joules": joules},
+        T0 + S,
+    )
+
+
 def test_module_shares_are_zero_when_the_steps_used_no_energy() -> None:
     """Guards: steps whose sources did not move (0 J in every step, an idle counter) give their
     modules a share of 0 %, not 100 %: a share of nothing is none."""
-    module_energy = Point(
-        "nrg_energy",
-        {**TAGS, "epoch": "0", "source": "rapl:package-0", "scope": "module", "module": "fc"},
-        {"step": 0, "energy_joules": 0.0},
-        T0 + S,
-    )
+    module_energy = fc_energy(0.0)
     s = summarize([*points(scale=0.0), module_energy])
     assert [(m.module, m.energy_j, m.share) for m in s.modules] == [("fc", 0.0, 0.0)]
     (line,) = [row for row in format_text(s).splitlines() if row.strip().startswith("fc ")]
@@ -213,12 +218,7 @@ def test_module_shares_of_steps_under_a_joule() -> None:
     idle CPU, a tiny model): not 0 % below some threshold. Steps of 1, 2 and 6 J scaled by
     0.05: 0.05 + 0.1 + 0.3 = 0.45 J; the module ``fc`` 0.09 J of RAPL package: 0.09 / 0.45 =
     20 %."""
-    module_energy = Point(
-        "nrg_energy",
-        {**TAGS, "epoch": "0", "source": "rapl:package-0", "scope": "module", "module": "fc"},
-        {"step": 0, "energy_joules": 0.09},
-        T0 + S,
-    )
+    module_energy = fc_energy(0.09)
     s = summarize([*points(scale=0.05), module_energy])
     ((module, energy, share),) = [(m.module, m.energy_j, m.share) for m in s.modules]
     assert (module, energy) == ("fc", pytest.approx(0.09, rel=1e-12))

@@ -179,15 +179,7 @@ def shutdown_step(gpu_end_ms: int, gpu_start_ms: int = 2930) -> Harness:
     2 s. One step ran on the GPU from ``gpu_start_ms`` to ``gpu_end_ms``, launched 30 ms
     earlier."""
     h = Harness(module_detail="off")
-    fields = {
-        "step": 0,
-        "start_time_ns": T0 + (gpu_start_ms - QUEUE_MS) * MS,
-        "end_time_ns": T0 + (gpu_end_ms - QUEUE_MS) * MS,
-        "gpu_start_time_ns": T0 + gpu_start_ms * MS,
-        "gpu_end_time_ns": T0 + gpu_end_ms * MS,
-    }
-    step = Point("nrg_step", {**RUN, "epoch": "0"}, fields, T0 + (gpu_end_ms - QUEUE_MS) * MS)
-    h.feed([*bus(2940, []), step])
+    h.feed([*bus(2940, []), gpu_step(gpu_start_ms, gpu_end_ms)])
     h.proc.flush(h.out.append)
     return h
 

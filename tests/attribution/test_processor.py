@@ -69,6 +69,20 @@ def counter(
     ]
 
 
+def restarted_counter(watts: float) -> list[Point]:
+    """RAPL package samples after the collector restarted at 500 ms: its counter counts from 0
+    again, every 100 ms from 600 to 1000 ms, at a constant ``watts`` (no power field)."""
+    return [
+        Point(
+            "rapl",
+            {"socket": "0", "domain": "package"},
+            {"energy_joules": watts * t / 1000},
+            T0 + (500 + t) * MS,
+        )
+        for t in range(100, 501, 100)
+    ]
+
+
 def step(
     n: int,
     start_ms: int,
@@ -306,15 +320,7 @@ def test_counter_reset_drops_the_old_base() -> None:
     h = Harness()
     h.feed(counter("package", 10.0, 0, 500))
     # The RAPL collector restarted at 500 ms: its counter starts again from 0.
-    h.feed(
-        Point(
-            "rapl",
-            {"socket": "0", "domain": "package"},
-            {"energy_joules": 10.0 * t / 1000},
-            T0 + (500 + t) * MS,
-        )
-        for t in range(100, 501, 100)
-    )
+    h.feed(restarted_counter(10.0))
     h.feed([step(0, 250, 550), step(1, 700, 900), run_event("end", 1000)])
     assert h.proc.stats()["counter_resets"] == 1
     assert h.rows() == [
@@ -642,15 +648,7 @@ def test_after_a_counter_reset_a_step_is_measured_from_the_new_readings_alone() 
     the old readings' values with the new ones' times."""
     h = Harness()
     h.feed(counter("package", 10.0, 0, 500))
-    h.feed(
-        Point(
-            "rapl",
-            {"socket": "0", "domain": "package"},
-            {"energy_joules": 40.0 * t / 1000},
-            T0 + (500 + t) * MS,
-        )
-        for t in range(100, 501, 100)
-    )
+    h.feed(restarted_counter(40.0))
     h.feed([step(1, 700, 900), run_event("end", 1000)])
     assert h.proc.stats()["counter_resets"] == 1
     assert h.rows() == [

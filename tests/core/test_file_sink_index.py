@@ -36,6 +36,13 @@ def steps(first: int, n: int) -> list[Point]:
     ]
 
 
+def index_child_is(monkeypatch: pytest.MonkeyPatch, program: str) -> None:
+    """Index children run ``program`` (``true``, ``false``) in place of Python."""
+    path = shutil.which(program)
+    assert path is not None
+    monkeypatch.setattr(sys, "executable", path)
+
+
 async def wait_for(path: Path) -> None:
     """Until the child has renamed the index into place (it runs at low priority)."""
     for _ in range(600):
@@ -144,9 +151,7 @@ async def test_an_index_child_that_fails_is_counted_and_said(
     sink starts it with: exit status 1) is counted in ``index_failures`` and said once, naming
     the file, which reports then read as text."""
     monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
-    false = shutil.which("false")
-    assert false is not None
-    monkeypatch.setattr(sys, "executable", false)
+    index_child_is(monkeypatch, "false")
     config = FileConfig(dir=str(tmp_path), fsync="never")
     sink = FileSink(config, ctx(tmp_path))
     await sink.open()
@@ -278,9 +283,7 @@ async def test_a_file_of_10_000_step_lines_is_indexed_and_one_fewer_is_not(
 ) -> None:
     """Guards: the documented threshold: a finished file holding 10,000 step lines gets an
     index child, 9,999 do not (here ``true`` stands in for the child)."""
-    true = shutil.which("true")
-    assert true is not None
-    monkeypatch.setattr(sys, "executable", true)
+    index_child_is(monkeypatch, "true")
     sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
     await sink.open()
     await sink.write(steps(0, n))
@@ -334,9 +337,7 @@ async def test_a_failed_index_child_is_heard_of_at_the_next_rotation(
     failure is counted and said while the agent runs, not only when it stops: two rotations of
     1 KiB files, the first file's child (``false``) ended before the second rotation."""
     monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
-    false = shutil.which("false")
-    assert false is not None
-    monkeypatch.setattr(sys, "executable", false)
+    index_child_is(monkeypatch, "false")
     sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never", max_bytes=1024), ctx(tmp_path))
     await sink.open()
     await sink.write(steps(0, 12))
@@ -364,9 +365,7 @@ async def test_an_index_child_reaped_elsewhere_is_not_a_failure(
     is let go without a word: not counted in ``index_failures``, nothing said, and close does
     not wait for it."""
     monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
-    true = shutil.which("true")
-    assert true is not None
-    monkeypatch.setattr(sys, "executable", true)
+    index_child_is(monkeypatch, "true")
     sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never", max_bytes=1024), ctx(tmp_path))
     await sink.open()
     await sink.write(steps(0, 12))
@@ -387,9 +386,7 @@ async def test_a_file_of_exactly_index_min_lines_readings_is_indexed(
     finished file of exactly 20 readings gets an index child, 19 do not (``true`` stands in
     for the child)."""
     monkeypatch.setattr(file_sink, "INDEX_MIN_LINES", 20)
-    true = shutil.which("true")
-    assert true is not None
-    monkeypatch.setattr(sys, "executable", true)
+    index_child_is(monkeypatch, "true")
     sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
     await sink.open()
     await sink.write([Point("gpu", {"gpu": "0"}, {"power_watts": 300.0}, i) for i in range(n)])

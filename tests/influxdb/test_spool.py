@@ -136,16 +136,22 @@ async def test_next_start_replays_what_is_left(tmp_path: Path) -> None:
     await third.close()
 
 
-async def test_torn_last_record_is_skipped_and_counted(tmp_path: Path) -> None:
-    spool = Spool(tmp_path, max_bytes=1 << 20)
+async def torn_last_of_two(directory: Path) -> Path:
+    """A spool's one segment holding two records of 10 points, its last write 7 bytes short
+    (power lost halfway through it)."""
+    spool = Spool(directory, max_bytes=1 << 20)
     await spool.open()
     await spool.append(lines(0, 10), 10)
     await spool.append(lines(10, 10), 10)
     await spool.close()
-    (seg,) = segments(tmp_path)
-    size = seg.stat().st_size
-    with open(seg, "r+b") as f:  # power loss halfway through the last write
-        f.truncate(size - 7)
+    (seg,) = segments(directory)
+    with open(seg, "r+b") as f:
+        f.truncate(seg.stat().st_size - 7)
+    return seg
+
+
+async def test_torn_last_record_is_skipped_and_counted(tmp_path: Path) -> None:
+    seg = await torn_last_of_two(tmp_path)
 
     again = Spool(tmp_path, max_bytes=1 << 20)
     await again.open()
@@ -727,15 +733,8 @@ async def test_a_torn_tail_is_cut_off_on_disk_before_the_spool_appends(
     """Guards: the cut of a torn last record is synced as the spool opens, so a power cut
     cannot bring the torn bytes back under later records: the segment is synced holding its
     magic and the one good record (8 + 20 + 190 bytes)."""
-    spool = Spool(tmp_path, max_bytes=1 << 20)
-    await spool.open()
-    await spool.append(lines(0, 10), 10)
-    await spool.append(lines(10, 10), 10)
-    await spool.close()
-    (seg,) = segments(tmp_path)
+    seg = await torn_last_of_two(tmp_path)
     good = seg.read_bytes()[: 8 + 20 + 190]
-    with open(seg, "r+b") as f:  # power lost halfway through the last write
-        f.truncate(seg.stat().st_size - 7)
     synced = _synced(monkeypatch)
     again = Spool(tmp_path, max_bytes=1 << 20)
     await again.open()

@@ -10,6 +10,7 @@ from acquisition.torch.steps import (
     ModuleTiming,
     StepAggregator,
     StepLines,
+    StepRecord,
     step_points,
 )
 
@@ -23,6 +24,11 @@ class M:
 
 root, block, leaf = M("root"), M("block"), M("leaf")
 NAMES = {root: "", block: "block", leaf: "block.leaf"}
+
+
+def gpu_ms(record: StepRecord) -> dict[str, tuple[float | None, float | None]]:
+    """Each module's (inclusive, exclusive) GPU milliseconds in ``record``, by its name."""
+    return {k[0]: (t.gpu_inclusive_ms, t.gpu_exclusive_ms) for k, t in record.modules.items()}
 
 
 def test_exclusive_time_subtracts_children_not_grandchildren_twice() -> None:
@@ -135,7 +141,7 @@ def test_gpu_exclusive_time_subtracts_children_not_grandchildren() -> None:
             (None, 80, STEP),
         ]
     )
-    gpu = {k[0]: (t.gpu_inclusive_ms, t.gpu_exclusive_ms) for k, t in record.modules.items()}
+    gpu = gpu_ms(record)
     assert gpu == {"block.leaf": (4.0, 4.0), "block": (7.0, 4.0), "": (10.0, 2.0)}
 
 
@@ -262,7 +268,7 @@ def test_calls_whose_gpu_time_cannot_be_read_are_counted_and_get_none() -> None:
             (None, 60, STEP),
         ]
     )
-    gpu = {k[0]: (t.gpu_inclusive_ms, t.gpu_exclusive_ms) for k, t in record.modules.items()}
+    gpu = gpu_ms(record)
     assert gpu == {"block.leaf": (None, None), "block": (2.0, 2.0), "": (None, None)}
     assert agg.gpu_unresolved == 2
     fields = {p.tags["module"]: p.fields for p in step_points(record, {}, 0)[1:]}
@@ -390,7 +396,7 @@ def test_gpu_exclusive_time_after_a_direct_child_then_a_nested_one() -> None:
             (None, 80, STEP),
         ]
     )
-    gpu = {k[0]: (t.gpu_inclusive_ms, t.gpu_exclusive_ms) for k, t in record.modules.items()}
+    gpu = gpu_ms(record)
     assert gpu == {"block.leaf": (3.0, 3.0), "block": (5.0, 3.0), "": (10.0, 4.0)}
     assert agg.gpu_unresolved == 0
 
