@@ -360,24 +360,53 @@ def counter_edges(
 ) -> tuple[float, float, float]:
     """The window's parts outside the counter readings' span (a counter read less often than
     power, as NVML's energy counter is): their energy from the power readings there (J), the
-    seconds those cover, and an error bar (J): the readings' relative error against the counter
-    over the counter's span, applied to that energy."""
+    seconds those cover, and an error bar (J): each part's energy times the readings' relative
+    error against the counter over the counter readings next to it (up to a minute of them:
+    what the readings miss where the part is, at a cost that does not grow with the run)."""
     times, watts = power
     if len(times) < 2:
         return 0.0, 0.0, 0.0
-    (first, first_j), (last, last_j) = data[0], data[-1]
-    energy = covered = 0.0
-    for a, b in ((window[0], first), (last, window[1])):
+    first, last = data[0][0], data[-1][0]
+    energy = covered = error = 0.0
+    for a, b, beside in (
+        (window[0], first, _beside(data, 0)),
+        (last, window[1], _beside(data, -1)),
+    ):
         if (part := _clip_columns(times, watts, a, b)) is not None:  # None where b <= a too
-            energy += _trapezoid_columns(*part)
+            joules = _trapezoid_columns(*part)
+            energy += joules
             covered += (part[0][-1] - part[0][0]) / _NS
+            error += _relative_error(power, beside) * joules
     if not covered:
         return 0.0, 0.0, 0.0
-    reference = _clip_columns(times, watts, first, last)
+    return energy, covered, error
+
+
+_BESIDE_NS = 60 * 10**9
+"""How much of the counter's readings next to an edge its power readings are checked against."""
+
+
+def _beside(
+    data: list[tuple[int, float]], edge: int
+) -> tuple[tuple[int, float], tuple[int, float]]:
+    """The counter readings (first, last) of up to :data:`_BESIDE_NS` from the first
+    (``edge`` 0) or the last reading (-1) of ``data`` inward, ending on a reading."""
+    if edge == 0:
+        k = bisect.bisect_left(data, (data[0][0] + _BESIDE_NS, -math.inf))
+        return data[0], data[min(k, len(data) - 1)]
+    k = bisect.bisect_right(data, (data[-1][0] - _BESIDE_NS, math.inf)) - 1
+    return data[max(k, 0)], data[-1]
+
+
+def _relative_error(power: Columns, readings: tuple[tuple[int, float], tuple[int, float]]) -> float:
+    """How far the power readings' integral strays from the counter between two of its
+    readings, relative to the counter's gain (1 when that cannot be told)."""
+    (first, first_j), (last, last_j) = readings
+    reference = _clip_columns(*power, first, last)
     counted = last_j - first_j
-    fraction = _rough_integral(*reference) / counted if reference and counted > 0 else None
-    relative = abs(fraction - 1) if fraction is not None else 1.0
-    return energy, covered, relative * energy
+    if reference is None or counted <= 0:
+        return 1.0
+    return abs(_rough_integral(*reference) / counted - 1)
 
 
 def pieces(window: tuple[int, int], exclude: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

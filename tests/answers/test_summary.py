@@ -375,6 +375,34 @@ def test_a_counter_extended_by_two_power_readings_to_a_fraction_of_a_joule(
     assert gpu.error_j == pytest.approx(error_j, rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("stray", "error_j"),
+    [((2000, 4000), 0.0), ((-10, 300), 165.0 * 901.5 / 18_000)],
+    ids=["mid-run", "at the start"],
+)
+def test_the_edges_error_bar_is_from_the_readings_beside_them(
+    stray: tuple[int, int], error_j: float
+) -> None:
+    """A 10-minute run, its GPU counter read every second at 300 W, power read every 0.1 s:
+    where the readings stray from the counter (330 W) matters to the bar of the window's edges
+    beyond the counter, only within a minute of the edge (the whole run's stray would give
+    mid-run 300 J × 6,003 / 180,000 = 10.0 J, and at the start 315 J × 901.5 / 180,000 = 1.6 J)."""
+    t0 = 1_700_000_000 * NS
+    tags = {"gpu": "0", "host": "h1"}
+    points = [Point("gpu", tags, {"energy_joules": 300.0 * k}, t0 + k * NS) for k in range(601)]
+    for k in range(-10, 6011):
+        watts = 330.0 if stray[0] <= k <= stray[1] else 300.0
+        points.append(Point("gpu", tags, {"power_watts": watts}, t0 + k * NS // 10))
+    window = (t0 - NS // 2, t0 + 6005 * NS // 10)  # 0.5 s beyond the counter at each end
+    gpu = by_source(summarize(points, window_ns=window))["nvml:0"]
+    # By hand, at the start: 0.5 s at 330 W before the first counter reading, 165 J; over the
+    # counter's first minute the readings say 330 × 30 + (330 + 300) / 2 × 0.1 + 300 × 29.9 =
+    # 18,901.5 J for 18,000 J. The end: 150 J, at 300 W as its minute is: no bar.
+    start_j = 165.0 if stray[0] < 0 else 150.0
+    assert gpu.energy_j == pytest.approx(180_000.0 + start_j + 150.0, rel=1e-9)
+    assert gpu.error_j == pytest.approx(error_j, rel=1e-9, abs=1e-6)
+
+
 def test_a_window_ending_inside_a_counter_interval_is_shaped_by_the_gpu_samples() -> None:
     """The GPU goes idle halfway through the counter's last interval and the window ends there:
     the driver's power samples give that part the interval's energy in proportion to their own
