@@ -15,9 +15,10 @@ import math
 import operator
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from typing import Any
 
 from acquisition.point import Point
 from acquisition.processors.energy import (
@@ -59,6 +60,7 @@ class Series:
     """More of them, read as columns."""
     _joined: Columns | None = field(default=None, repr=False)
     _continuous: list[tuple[int, float]] | None = field(default=None, repr=False)
+    _extra: list[tuple[int, float]] | None = field(default=None, repr=False)
 
     def continuous_counter(self) -> list[tuple[int, float]]:
         """:func:`continuous` of the counter readings, worked out once (the energy and the curve
@@ -81,11 +83,37 @@ class Series:
             self._joined = (times, watts)
         return self._joined
 
-    def edge_power(self) -> Columns:
-        """Every power reading and sample in time order, as (times, watts)."""
+    def power_around(self, a: int, b: int) -> Columns:
+        """The power readings and samples in time order (at one time by power), as (times,
+        watts), from the last time at or before ``a`` to the first at or after ``b``: what any
+        clip within [a, b] reads (the edges of a run, not its whole length of samples)."""
         times, watts = self.driver_samples()
-        extra = self.power + self.readings
-        return _merged_in(times, watts, sorted(extra)) if extra else (times, watts)
+        if self._extra is None:
+            self._extra = sorted(self.power + self.readings)
+        extra = self._extra
+        lo = max(_last_at_or_before(times, a), _last_at_or_before(extra, a, _TIME))
+        hi = min(_first_at_or_after(times, b), _first_at_or_after(extra, b, _TIME))
+        i, j = bisect.bisect_left(times, lo), bisect.bisect_right(times, hi)
+        near = extra[
+            bisect.bisect_left(extra, lo, key=_TIME) : bisect.bisect_right(extra, hi, key=_TIME)
+        ]
+        return _merged_in(times[i:j], watts[i:j], near) if near else (times[i:j], watts[i:j])
+
+
+_TIME = operator.itemgetter(0)
+
+
+def _last_at_or_before(series: Sequence[Any], t: int, key: Any = None) -> float:
+    """The last time at or before ``t`` of a series in time order (``key``: an item's time),
+    -inf when none is."""
+    k = bisect.bisect_right(series, t, key=key)
+    return (key(series[k - 1]) if key else series[k - 1]) if k else -math.inf
+
+
+def _first_at_or_after(series: Sequence[Any], t: int, key: Any = None) -> float:
+    """The first time at or after ``t`` (+inf when none is)."""
+    k = bisect.bisect_left(series, t, key=key)
+    return (key(series[k]) if key else series[k]) if k < len(series) else math.inf
 
 
 def _merged_in(times: array[int], watts: array[float], extra: list[tuple[int, float]]) -> Columns:
@@ -287,7 +315,6 @@ def source_energy(
         return None
     energy = span = 0.0
     edges = [0.0, 0.0, 0.0]  # J, s and error bar (J) of the parts beyond the counter's readings
-    power: Columns | None = None  # worked out when a window goes beyond them
     peaks = []
     for start, end in pieces:
         data = _clip(raw, start, end)
@@ -296,11 +323,8 @@ def source_energy(
             energy, span = energy + joules, span + (data[-1][0] - data[0][0]) / _NS
             peaks.append(peak)
             if use_counter and (start < data[0][0] or data[-1][0] < end):
-                power = series.edge_power() if power is None else power
-                edges = [
-                    x + y
-                    for x, y in zip(edges, counter_edges(power, data, (start, end)), strict=True)
-                ]
+                more = counter_edges(series.power_around, data, (start, end))
+                edges = [x + y for x, y in zip(edges, more, strict=True)]
     if not peaks:
         return None
     origin = (
@@ -356,23 +380,27 @@ def shaped_counter(
 
 
 def counter_edges(
-    power: Columns, data: list[tuple[int, float]], window: tuple[int, int]
+    power_around: Callable[[int, int], Columns],
+    data: list[tuple[int, float]],
+    window: tuple[int, int],
 ) -> tuple[float, float, float]:
     """The window's parts outside the counter readings' span (a counter read less often than
     power, as NVML's energy counter is): their energy from the power readings there (J), the
     seconds those cover, and an error bar (J): each part's energy times the readings' relative
     error against the counter over the counter readings next to it (up to a minute of them:
-    what the readings miss where the part is, at a cost that does not grow with the run)."""
-    times, watts = power
-    if len(times) < 2:
-        return 0.0, 0.0, 0.0
+    what the readings miss where the part is, at a cost that does not grow with the run).
+    ``power_around(a, b)``: the power readings that clips within [a, b] read
+    (:meth:`Series.power_around`)."""
     first, last = data[0][0], data[-1][0]
     energy = covered = error = 0.0
     for a, b, beside in (
         (window[0], first, _beside(data, 0)),
         (last, window[1], _beside(data, -1)),
     ):
-        if (part := _clip_columns(times, watts, a, b)) is not None:  # None where b <= a too
+        power = power_around(min(a, beside[0][0]), max(b, beside[1][0]))
+        if len(power[0]) < 2:
+            continue
+        if (part := _clip_columns(*power, a, b)) is not None:  # None where b <= a too
             joules = _trapezoid_columns(*part)
             energy += joules
             covered += (part[0][-1] - part[0][0]) / _NS

@@ -161,5 +161,28 @@ def test_power_readings_go_among_the_driver_samples_as_sorting_puts_them(
     series sorting every pair would: in time order, at one time by power, before the first
     sample and after the last too, none lost."""
     series = Series(samples=list(samples), readings=list(readings))
-    times, watts = series.edge_power()
+    times, watts = series.power_around(-10, 50)  # beyond every time
     assert list(zip(times, watts, strict=True)) == sorted(samples + readings)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.sampled_from([1.0, 2.0])), min_size=1, max_size=30),
+    st.lists(st.tuples(st.integers(-5, 45), st.sampled_from([1.5, 2.0])), max_size=12),
+    st.integers(-8, 48),
+    st.integers(0, 20),
+)
+def test_the_power_around_a_window_is_all_its_clips_read(
+    samples: list[tuple[int, float]], readings: list[tuple[int, float]], a: int, width: int
+) -> None:
+    """Guards: the power a clip of [a, b] reads is the sorted readings and samples from the last
+    time at or before a to the first at or after b, every pair at those two times included (at
+    one time the first by power is the one a clip interpolates from): nothing inside left out,
+    whichever kind comes nearer to each edge."""
+    b = a + width
+    series = Series(samples=list(samples), readings=list(readings))
+    every = sorted(samples + readings)
+    times = [t for t, _ in every]
+    lo = max([t for t in times if t <= a], default=times[0])
+    hi = min([t for t in times if t >= b], default=times[-1])
+    got = series.power_around(a, b)
+    assert list(zip(*got, strict=True)) == [(t, w) for t, w in every if lo <= t <= hi]
