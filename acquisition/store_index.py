@@ -195,12 +195,8 @@ def read_index(data: Path, wanted: Any = None, readings: Any = None) -> FileInde
         header = _header(str(path), st.st_ino, st.st_size, st.st_mtime_ns)
         if not _matches(header.content_bytes, data):
             return None  # the file changed since it was indexed: read it as text
-        with (
-            path.open("rb") as f,
-            mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm,
-            memoryview(mm) as view,  # columns copied once, from the mapped file
-        ):
-            index = _body(view, header, wanted, readings)
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            index = _body(mm, header, wanted, readings)
         index.where = str(data)
         return index
     except FileNotFoundError:
@@ -289,7 +285,7 @@ def _reading(r: dict[str, Any]) -> ReadingSeries:
     return series
 
 
-def _body(mm: memoryview, header: _Header, wanted: Any, readings: Any) -> FileIndex:
+def _body(mm: mmap.mmap, header: _Header, wanted: Any, readings: Any) -> FileIndex:
     pos = header.start
     series = []
     for s in header.entries:
@@ -308,7 +304,7 @@ def _body(mm: memoryview, header: _Header, wanted: Any, readings: Any) -> FileIn
     return FileIndex(header.content_bytes, header.step_lines, series, other, header.torn)
 
 
-def _readings(mm: memoryview, header: _Header, pos: int, wanted: Any) -> tuple[Readings, int]:
+def _readings(mm: mmap.mmap, header: _Header, pos: int, wanted: Any) -> tuple[Readings, int]:
     """The reading series (those ``wanted(head)`` loaded, the others empty) and text blocks
     stored from ``pos`` on, and where the text begins."""
     series = []
@@ -327,7 +323,7 @@ def _readings(mm: memoryview, header: _Header, pos: int, wanted: Any) -> tuple[R
     return Readings(series, b"", blocks, header.other_lines or 0), pos
 
 
-def _load(s: ReadingSeries, mm: memoryview, pos: int, want: Any) -> None:
+def _load(s: ReadingSeries, mm: mmap.mmap, pos: int, want: Any) -> None:
     """The columns of ``s`` stored from ``pos`` on; ``want`` naming fields that ``s`` has: its
     times and those fields' columns only (the others, and its places, left empty: a run's
     driver samples are read for their power alone)."""
@@ -345,7 +341,7 @@ def _load(s: ReadingSeries, mm: memoryview, pos: int, want: Any) -> None:
     ]
 
 
-def _column(mm: memoryview, pos: int, n: int, kind: str) -> array[Any]:
+def _column(mm: mmap.mmap, pos: int, n: int, kind: str) -> array[Any]:
     if pos + n * 8 > len(mm):
         raise ValueError("cut short")
     a: array[Any] = array(kind)
@@ -353,7 +349,7 @@ def _column(mm: memoryview, pos: int, n: int, kind: str) -> array[Any]:
     return a
 
 
-def _arrays(s: _Entry, mm: memoryview, pos: int) -> list[array[Any]]:
+def _arrays(s: _Entry, mm: mmap.mmap, pos: int) -> list[array[Any]]:
     """The columns of one series stored from ``pos`` on."""
     arrays = []
     for k in range(ARRAYS[s.kind]):
