@@ -494,5 +494,7 @@ class ProcfsCollector:
                 ptags["pid"] = str(st.pid)
             else:
                 ptags["instance"] = str(self._instances.get(tree, st.comm, st.pid))
-            p.tags[tree] = ptags
+            # A process is in one tree at a time: the tags of a tree it left go (back in it
+            # later, its slot there may be another process's by then).
+            p.tags = {tree: ptags}
         return ptags

@@ -47,7 +47,7 @@ class Proc:
         self.prev_cpu: int | None = None  # CPU time at the previous tick; None when first seen
         self.detail: MemoryDetail | None = None
         self.detail_ns = 0
-        self.tags: dict[str, dict[str, str]] = {}  # tree -> tags of its scope=pid point
+        self.tags: dict[str, dict[str, str]] = {}  # its tree -> the tags of its scope=pid point
 
 
 class Sum:

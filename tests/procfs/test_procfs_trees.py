@@ -101,3 +101,53 @@ async def test_collector_finds_exactly_the_descendants(
         assert await _trees(base, tracked, "scan") == want
     finally:
         shutil.rmtree(base)
+
+
+async def test_a_process_back_in_a_tree_takes_its_own_instance_not_one_it_had() -> None:
+    """A notebook kernel (200) under a tracked Jupyter (100) is its own tree while its job is
+    connected (its pid tracked), then back in Jupyter's: the ``instance`` it had there before
+    went meanwhile to another kernel (300) of the same name, so it takes a free one. Two
+    processes with one instance would write the same series, one overwriting the other."""
+    base = Path(tempfile.mkdtemp(prefix="nrg-instances-"))
+    try:
+        ctx = PluginContext(
+            host="t", interval_s=1.0, state_dir=base, data_dir=base, runtime_dir=base
+        )
+        config = ProcfsConfig(root=str(base), pids=[100], track_self=False, memory_detail=False)
+        c = ProcfsCollector(config, ctx, clock_ticks=100, page_size=4096)
+        tracked: set[int] = ctx.status["tracked_pids"]
+        instances: list[dict[int, str]] = []
+
+        def write(forks: int, kernels: list[int]) -> None:
+            system(base, CPU0, MEM0, forks=forks)
+            process(base, T_SLEEP, 100, "jupyter", 1, 1, 1, 10, 10, children={100: kernels})
+            for pid in kernels:
+                process(base, T_SLEEP, pid, "python3", 100, 1, 1, 20, 10)
+
+        async def tick(forks: int, kernels: list[int]) -> None:
+            write(forks, kernels)
+            points: list[Point] = []
+            await c.collect(points.append, len(instances) + 1)
+            instances.append(
+                {
+                    int(p.fields["pid"]): p.tags["instance"]
+                    for p in points
+                    if p.tags.get("scope") == "pid" and p.tags["tree"] == "100"
+                }
+            )
+
+        write(1, [200])
+        await c.open()
+        try:
+            await tick(1, [200])  # the kernel in Jupyter's tree
+            tracked.add(200)  # its job connects: a tree of its own
+            await tick(2, [200, 300])  # another kernel starts meanwhile
+            tracked.discard(200)  # the job disconnects: back in Jupyter's tree
+            await tick(3, [200, 300])
+        finally:
+            await c.aclose()
+        assert instances[0] == {100: "0", 200: "0"}
+        assert instances[1] == {100: "0", 300: "0"}
+        assert instances[2] == {100: "0", 200: "1", 300: "0"}
+    finally:
+        shutil.rmtree(base)
