@@ -398,7 +398,7 @@ def counter_edges(
         (last, window[1], _beside(data, -1)),
     ):
         power = power_around(min(a, beside[0][0]), max(b, beside[1][0]))
-        if len(power[0]) < 2:
+        if not len(power[0]):  # no power readings (one brackets nothing: no clip either)
             continue
         if (part := _clip_columns(*power, a, b)) is not None:  # None where b <= a too
             joules = _trapezoid_columns(*part)
