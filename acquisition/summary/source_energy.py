@@ -290,7 +290,7 @@ def _rough_integral(times: Sequence[int], watts: Sequence[float]) -> float:
     """:func:`_trapezoid_columns` summed as Σ v_i × (t_i+1 − t_i−1) (each reading times the
     span of its two neighbours; the ends with their one), halved and scaled once at the end:
     two passes instead of five, its rounding differs in the last bits. For an error estimate
-    over all of a run's driver samples, never for an energy figure. At least two readings (a
+    (a minute of driver samples beside an edge), never for an energy figure. At least two readings (a
     clip of them, which has its two edges)."""
     inner: float = sum(map(operator.mul, watts[1:-1], map(operator.sub, times[2:], times)))
     ends = watts[0] * (times[1] - times[0]) + watts[-1] * (times[-1] - times[-2])
