@@ -67,6 +67,19 @@ def test_parse_segment_stops_at_a_torn_tail() -> None:
         assert (end, bad) == (8 + len(a), True)
 
 
+def test_a_record_longer_than_the_segment_is_torn_whatever_its_checksum() -> None:
+    """Guards: a record whose header claims more bytes than the segment holds is torn, even when
+    the bytes that are there pass its checksum (a header rewritten, its body cut: the checksum
+    of what is left is no proof the record is whole)."""
+    a = encode_record(b"a x=1i 1\n", 1, 10)
+    b = encode_record(b"b x=2i 2\n", 1, 20)
+    _, crc, points, at = HEADER.unpack_from(b)
+    claims_more = HEADER.pack(len(b) - HEADER.size + 100, crc, points, at) + b[HEADER.size :]
+    records, end, bad = parse_segment(MAGIC + a + claims_more, 7)
+    assert [r.spooled_at_ns for r in records] == [10]
+    assert (end, bad) == (8 + len(a), True)
+
+
 @pytest.mark.parametrize(
     ("text", "interval", "said"),
     [
