@@ -43,6 +43,13 @@ def index_child_is(monkeypatch: pytest.MonkeyPatch, program: str) -> None:
     monkeypatch.setattr(sys, "executable", path)
 
 
+def index_child_runs(monkeypatch: pytest.MonkeyPatch, path: Path, script: str) -> None:
+    """Index children run the shell ``script`` (written to ``path``) in place of Python."""
+    path.write_text(script)
+    path.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(path))
+
+
 async def wait_for(path: Path) -> None:
     """Until the child has renamed the index into place (it runs at low priority)."""
     for _ in range(600):
@@ -171,10 +178,9 @@ async def test_an_index_child_that_fails_writes_nothing_to_the_agents_output(
     agent's stdout nor its stderr: the child's three standard streams are ``/dev/null``. The
     failure is still counted."""
     monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
-    child = tmp_path / "child.sh"
-    child.write_text("#!/bin/sh\necho out\necho err >&2\nexit 2\n")
-    child.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(child))
+    index_child_runs(
+        monkeypatch, tmp_path / "child.sh", "#!/bin/sh\necho out\necho err >&2\nexit 2\n"
+    )
     sink = FileSink(FileConfig(dir=str(tmp_path / "out"), fsync="never"), ctx(tmp_path))
     await sink.open()
     await sink.write(steps(0, 12))  # the last file, worth an index at close
@@ -217,10 +223,7 @@ async def test_abort_stops_waiting_for_index_children(
     bound at ten minutes) and leaves it to finish alone: ``aclose`` returns while it runs."""
     monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
     monkeypatch.setattr(file_sink, "INDEX_WAIT_S", 600.0)
-    slow = tmp_path / "slow-python"
-    slow.write_text("#!/bin/sh\nexec sleep 60\n")
-    slow.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(slow))
+    index_child_runs(monkeypatch, tmp_path / "slow-python", "#!/bin/sh\nexec sleep 60\n")
     sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
     await sink.open()
     await sink.write(steps(0, 12))
@@ -256,10 +259,7 @@ async def test_closing_waits_for_an_index_child_at_most_30_seconds(
     minute) for 30 s and one 50 ms look at most, by the loop's clock, then leaves it to finish
     alone; a child that has ended is not waited for at all."""
     monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
-    slow = tmp_path / "slow-python"
-    slow.write_text("#!/bin/sh\nexec sleep 60\n")
-    slow.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(slow))
+    index_child_runs(monkeypatch, tmp_path / "slow-python", "#!/bin/sh\nexec sleep 60\n")
     clock = _FakeSleep()
     monkeypatch.setattr(file_sink, "asyncio", clock)
     sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
@@ -300,10 +300,11 @@ async def test_close_hears_of_an_index_child_that_fails_while_it_waits(
     has ended (not after ``INDEX_WAIT_S``, having never heard of it)."""
     monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
     go = tmp_path / "go"
-    late = tmp_path / "late-python"
-    late.write_text(f"#!/bin/sh\nwhile [ ! -e {go} ]; do sleep 0.01; done\nexit 1\n")
-    late.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(late))
+    index_child_runs(
+        monkeypatch,
+        tmp_path / "late-python",
+        f"#!/bin/sh\nwhile [ ! -e {go} ]; do sleep 0.01; done\nexit 1\n",
+    )
     sink = FileSink(FileConfig(dir=str(tmp_path), fsync="never"), ctx(tmp_path))
     await sink.open()
     await sink.write(steps(0, 12))
@@ -405,10 +406,11 @@ async def test_a_failed_index_child_is_heard_of_while_an_earlier_one_still_runs(
     out = tmp_path / "out"
     sink = FileSink(FileConfig(dir=str(out), fsync="never", max_bytes=1024), ctx(tmp_path))
     await sink.open()
-    child = tmp_path / "child-python"  # its 4th argument is the file to index
-    child.write_text(f'#!/bin/sh\n[ "$4" = "{sink.current}" ] && exec sleep 60\nexit 1\n')
-    child.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(child))
+    index_child_runs(
+        monkeypatch,
+        tmp_path / "child-python",
+        f'#!/bin/sh\n[ "$4" = "{sink.current}" ] && exec sleep 60\nexit 1\n',
+    )  # its 4th argument is the file to index
     await sink.write(steps(0, 12))
     await sink.write(steps(12, 12))  # rotates: the first file's child starts, and runs on
     (slow,) = list(sink._indexers)
@@ -435,10 +437,9 @@ async def test_an_index_child_does_not_hold_the_agents_stdin(
     agent does."""
     monkeypatch.setattr(file_sink, "INDEX_MIN_STEP_LINES", 10)
     seen = tmp_path / "stdin-of-child"
-    child = tmp_path / "child-python"
-    child.write_text(f"#!/bin/sh\nreadlink /proc/self/fd/0 > {seen}\n")
-    child.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(child))
+    index_child_runs(
+        monkeypatch, tmp_path / "child-python", f"#!/bin/sh\nreadlink /proc/self/fd/0 > {seen}\n"
+    )
     sink = FileSink(FileConfig(dir=str(tmp_path / "out"), fsync="never"), ctx(tmp_path))
     await sink.open()
     await sink.write(steps(0, 12))  # the last file, worth an index at close
